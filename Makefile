@@ -1,0 +1,35 @@
+# Quick start targets: `make run` (set up, then run the main job) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.hybridsim-installed
+# A CPU build of torch. A bare `torch` from PyPI is a multi-GB CUDA build on Linux;
+# elsewhere point this at PyTorch's CPU wheel index, e.g.
+#   make run TORCH_SPEC="torch --index-url <PyTorch CPU wheel index>"
+TORCH_SPEC ?= torch==2.13.0
+SOURCES := setup.py setup.cfg pyproject.toml $(wildcard pyx/*.pyx cuda/* hybridsim/*.py data/*)
+
+.PHONY: run test install bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel "Cython>=3.0" numpy
+
+$(STAMP): $(BIN)/python $(SOURCES)
+	$(BIN)/python -m pip install -q $(TORCH_SPEC)
+	$(BIN)/python -m pip install -q --no-build-isolation ".[test]"
+	touch $@
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/hybridsim bench --cpu
+
+test: install
+	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: install
+	$(BIN)/hybridsim bench --cpu
+
+clean:
+	rm -rf build *.egg-info pyx/*.cpp $(VENV)

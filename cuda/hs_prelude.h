@@ -1,0 +1,47 @@
+// hs_prelude.h: the one place for platform differences in the hybridsim core.
+//
+// Contract for every header in cuda/: it compiles unchanged under g++ (C++17, via
+// Cython), nvcc and NVRTC. It uses no libc or libstdc++ beyond the types defined
+// here, no heap, no virtual calls, no exceptions, no iostreams and no std::string.
+// State is plain fixed-size structs, so it can be memcpy'd (clone/restore, GPU
+// arrays, HDF5 snapshots).
+#pragma once
+
+#if defined(__CUDACC_RTC__)
+// NVRTC ships no libc headers; <stdint.h> is a fatal error there (PLATFORM_NOTES.md).
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#else
+#include <stdint.h>
+#endif
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define HS_GPU 1
+#define HS_HD __host__ __device__
+#define HS_INLINE __forceinline__
+#define HS_CONSTANT __constant__
+#else
+#define HS_GPU 0
+#define HS_HD
+#define HS_INLINE inline __attribute__((always_inline))
+#define HS_CONSTANT
+#endif
+
+#if defined(_OPENMP)
+#define HS_OPENMP 1
+#else
+#define HS_OPENMP 0
+#endif
+
+// Fixed-size copy usable on host and device (memcpy is not available under NVRTC).
+HS_HD HS_INLINE void hs_copy_bytes(void* dst, const void* src, uint32_t n) {
+  uint8_t* d = (uint8_t*)dst;
+  const uint8_t* s = (const uint8_t*)src;
+  for (uint32_t k = 0; k < n; ++k) d[k] = s[k];
+}

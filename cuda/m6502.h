@@ -1,0 +1,228 @@
+// m6502.h: the 6507 CPU as ALE (ale-py 0.12.1, Stella 2.x "M6502Low") executes it.
+//
+// The CPU is generic over its bus: `Bus` provides
+//   uint8_t peek(uint16_t addr);                       // a read; updates the data bus
+//   void    poke(uint16_t addr, uint8_t v, bool last_access_was_read);  // a write
+//   void    add_cycles(uint32_t n);                    // advance the system clock (CPU cycles)
+//   bool    stop_requested();                          // e.g. the TIA ended a frame
+// The console bus lives in console.h; FlatBus below is a 64 KiB test memory.
+// Timing model (ALE_FACTS.md): the opcode's whole base cycle count is charged right
+// after the opcode fetch, so the TIA and RIOT see the instruction's accesses at its
+// end-of-instruction time. Page-crossing and branch cycles are added when found.
+#pragma once
+#include "hs_prelude.h"
+
+namespace hs {
+
+// Status byte bits (6502 P register).
+enum : uint8_t {
+  P_C = 0x01, P_Z = 0x02, P_I = 0x04, P_D = 0x08, P_B = 0x10, P_U = 0x20, P_V = 0x40, P_N = 0x80
+};
+
+// Base cycles per opcode, from ALE's M6502 cycle table (ale-py 0.12.1). Differs from
+// NMOS silicon for some undocumented opcodes (e.g. $A7 LAX zp: 4, silicon 3).
+HS_CONSTANT static const uint8_t kM6502Cycles[256] = {
+    7, 6, 2, 8, 3, 3, 5, 5, 3, 2, 2, 2, 4, 4, 6, 6,  // 0x
+    2, 5, 2, 8, 4, 4, 6, 6, 2, 4, 2, 7, 4, 4, 7, 7,  // 1x
+    6, 6, 2, 8, 3, 3, 5, 5, 4, 2, 2, 2, 4, 4, 6, 6,  // 2x
+    2, 5, 2, 8, 4, 4, 6, 6, 2, 4, 2, 7, 4, 4, 7, 7,  // 3x
+    6, 6, 2, 8, 3, 3, 5, 5, 3, 2, 2, 2, 3, 4, 6, 6,  // 4x
+    2, 5, 2, 8, 4, 4, 6, 6, 2, 4, 2, 7, 4, 4, 7, 7,  // 5x
+    6, 6, 2, 8, 3, 3, 5, 5, 4, 2, 2, 2, 5, 4, 6, 6,  // 6x
+    2, 5, 2, 8, 4, 4, 6, 6, 2, 4, 2, 7, 4, 4, 7, 7,  // 7x
+    2, 6, 2, 6, 3, 3, 3, 3, 2, 2, 2, 2, 4, 4, 4, 4,  // 8x
+    2, 6, 2, 6, 4, 4, 4, 4, 2, 5, 2, 5, 5, 5, 5, 5,  // 9x
+    2, 6, 2, 6, 3, 3, 3, 4, 2, 2, 2, 2, 4, 4, 4, 4,  // Ax
+    2, 5, 2, 5, 4, 4, 4, 4, 2, 4, 2, 4, 4, 4, 4, 4,  // Bx
+    2, 6, 2, 8, 3, 3, 5, 5, 2, 2, 2, 2, 4, 4, 6, 6,  // Cx
+    2, 5, 2, 8, 4, 4, 6, 6, 2, 4, 2, 7, 4, 4, 7, 7,  // Dx
+    2, 6, 2, 8, 3, 3, 5, 5, 2, 2, 2, 2, 4, 4, 6, 6,  // Ex
+    2, 5, 2, 8, 4, 4, 6, 6, 2, 4, 2, 7, 4, 4, 7, 7,  // Fx
+};
+
+// ALE's BCD helpers. bcd_to_bin reads any byte as two decimal digits (0xFF -> 165).
+HS_HD HS_INLINE int bcd_to_bin(uint8_t v) { return (v >> 4) * 10 + (v & 0x0F); }
+// ALE indexes a 2x256 table with a value that can be as low as -66 after a decimal SBC
+// of non-BCD operands; the negative index lands in the first row (bcd_to_bin of 256+v).
+HS_HD HS_INLINE uint8_t bin_to_bcd(int v) {
+  if (v < 0) return (uint8_t)bcd_to_bin((uint8_t)(256 + v));
+  return (uint8_t)((((v % 100) / 10) << 4) | (v % 10));
+}
+
+struct M6502 {
+  uint16_t pc;
+  uint8_t a, x, y, sp;
+  uint8_t ir;                    // last opcode fetched
+  uint8_t n, v, b, d, i, notz, c;  // flags, each 0 or 1 (notz = Z flag clear)
+  uint8_t last_access_was_read;  // the TIA's WSYNC looks at it
+  uint8_t jammed;                // a JAM opcode ran: ALE treats it as a fatal error
+  uint8_t pad_[2];
+};
+
+HS_HD HS_INLINE uint8_t m6502_status_byte(const M6502& s) {
+  return (uint8_t)(P_U | (s.n << 7) | (s.v << 6) | (s.b << 4) | (s.d << 3) | (s.i << 2) |
+                   ((!s.notz) << 1) | s.c);
+}
+
+HS_HD HS_INLINE void m6502_set_status_byte(M6502& s, uint8_t p) {
+  s.n = (p >> 7) & 1;
+  s.v = (p >> 6) & 1;
+  s.b = 1;  // the 6507's B flag always reads as set (ALE)
+  s.d = (p >> 3) & 1;
+  s.i = (p >> 2) & 1;
+  s.notz = !(p & P_Z);
+  s.c = p & 1;
+}
+
+// Power-on/reset as ALE does it: A=X=Y=0, SP=$FF, P=$20 read back with B set (so I is
+// clear), PC from the reset vector.
+template <class Bus>
+HS_HD void m6502_reset(M6502& s, Bus& bus) {
+  s.a = s.x = s.y = 0;
+  s.sp = 0xFF;
+  s.ir = 0;
+  m6502_set_status_byte(s, P_U);
+  s.last_access_was_read = 1;
+  s.jammed = 0;
+  s.pad_[0] = s.pad_[1] = 0;
+  uint8_t lo = bus.peek(0xFFFC);
+  uint8_t hi = bus.peek(0xFFFD);
+  s.pc = (uint16_t)(lo | (hi << 8));
+}
+
+// Runs instructions until `max_instructions` have run, the bus asks to stop (checked
+// after every instruction), or a JAM opcode halts the CPU. Returns the number run.
+template <class Bus>
+HS_HD uint32_t m6502_run(M6502& s, Bus& bus, uint32_t max_instructions) {
+  if (s.jammed) return 0;
+  // Registers live in locals for the loop; written back once at the end.
+  uint16_t pc = s.pc;
+  uint8_t a = s.a, x = s.x, y = s.y, sp = s.sp;
+  uint8_t n = s.n, v = s.v, b = s.b, d = s.d, flag_i = s.i, notz = s.notz, c = s.c;
+  uint8_t last_read = s.last_access_was_read;
+  uint8_t ir = s.ir;
+  uint32_t count = 0;
+
+  auto rd = [&](uint16_t address) -> uint8_t {
+    uint8_t value = bus.peek(address);
+    last_read = 1;
+    return value;
+  };
+  auto wr = [&](uint16_t address, uint8_t value) {
+    bus.poke(address, value, last_read != 0);
+    last_read = 0;
+  };
+  auto fetch_word = [&]() -> uint16_t {
+    uint16_t lo = rd(pc);
+    uint16_t hi = rd((uint16_t)(pc + 1));
+    pc = (uint16_t)(pc + 2);
+    return (uint16_t)(lo | (hi << 8));
+  };
+  auto push = [&](uint8_t value) { wr((uint16_t)(0x100 + sp), value); sp = (uint8_t)(sp - 1); };
+  auto pull = [&]() -> uint16_t { uint8_t value = rd((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); return value; };
+  auto set_nz = [&](uint8_t value) { n = value >> 7; notz = value != 0; };
+  auto status_byte = [&]() -> uint8_t {
+    return (uint8_t)(P_U | (n << 7) | (v << 6) | (b << 4) | (d << 3) | (flag_i << 2) | ((!notz) << 1) | c);
+  };
+  auto set_status_byte = [&](uint8_t p) {
+    n = (p >> 7) & 1; v = (p >> 6) & 1; b = 1; d = (p >> 3) & 1; flag_i = (p >> 2) & 1;
+    notz = !(p & P_Z); c = p & 1;
+  };
+  auto compare = [&](uint8_t reg, uint8_t value) {
+    uint16_t r = (uint16_t)(reg - value);
+    notz = r != 0; n = (r >> 7) & 1; c = !(r & 0x100);
+  };
+  auto branch = [&](uint8_t displacement) {
+    uint16_t target = (uint16_t)(pc + (int8_t)displacement);
+    bus.add_cycles(((pc ^ target) & 0xFF00) ? 2 : 1);
+    pc = target;
+  };
+  auto adc = [&](uint8_t value) {
+    if (!d) {
+      int sum_signed = (int8_t)a + (int8_t)value + c;
+      v = sum_signed > 127 || sum_signed < -128;
+      int sum = a + value + c;
+      a = (uint8_t)sum;
+      c = sum > 0xFF;
+      set_nz(a);
+    } else {  // ALE: BCD tables; N, V, Z from the BCD result (not NMOS silicon)
+      uint8_t old_a = a;
+      int sum = bcd_to_bin(a) + bcd_to_bin(value) + c;
+      c = sum > 99;
+      a = bin_to_bcd(sum & 0xFF);
+      set_nz(a);
+      v = ((old_a ^ a) & 0x80) && ((a ^ value) & 0x80);
+    }
+  };
+  auto sbc = [&](uint8_t value) {
+    if (!d) {
+      uint8_t inv = (uint8_t)~value;
+      int diff_signed = (int8_t)a + (int8_t)inv + c;
+      v = diff_signed > 127 || diff_signed < -128;
+      int diff = a + inv + c;
+      a = (uint8_t)diff;
+      c = diff > 0xFF;
+      set_nz(a);
+    } else {
+      uint8_t old_a = a;
+      int diff = bcd_to_bin(a) - bcd_to_bin(value) - (c ? 0 : 1);
+      if (diff < 0) diff += 100;
+      a = bin_to_bcd(diff);
+      set_nz(a);
+      c = old_a >= value + (c ? 0 : 1);
+      v = ((old_a ^ a) & 0x80) && ((a ^ value) & 0x80);
+    }
+  };
+  auto arr = [&](uint8_t value) {
+    if (!d) {
+      a &= value;
+      a = (uint8_t)((a >> 1) | (c << 7));
+      c = (a >> 6) & 1;
+      v = ((a >> 6) ^ (a >> 5)) & 1;
+      set_nz(a);
+    } else {  // ALE's decimal ARR (from 64doc)
+      uint8_t anded = a & value;
+      a = (uint8_t)((anded >> 1) | (c << 7));
+      n = c;
+      notz = a != 0;
+      v = ((anded ^ a) & 0x40) != 0;
+      if (((anded & 0x0F) + (anded & 0x01)) > 0x05) a = (uint8_t)((a & 0xF0) | ((a + 0x06) & 0x0F));
+      if (((anded & 0xF0) + (anded & 0x10)) > 0x50) { a = (uint8_t)(a + 0x60); c = 1; } else { c = 0; }
+    }
+  };
+
+  while (count < max_instructions) {
+    ir = rd(pc);
+    pc = (uint16_t)(pc + 1);
+    bus.add_cycles(kM6502Cycles[ir]);
+    ++count;
+    uint16_t addr = 0;
+    uint8_t operand = 0;
+    (void)addr;
+    (void)operand;
+    switch (ir) {
+#include "m6502_ops.inc"
+      default:  // the 12 JAM opcodes: ALE stops the CPU with a fatal error
+        s.jammed = 1;
+        break;
+    }
+    if (s.jammed || bus.stop_requested()) break;
+  }
+
+  s.pc = pc; s.a = a; s.x = x; s.y = y; s.sp = sp; s.ir = ir;
+  s.n = n; s.v = v; s.b = b; s.d = d; s.i = flag_i; s.notz = notz; s.c = c;
+  s.last_access_was_read = last_read;
+  return count;
+}
+
+// A flat 64 KiB memory with no I/O, for CPU tests (Klaus Dormann, SingleStepTests).
+struct FlatBus {
+  uint8_t* mem;
+  uint64_t cycles;
+  HS_HD HS_INLINE uint8_t peek(uint16_t address) { return mem[address]; }
+  HS_HD HS_INLINE void poke(uint16_t address, uint8_t value, bool) { mem[address] = value; }
+  HS_HD HS_INLINE void add_cycles(uint32_t k) { cycles += k; }
+  HS_HD HS_INLINE bool stop_requested() const { return false; }
+};
+
+}  // namespace hs

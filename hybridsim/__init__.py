@@ -1,0 +1,20 @@
+"""hybridsim: Atari 2600 emulation for reinforcement learning, bit-exact with ALE.
+
+The emulator core is portable C++ in `hybridsim.cuda` (the repository's cuda/ folder),
+compiled by g++ into `hybridsim._core` and by NVRTC for the GPU.
+"""
+import os as _os
+
+__version__ = "0.1.0"
+
+
+def core_include_dir() -> str:
+    """Folder holding the portable core headers: installed package data, or the source tree's cuda/."""
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    for candidate in (_os.path.join(here, "cuda"), _os.path.join(_os.path.dirname(here), "cuda")):
+        if _os.path.isfile(_os.path.join(candidate, "hs_prelude.h")):
+            return candidate
+    raise FileNotFoundError(f"hybridsim core headers not found next to {here}")
+
+
+__all__ = ["__version__", "core_include_dir"]

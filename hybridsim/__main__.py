@@ -1,0 +1,3 @@
+from hybridsim.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""The `hybridsim` command line."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _cmd_bench(args) -> int:
+    from hybridsim import bench
+    if args.cpu or not any([args.cpu]):
+        bench.bench_cpu()
+    return 0
+
+
+def _cmd_info(args) -> int:
+    import hybridsim
+    from hybridsim import _core
+    print(f"hybridsim {hybridsim.__version__}")
+    print(f"core headers: {hybridsim.core_include_dir()}")
+    print(f"OpenMP: {'on' if _core.openmp_enabled() else 'OFF'} "
+          f"(max threads {_core.openmp_max_threads()})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hybridsim", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("bench", help="measure speed (results go in BENCHMARKS.md)")
+    p.add_argument("--cpu", action="store_true", help="the 6507 core alone (default)")
+    p.set_defaults(func=_cmd_bench)
+    p = sub.add_parser("info", help="build and install information")
+    p.set_defaults(func=_cmd_info)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, RuntimeError, FileNotFoundError) as exc:
+        print(f"hybridsim {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

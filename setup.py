@@ -1,0 +1,73 @@
+"""Build the Cython extension over the portable core; metadata lives in setup.cfg."""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORE_DIR = os.path.join(HERE, "cuda")
+
+# Global Cython directives in one place. HYBRIDSIM_BOUNDSCHECK=1 turns checks on for debugging.
+DEBUG_CHECKS = os.environ.get("HYBRIDSIM_BOUNDSCHECK", "0") == "1"
+DIRECTIVES = {
+    "language_level": 3,
+    "boundscheck": DEBUG_CHECKS,
+    "wraparound": False,
+    "initializedcheck": DEBUG_CHECKS,
+    "cdivision": True,
+}
+
+
+def compiler_supports_openmp():
+    """Try to compile and link a tiny OpenMP program with the default C++ compiler."""
+    cxx = os.environ.get("CXX", "c++")
+    if shutil.which(cxx) is None:
+        return False
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "omp_check.cpp")
+        with open(src, "w") as f:
+            f.write("#include <omp.h>\nint main(){return omp_get_max_threads() > 0 ? 0 : 1;}\n")
+        result = subprocess.run([cxx, "-fopenmp", src, "-o", os.path.join(tmp, "omp_check")],
+                                capture_output=True)
+        return result.returncode == 0
+
+
+USE_OPENMP = os.environ.get("HYBRIDSIM_NO_OPENMP", "0") != "1" and compiler_supports_openmp()
+if not USE_OPENMP:
+    banner = "*" * 78
+    msg = (f"\n{banner}\nWARNING: building hybridsim WITHOUT OpenMP: batched environments will run "
+           f"on one thread.\nInstall a compiler with OpenMP support (g++ has it) and reinstall.\n{banner}\n")
+    warnings.warn(msg)
+    sys.stderr.write(msg)
+
+compile_args = ["-O3", "-std=c++17", "-fno-strict-aliasing", "-Wno-unused-function"]
+link_args = []
+if USE_OPENMP:
+    compile_args.append("-fopenmp")
+    link_args.append("-fopenmp")
+
+# Every pyx/NAME.pyx becomes the extension hybridsim.NAME over the same core headers.
+PYX_DIR = os.path.join(HERE, "pyx")
+extensions = [
+    Extension(
+        f"hybridsim.{os.path.splitext(name)[0]}",
+        sources=[os.path.join("pyx", name)],
+        include_dirs=[CORE_DIR, numpy.get_include()],
+        depends=[os.path.join(CORE_DIR, f) for f in sorted(os.listdir(CORE_DIR))],
+        language="c++",
+        extra_compile_args=compile_args,
+        extra_link_args=link_args,
+    )
+    for name in sorted(os.listdir(PYX_DIR))
+    if name.endswith(".pyx")
+]
+
+setup(
+    ext_modules=cythonize(extensions, compiler_directives=DIRECTIVES),
+)

@@ -1,0 +1,19 @@
+import os
+import pathlib
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def shared_dir() -> pathlib.Path:
+    """../shared beside the checkout (or $HYBRIDSIM_SHARED): reference data, not shipped."""
+    return pathlib.Path(os.environ.get("HYBRIDSIM_SHARED", REPO.parent / "shared"))
+
+
+@pytest.fixture(scope="session")
+def testdata_6502() -> pathlib.Path:
+    path = shared_dir() / "testdata" / "6502"
+    if not path.is_dir():
+        pytest.skip(f"6502 reference data not found at {path} (set HYBRIDSIM_SHARED)")
+    return path

@@ -1,0 +1,55 @@
+"""The installed package works from outside the source tree."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hybridsim import cpu
+from hybridsim.asm6502 import Assembler, opcode_for
+
+
+def test_import_from_outside_the_source_tree(tmp_path):
+    code = "import hybridsim, hybridsim._core; print(hybridsim.__file__)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": ""})
+    assert result.returncode == 0, result.stderr
+    assert "site-packages" in result.stdout or "dist-packages" in result.stdout
+
+
+def test_cli_bench_cpu_runs(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "hybridsim", "bench", "--cpu"], cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "checksum (built in)" in result.stdout
+
+
+def test_run_flat_rejects_bad_memory():
+    with pytest.raises(ValueError, match="65536"):
+        cpu.run_flat(np.zeros(100, dtype=np.uint8), 0)
+    with pytest.raises(ValueError, match="uint8"):
+        cpu.run_flat(np.zeros(65536, dtype=np.int32), 0)
+
+
+def test_functional_test_loader_rejects_wrong_size(tmp_path):
+    bad = tmp_path / "short.bin"
+    bad.write_bytes(b"\0" * 10)
+    with pytest.raises(ValueError, match="65,536"):
+        cpu.load_functional_test(bad)
+
+
+def test_assembler_errors_name_the_problem():
+    with pytest.raises(ValueError, match="no opcode for LDA in mode ind"):
+        opcode_for("LDA", "ind")
+    asm = Assembler(0x1000)
+    asm.op("BNE", "rel", "nowhere")
+    with pytest.raises(ValueError, match="undefined label 'nowhere'"):
+        asm.assemble()
+    far = Assembler(0x1000)
+    far.label("top")
+    for _ in range(70):
+        far.op("NOP", "abs", 0x2000)
+    far.op("BNE", "rel", "top")
+    with pytest.raises(ValueError, match="out of range"):
+        far.assemble()

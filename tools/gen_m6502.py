@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Generate cuda/m6502_ops.inc, the opcode switch of the 6507 core.
+
+Run `python tools/gen_m6502.py` after editing the tables below; a test checks that the
+committed cuda/m6502_ops.inc equals this script's output.
+
+The model is ALE's "M6502Low" CPU (ale-py 0.12.1), see ../shared/ALE_FACTS.md:
+- the whole base cycle count is charged at opcode fetch (m6502.h does that);
+- a read through abs,X / abs,Y / (zp),Y that crosses a page adds one cycle *before* the
+  operand is read; a taken branch adds 1 cycle, 2 if it lands on another page;
+- read-modify-write instructions write once (no dummy write of the old value);
+- (zp,X) and (zp),Y fetch the pointer's high byte from zp+1 without wrapping to page 0,
+  so a pointer at $FF reads its high byte from $0100;
+- decimal ADC/SBC go through ALE's BCD tables (see bcd_to_bin / bin_to_bcd in m6502.h).
+"""
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+# Addressing modes.  Suffix r = read the operand, w = address only, m = read, modify, write.
+# Each snippet leaves the effective address in `addr` and, for r/m, the value in `operand`.
+MODE_CODE = {
+    "imp": "",
+    "imm": "operand = rd(pc); pc = (uint16_t)(pc + 1);",
+    "zp": "addr = rd(pc); pc = (uint16_t)(pc + 1);",
+    "zpx": "addr = (uint8_t)(rd(pc) + x); pc = (uint16_t)(pc + 1);",
+    "zpy": "addr = (uint8_t)(rd(pc) + y); pc = (uint16_t)(pc + 1);",
+    "abs": "addr = fetch_word();",
+    "absx": "addr = fetch_word();",
+    "absy": "addr = fetch_word();",
+    "indx": "{ uint16_t ptr = (uint8_t)(rd(pc) + x); pc = (uint16_t)(pc + 1);"
+            " addr = (uint16_t)(rd(ptr) | (rd((uint16_t)(ptr + 1)) << 8)); }",
+    "indy": "{ uint16_t ptr = rd(pc); pc = (uint16_t)(pc + 1);"
+            " addr = (uint16_t)(rd(ptr) | (rd((uint16_t)(ptr + 1)) << 8)); }",
+    "ind": "{ uint16_t ptr = fetch_word();"
+           " uint16_t hi = ((ptr ^ (ptr + 1)) & 0xFF00) ? (uint16_t)(ptr & 0xFF00) : (uint16_t)(ptr + 1);"
+           " addr = (uint16_t)(rd(ptr) | (rd(hi) << 8)); }",
+}
+INDEX_REG = {"absx": "x", "absy": "y", "indy": "y"}
+
+# Operations: (kind, C++ body).  kind r/w/m selects how the addressing mode treats memory.
+OPS = {
+    "ADC": ("r", "adc(operand);"),
+    "AND": ("r", "a &= operand; set_nz(a);"),
+    "ANC": ("r", "a &= operand; set_nz(a); c = n;"),
+    "ANE": ("r", "a = (uint8_t)((a | 0xEE) & x & operand); set_nz(a);"),
+    "ARR": ("r", "arr(operand);"),
+    "ASL": ("m", "c = operand >> 7; operand = (uint8_t)(operand << 1); wr(addr, operand); set_nz(operand);"),
+    "ASLA": ("i", "c = a >> 7; a = (uint8_t)(a << 1); set_nz(a);"),
+    "ASR": ("r", "a &= operand; c = a & 1; a >>= 1; set_nz(a);"),
+    "BCC": ("b", "!c"), "BCS": ("b", "c"), "BEQ": ("b", "!notz"), "BNE": ("b", "notz"),
+    "BMI": ("b", "n"), "BPL": ("b", "!n"), "BVC": ("b", "!v"), "BVS": ("b", "v"),
+    "BIT": ("r", "notz = (a & operand) != 0; n = operand >> 7; v = (operand >> 6) & 1;"),
+    "BRK": ("i", "rd(pc); pc = (uint16_t)(pc + 1); b = 1; push((uint8_t)(pc >> 8)); push((uint8_t)pc);"
+                 " push(status_byte()); flag_i = 1; pc = (uint16_t)(rd(0xFFFE) | (rd(0xFFFF) << 8));"),
+    "CLC": ("i", "c = 0;"), "CLD": ("i", "d = 0;"), "CLI": ("i", "flag_i = 0;"), "CLV": ("i", "v = 0;"),
+    "SEC": ("i", "c = 1;"), "SED": ("i", "d = 1;"), "SEI": ("i", "flag_i = 1;"),
+    "CMP": ("r", "compare(a, operand);"),
+    "CPX": ("r", "compare(x, operand);"),
+    "CPY": ("r", "compare(y, operand);"),
+    "DCP": ("m", "operand = (uint8_t)(operand - 1); wr(addr, operand); compare(a, operand);"),
+    "DEC": ("m", "operand = (uint8_t)(operand - 1); wr(addr, operand); set_nz(operand);"),
+    "DEX": ("i", "x = (uint8_t)(x - 1); set_nz(x);"),
+    "DEY": ("i", "y = (uint8_t)(y - 1); set_nz(y);"),
+    "EOR": ("r", "a ^= operand; set_nz(a);"),
+    "INC": ("m", "operand = (uint8_t)(operand + 1); wr(addr, operand); set_nz(operand);"),
+    "INX": ("i", "x = (uint8_t)(x + 1); set_nz(x);"),
+    "INY": ("i", "y = (uint8_t)(y + 1); set_nz(y);"),
+    "ISB": ("m", "operand = (uint8_t)(operand + 1); wr(addr, operand); sbc(operand);"),
+    "JMP": ("w", "pc = addr;"),
+    "JSR": ("i", "{ uint8_t lo = rd(pc); pc = (uint16_t)(pc + 1); rd((uint16_t)(0x100 + sp));"
+                 " push((uint8_t)(pc >> 8)); push((uint8_t)pc); pc = (uint16_t)(lo | (rd(pc) << 8)); }"),
+    "LAS": ("r", "a = x = sp = (uint8_t)(sp & operand); set_nz(a);"),
+    "LAX": ("r", "a = x = operand; set_nz(a);"),
+    "LDA": ("r", "a = operand; set_nz(a);"),
+    "LDX": ("r", "x = operand; set_nz(x);"),
+    "LDY": ("r", "y = operand; set_nz(y);"),
+    "LSR": ("m", "c = operand & 1; operand >>= 1; wr(addr, operand); set_nz(operand);"),
+    "LSRA": ("i", "c = a & 1; a >>= 1; set_nz(a);"),
+    "LXA": ("r", "a = x = (uint8_t)((a | 0xEE) & operand); set_nz(a);"),
+    "NOP": ("r", ""),
+    "NOPI": ("i", ""),
+    "ORA": ("r", "a |= operand; set_nz(a);"),
+    "PHA": ("i", "push(a);"),
+    "PHP": ("i", "push(status_byte());"),
+    "PLA": ("i", "rd((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); a = rd((uint16_t)(0x100 + sp)); set_nz(a);"),
+    "PLP": ("i", "rd((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); set_status_byte(rd((uint16_t)(0x100 + sp)));"),
+    "RLA": ("m", "{ uint8_t r = (uint8_t)((operand << 1) | c); wr(addr, r); c = operand >> 7; a &= r; set_nz(a); }"),
+    "ROL": ("m", "{ uint8_t r = (uint8_t)((operand << 1) | c); c = operand >> 7; wr(addr, r); set_nz(r); }"),
+    "ROLA": ("i", "{ uint8_t r = (uint8_t)((a << 1) | c); c = a >> 7; a = r; set_nz(a); }"),
+    "ROR": ("m", "{ uint8_t r = (uint8_t)((operand >> 1) | (c << 7)); c = operand & 1; wr(addr, r); set_nz(r); }"),
+    "RORA": ("i", "{ uint8_t r = (uint8_t)((a >> 1) | (c << 7)); c = a & 1; a = r; set_nz(a); }"),
+    "RRA": ("m", "{ uint8_t r = (uint8_t)((operand >> 1) | (c << 7)); c = operand & 1; wr(addr, r); adc(r); }"),
+    "RTI": ("i", "rd((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); set_status_byte(pull());"
+                 " pc = pull(); pc |= (uint16_t)(rd((uint16_t)(0x100 + sp)) << 8);"),
+    "RTS": ("i", "rd((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); pc = pull();"
+                 " pc |= (uint16_t)(rd((uint16_t)(0x100 + sp)) << 8); rd(pc); pc = (uint16_t)(pc + 1);"),
+    "SAX": ("w", "wr(addr, (uint8_t)(a & x));"),
+    "SBC": ("r", "sbc(operand);"),
+    "SBX": ("r", "{ uint16_t r = (uint16_t)((a & x) - operand); x = (uint8_t)r; set_nz(x); c = !(r & 0x100); }"),
+    "SHA": ("w", "wr(addr, (uint8_t)(a & x & ((addr >> 8) + 1)));"),
+    "SHS": ("w", "sp = (uint8_t)(a & x); wr(addr, (uint8_t)(a & x & ((addr >> 8) + 1)));"),
+    "SHX": ("w", "wr(addr, (uint8_t)(x & ((addr >> 8) + 1)));"),
+    "SHY": ("w", "wr(addr, (uint8_t)(y & ((addr >> 8) + 1)));"),
+    "SLO": ("m", "c = operand >> 7; operand = (uint8_t)(operand << 1); wr(addr, operand); a |= operand; set_nz(a);"),
+    "SRE": ("m", "c = operand & 1; operand >>= 1; wr(addr, operand); a ^= operand; set_nz(a);"),
+    "STA": ("w", "wr(addr, a);"),
+    "STX": ("w", "wr(addr, x);"),
+    "STY": ("w", "wr(addr, y);"),
+    "TAX": ("i", "x = a; set_nz(x);"),
+    "TAY": ("i", "y = a; set_nz(y);"),
+    "TSX": ("i", "x = sp; set_nz(x);"),
+    "TXA": ("i", "a = x; set_nz(a);"),
+    "TXS": ("i", "sp = x;"),
+    "TYA": ("i", "a = y; set_nz(a);"),
+}
+
+from hybridsim.asm6502 import JAM_OPCODES, OPCODES  # noqa: E402  (the one opcode table)
+
+
+def case_body(mnemonic, mode):
+    kind, body = OPS[mnemonic]
+    lines = [MODE_CODE[mode]] if MODE_CODE[mode] else []
+    if kind == "b":  # relative branch; the displacement was read as an immediate operand
+        lines.append(f"if ({body}) branch(operand);")
+        return lines
+    index = INDEX_REG.get(mode)
+    if kind in ("r", "m", "w") and index:
+        if kind == "r":  # only reads pay the page-crossing cycle (ALE's M6502Low)
+            lines.append(f"if ((addr ^ (addr + {index})) & 0xFF00) bus.add_cycles(1);")
+        lines.append(f"addr = (uint16_t)(addr + {index});")
+    if kind in ("r", "m") and mode not in ("imm", "imp"):
+        lines.append("operand = rd(addr);")
+    if body:
+        lines.append(body)
+    return lines
+
+
+def generate():
+    by_opcode = {}
+    for mnemonic, modes in OPCODES.items():
+        for mode, codes in modes.items():
+            for code in codes if isinstance(codes, list) else [codes]:
+                assert code not in by_opcode, hex(code)
+                by_opcode[code] = (mnemonic, mode)
+    assert len(by_opcode) + len(JAM_OPCODES) == 256
+    out = ["// Generated by tools/gen_m6502.py: edit that script, then run it. Do not edit here.",
+           "// Included inside the opcode switch of m6502_run() in m6502.h."]
+    for code in range(256):
+        if code in JAM_OPCODES:
+            continue
+        mnemonic, mode = by_opcode[code]
+        out.append(f"case 0x{code:02X}: {{  // {mnemonic} {mode}")
+        out.extend("  " + line for line in case_body(mnemonic, mode))
+        out.append("  break;\n}")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    target = pathlib.Path(__file__).resolve().parent.parent / "cuda" / "m6502_ops.inc"
+    text = generate()
+    if "--check" in sys.argv:
+        sys.exit(0 if target.read_text() == text else 1)
+    target.write_text(text)
