@@ -1,0 +1,57 @@
+"""ROMs come from the installed ale-py package (or $ALE_ROMS_DIR); none ship with hybridsim."""
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import re
+
+# Sizes of the cartridge images hybridsim can map (2K, 4K, F8/E0/FE, DPC, F6, F4).
+SUPPORTED_ROM_SIZES = (2048, 4096, 8192, 10495, 16384, 32768)
+
+
+def roms_dir() -> pathlib.Path:
+    env = os.environ.get("ALE_ROMS_DIR")
+    if env:
+        return pathlib.Path(env)
+    try:
+        import ale_py.roms
+    except ImportError as exc:
+        raise FileNotFoundError("ale-py is not installed, and it is where ROMs come from "
+                                "(pip install ale-py==0.12.1, or set ALE_ROMS_DIR)") from exc
+    return pathlib.Path(ale_py.roms.__file__).parent
+
+
+def snake_case(name: str) -> str:
+    """'SpaceInvaders' or 'space-invaders' -> 'space_invaders' (ALE's ROM file stems)."""
+    name = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def rom_path(game: str) -> pathlib.Path:
+    """Path of the installed ROM for a game name such as 'pong' or 'SpaceInvaders'."""
+    stem = snake_case(game)
+    path = roms_dir() / f"{stem}.bin"
+    if not path.is_file():
+        known = sorted(p.stem for p in roms_dir().glob("*.bin"))
+        raise FileNotFoundError(f"no ROM for game {game!r} (looked for {path}); "
+                                f"installed ROMs: {', '.join(known)}")
+    return path
+
+
+def read_rom(path: str | os.PathLike) -> bytes:
+    """Read a ROM image, with a clear error for a missing file or an impossible size."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"ROM file not found: {path}")
+    if not path.is_file():
+        raise IsADirectoryError(f"ROM path is not a file: {path}")
+    data = path.read_bytes()
+    if len(data) not in SUPPORTED_ROM_SIZES:
+        raise ValueError(f"{path}: {len(data)} bytes is not a 2600 cartridge size hybridsim "
+                         f"supports ({', '.join(map(str, SUPPORTED_ROM_SIZES))})")
+    return data
+
+
+def md5_hex(data: bytes) -> str:
+    return hashlib.md5(data).hexdigest()

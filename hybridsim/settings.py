@@ -1,0 +1,74 @@
+"""ALE's settings (names, types, defaults) as ale-py 0.12.1 exposes them."""
+from __future__ import annotations
+
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+
+# name -> (type, default). Read from a fresh ale_py.ALEInterface; tests/test_settings.py
+# checks every default against ale-py.
+ALE_SETTINGS: dict[str, tuple[type, object]] = {
+    "random_seed": (int, -1),
+    "frame_skip": (int, 1),
+    "max_num_frames_per_episode": (int, 0),
+    "max_num_frames": (int, 0),
+    "system_random_seed": (int, 4753849),
+    "reward_min": (int, INT32_MIN),
+    "reward_max": (int, INT32_MAX),
+    "paddle_min": (int, -1),
+    "paddle_max": (int, -1),
+    "fragsize": (int, 64),
+    "repeat_action_probability": (float, 0.25),
+    "color_averaging": (bool, False),
+    "truncate_on_loss_of_life": (bool, False),
+    "display_screen": (bool, False),
+    "sound_obs": (bool, False),
+    "run_length_encoding": (bool, True),
+    "restricted_action_set": (bool, False),
+    "send_rgb": (bool, False),
+    "rom_file": (str, ""),
+    "record_screen_dir": (str, ""),
+    "record_sound_filename": (str, ""),
+    "cpu": (str, "low"),
+}
+
+
+class Settings:
+    """Typed key/value store with ALE's keys; unknown keys and wrong types raise."""
+
+    def __init__(self):
+        self._values = {name: default for name, (_, default) in ALE_SETTINGS.items()}
+
+    def _check(self, key: str, kind: type) -> None:
+        if key not in ALE_SETTINGS:
+            raise KeyError(f"unknown setting {key!r}; ALE's settings are: "
+                           + ", ".join(sorted(ALE_SETTINGS)))
+        expected = ALE_SETTINGS[key][0]
+        if expected is not kind:
+            raise TypeError(f"setting {key!r} is a {expected.__name__}, not a {kind.__name__}: "
+                            f"use get{expected.__name__.capitalize()}/set{expected.__name__.capitalize()}")
+
+    def get(self, key: str, kind: type):
+        self._check(key, kind)
+        return self._values[key]
+
+    def set(self, key: str, value, kind: type) -> None:
+        self._check(key, kind)
+        if kind is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"setting {key!r} takes an int, got {type(value).__name__}")
+            if not INT32_MIN <= value <= INT32_MAX:
+                raise ValueError(f"setting {key!r}: {value} does not fit a 32-bit int")
+        elif kind is float:
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise TypeError(f"setting {key!r} takes a float, got {type(value).__name__}")
+            value = float(value)
+        elif kind is bool:
+            value = bool(value)
+        elif kind is str and not isinstance(value, str):
+            raise TypeError(f"setting {key!r} takes a str, got {type(value).__name__}")
+        if key == "frame_skip" and value < 1:
+            raise ValueError(f"frame_skip must be >= 1, got {value}")
+        if key == "repeat_action_probability" and not 0.0 <= value <= 1.0:
+            raise ValueError(f"repeat_action_probability must be in [0, 1], got {value}")
+        if key == "max_num_frames_per_episode" and value < 0:
+            raise ValueError(f"max_num_frames_per_episode must be >= 0 (0 = off), got {value}")
+        self._values[key] = value

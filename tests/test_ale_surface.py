@@ -1,0 +1,58 @@
+"""The parts of the ale_py-compatible surface that need no emulation: actions, settings, ROMs."""
+import pytest
+
+from hybridsim import roms
+from hybridsim.actions import Action, as_action_id
+from hybridsim.settings import ALE_SETTINGS, Settings
+
+ale_py = pytest.importorskip("ale_py")
+
+
+def test_action_enum_mirrors_ale_py():
+    assert {a.name: a.value for a in Action} == {
+        name: value.value for name, value in ale_py.Action.__members__.items()}
+    assert as_action_id(ale_py.Action.UPFIRE) == 10
+    with pytest.raises(ValueError, match="out of range"):
+        as_action_id(18)
+    with pytest.raises(TypeError, match="an Action or an int"):
+        as_action_id("fire")
+
+
+def test_setting_defaults_match_ale_py():
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+    reference = ale_py.ALEInterface()
+    getters = {int: reference.getInt, float: reference.getFloat, bool: reference.getBool,
+               str: reference.getString}
+    ours = Settings()
+    for key, (kind, _) in ALE_SETTINGS.items():
+        assert ours.get(key, kind) == pytest.approx(getters[kind](key)), key
+
+
+def test_settings_reject_unknown_keys_and_wrong_types():
+    s = Settings()
+    with pytest.raises(KeyError, match="unknown setting 'frameskip'"):
+        s.get("frameskip", int)
+    with pytest.raises(TypeError, match="is a float"):
+        s.set("repeat_action_probability", 1, int)
+    with pytest.raises(TypeError, match="takes an int"):
+        s.set("frame_skip", "4", int)
+    with pytest.raises(ValueError, match="frame_skip must be >= 1"):
+        s.set("frame_skip", 0, int)
+    s.set("frame_skip", 4, int)
+    assert s.get("frame_skip", int) == 4
+
+
+def test_rom_lookup_and_errors(tmp_path):
+    path = roms.rom_path("SpaceInvaders")
+    assert path.name == "space_invaders.bin"
+    assert len(roms.read_rom(path)) == 4096
+    with pytest.raises(FileNotFoundError, match="no ROM for game 'not_a_game'"):
+        roms.rom_path("not_a_game")
+    with pytest.raises(FileNotFoundError, match="ROM file not found"):
+        roms.read_rom(tmp_path / "missing.bin")
+    odd = tmp_path / "odd.bin"
+    odd.write_bytes(b"\0" * 1000)
+    with pytest.raises(ValueError, match="1000 bytes is not a 2600 cartridge size"):
+        roms.read_rom(odd)
+    with pytest.raises(IsADirectoryError):
+        roms.read_rom(tmp_path)
