@@ -1,0 +1,333 @@
+"""HDF5 trajectory logs: one SWMR file per rank plus a master file of virtual datasets.
+
+Layout (docs/HDF5_LAYOUT.md): per-rank file `traj_rank{R:05d}.h5` with
+- /steps/<field>: [S, B] (behavior_logits [S, B, A]), one row per vector-env step, B the
+  batch of environments that step returned (all of the rank's envs in synchronous mode);
+- /episodes/<column>: [E], one row per finished episode;
+- /observations/frames [K, *obs_shape] and /observations/index [K, 3] (step, env_id,
+  global_frame), when observations are logged (every `obs_stride` steps, chosen envs);
+- attributes on the root: format_version, rank, world_size and what the run passes
+  (game, ROM md5, config, package versions, git revision, seeds).
+Reading needs only h5py and numpy. Writers buffer rows and append them on flush
+(resize, write, flush), so a reader in SWMR mode, or after a kill -9, sees every row up
+to the last flush.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+
+import h5py
+import numpy as np
+
+FORMAT_VERSION = 1
+RANK_FILE_PATTERN = "traj_rank{rank:05d}.h5"
+MASTER_FILE = "trajectories.h5"
+
+# name -> (dtype, fill value used by the master file where a rank has no row)
+STEP_FIELDS = {
+    "action": (np.int16, -1),
+    "reward_raw": (np.float32, np.nan),
+    "reward_clipped": (np.float32, np.nan),
+    "terminated": (np.bool_, False),
+    "truncated": (np.bool_, False),
+    "lives": (np.int16, -1),
+    "value": (np.float32, np.nan),
+    "env_id": (np.int32, -1),
+    "episode_id": (np.int64, -1),
+    "global_frame": (np.int64, -1),
+}
+EPISODE_FIELDS = {
+    "env_id": np.int32,
+    "episode_id": np.int64,
+    "return": np.float64,
+    "length": np.int64,
+    "start_frame": np.int64,
+    "end_frame": np.int64,
+}
+
+
+class TrajectoryLogError(RuntimeError):
+    """A trajectory file could not be written or read; the message names the file."""
+
+
+def _dataset_kwargs(compression: str | None):
+    if compression in (None, "none"):
+        return {}
+    if compression == "gzip":
+        return {"compression": "gzip", "compression_opts": 4, "shuffle": True}
+    if compression == "lzf":
+        return {"compression": "lzf", "shuffle": True}
+    raise ValueError(f"compression must be 'lzf', 'gzip' or 'none', got {compression!r}")
+
+
+@dataclasses.dataclass
+class ObservationLogging:
+    """Which observations to keep: every `stride`-th step, for the listed env ids."""
+    shape: tuple
+    stride: int = 100
+    env_ids: tuple = (0,)
+
+
+class TrajectoryWriter:
+    """Appends per-step rows and finished episodes of one rank to its HDF5 file."""
+
+    def __init__(self, path, *, batch_size: int, num_actions: int, attrs: dict | None = None,
+                 observations: ObservationLogging | None = None, compression: str = "lzf",
+                 flush_every: int = 64, chunk_steps: int = 256):
+        if batch_size < 1 or num_actions < 1:
+            raise ValueError(f"batch_size and num_actions must be >= 1, got {batch_size}, {num_actions}")
+        self.path = pathlib.Path(path)
+        self.batch_size = batch_size
+        self.num_actions = num_actions
+        self.flush_every = max(1, flush_every)
+        self.observations = observations
+        self._steps_written = 0
+        self._pending_steps: list[dict] = []
+        self._pending_episodes: list[tuple] = []
+        self._pending_obs: list[tuple] = []
+        kw = _dataset_kwargs(compression)
+        try:
+            self.file = h5py.File(self.path, "w", libver="latest")
+        except OSError as exc:
+            raise TrajectoryLogError(f"{self.path}: cannot create trajectory file: {exc}") from exc
+        f = self.file
+        f.attrs["format_version"] = FORMAT_VERSION
+        f.attrs["compression"] = compression or "none"
+        for key, value in (attrs or {}).items():
+            f.attrs[key] = value if isinstance(value, (int, float, str, np.number)) else json.dumps(value)
+        steps = f.create_group("steps")
+        for name, (dtype, _) in STEP_FIELDS.items():
+            steps.create_dataset(name, shape=(0, batch_size), maxshape=(None, batch_size),
+                                 dtype=dtype, chunks=(chunk_steps, batch_size), **kw)
+        steps.create_dataset("behavior_logits", shape=(0, batch_size, num_actions),
+                             maxshape=(None, batch_size, num_actions), dtype=np.float32,
+                             chunks=(max(1, chunk_steps // 4), batch_size, num_actions), **kw)
+        episodes = f.create_group("episodes")
+        for name, dtype in EPISODE_FIELDS.items():
+            episodes.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dtype,
+                                    chunks=(1024,), **kw)
+        if observations is not None:
+            obs = f.create_group("observations")
+            obs.attrs["stride"] = observations.stride
+            obs.attrs["env_ids"] = np.asarray(observations.env_ids, dtype=np.int32)
+            shape = tuple(observations.shape)
+            obs.create_dataset("frames", shape=(0, *shape), maxshape=(None, *shape), dtype=np.uint8,
+                               chunks=(1, *shape), **kw)
+            obs.create_dataset("index", shape=(0, 3), maxshape=(None, 3), dtype=np.int64,
+                               chunks=(1024, 3))
+        f.swmr_mode = True  # every dataset exists now; readers may attach while we append
+
+    def append_step(self, *, action, reward_raw, reward_clipped, terminated, truncated, lives,
+                    value, env_id, episode_id, global_frame, behavior_logits, observation=None):
+        row = {"action": action, "reward_raw": reward_raw, "reward_clipped": reward_clipped,
+               "terminated": terminated, "truncated": truncated, "lives": lives, "value": value,
+               "env_id": env_id, "episode_id": episode_id, "global_frame": global_frame}
+        for name, array in row.items():
+            if np.shape(array) != (self.batch_size,):
+                raise ValueError(f"{name} must have shape ({self.batch_size},), got {np.shape(array)}")
+        if np.shape(behavior_logits) != (self.batch_size, self.num_actions):
+            raise ValueError(f"behavior_logits must have shape ({self.batch_size}, {self.num_actions}), "
+                             f"got {np.shape(behavior_logits)}")
+        row = {k: np.array(v, copy=True) for k, v in row.items()}
+        row["behavior_logits"] = np.array(behavior_logits, dtype=np.float32, copy=True)
+        step_index = self._steps_written + len(self._pending_steps)
+        self._pending_steps.append(row)
+        obs_cfg = self.observations
+        if obs_cfg is not None and observation is not None and step_index % obs_cfg.stride == 0:
+            env_ids = np.asarray(env_id)
+            for k, eid in enumerate(env_ids):
+                if int(eid) in obs_cfg.env_ids:
+                    self._pending_obs.append((np.array(observation[k], dtype=np.uint8, copy=True),
+                                              (step_index, int(eid), int(np.asarray(global_frame)[k]))))
+        if len(self._pending_steps) >= self.flush_every:
+            self.flush()
+
+    def append_episode(self, env_id, episode_id, episode_return, length, start_frame, end_frame):
+        self._pending_episodes.append((env_id, episode_id, episode_return, length, start_frame,
+                                       end_frame))
+
+    @staticmethod
+    def _append(dataset, rows: np.ndarray):
+        start = dataset.shape[0]
+        dataset.resize(start + rows.shape[0], axis=0)
+        dataset[start:] = rows
+
+    def flush(self):
+        """Append everything buffered and flush the file; raises TrajectoryLogError (e.g. disk full)."""
+        try:
+            if self._pending_steps:
+                steps = self.file["steps"]
+                for name in (*STEP_FIELDS, "behavior_logits"):
+                    self._append(steps[name], np.stack([r[name] for r in self._pending_steps]))
+                self._steps_written += len(self._pending_steps)
+                self._pending_steps.clear()
+            if self._pending_episodes:
+                columns = list(zip(*self._pending_episodes))
+                for (name, dtype), column in zip(EPISODE_FIELDS.items(), columns):
+                    self._append(self.file["episodes"][name], np.asarray(column, dtype=dtype))
+                self._pending_episodes.clear()
+            if self._pending_obs:
+                obs = self.file["observations"]
+                self._append(obs["frames"], np.stack([o[0] for o in self._pending_obs]))
+                self._append(obs["index"], np.asarray([o[1] for o in self._pending_obs], dtype=np.int64))
+                self._pending_obs.clear()
+            self.file.flush()
+        except OSError as exc:
+            raise TrajectoryLogError(f"{self.path}: writing the trajectory log failed ({exc}); "
+                                     f"rows up to step {self._steps_written} are on disk") from exc
+
+    @property
+    def steps_written(self) -> int:
+        return self._steps_written
+
+    def close(self):
+        if self.file.id.valid:
+            try:
+                self.flush()
+            finally:
+                self.file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def rank_file(run_dir, rank: int) -> pathlib.Path:
+    return pathlib.Path(run_dir) / RANK_FILE_PATTERN.format(rank=rank)
+
+
+def open_trajectory_file(path) -> h5py.File:
+    """Open a trajectory file for reading (SWMR, so a running writer is fine).
+
+    A missing, truncated or corrupt file raises TrajectoryLogError naming it.
+    """
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise TrajectoryLogError(f"{path}: no such trajectory file")
+    _check_superblock(path)
+    try:
+        f = h5py.File(path, "r", libver="latest", swmr=True)
+    except OSError as exc:
+        raise TrajectoryLogError(f"{path}: not a readable HDF5 file (truncated or corrupt?): {exc}") from exc
+    if "format_version" not in f.attrs or ("steps" not in f and "virtual" not in f.attrs):
+        f.close()
+        raise TrajectoryLogError(f"{path}: an HDF5 file, but not a hybridsim trajectory log")
+    return f
+
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _check_superblock(path: pathlib.Path) -> None:
+    """Reject a non-HDF5 or truncated file before h5py opens it.
+
+    Needed because an SWMR open of a truncated file retries its metadata reads for a
+    long time instead of failing. The superblock (HDF5 file format spec, section II.A)
+    stores the end-of-file address; a file shorter than that lost its tail.
+    """
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(128)
+    if not head.startswith(HDF5_SIGNATURE):
+        raise TrajectoryLogError(f"{path}: not a readable HDF5 file (no HDF5 signature at offset 0)")
+    version = head[8]
+    if version in (2, 3):  # sig, version, offset size, length size, flags, then 4 addresses
+        offset_size = head[9]
+        eof_at = 12 + 2 * offset_size
+    elif version in (0, 1):  # 8 + 8 bytes of versions/sizes, 4 (+4 in v1) more, then addresses
+        offset_size = head[13]
+        eof_at = 24 + (4 if version == 1 else 0) + 2 * offset_size
+    else:
+        return  # a future layout: let HDF5 judge
+    eof = int.from_bytes(head[eof_at:eof_at + offset_size], "little")
+    if offset_size in (2, 4, 8) and size < eof:
+        raise TrajectoryLogError(f"{path}: truncated file ({size} bytes on disk, the HDF5 superblock "
+                                 f"says {eof}); it holds no readable trajectory")
+
+
+def rank_files(run_dir) -> list[pathlib.Path]:
+    files = sorted(pathlib.Path(run_dir).glob("traj_rank*.h5"))
+    if not files:
+        raise TrajectoryLogError(f"{run_dir}: no traj_rank*.h5 files")
+    return files
+
+
+def write_master(run_dir) -> pathlib.Path:
+    """(Re)write the master file whose virtual datasets stitch the rank files together.
+
+    Steps: [S_max, B_total], rank r's batch at columns [offset_r, offset_r + B_r) and rows
+    [0, S_r); rows a rank has not written read as the field's fill value (env_id -1).
+    Episodes: the ranks' rows concatenated. Sizes are those on disk when this runs.
+    """
+    run_dir = pathlib.Path(run_dir)
+    infos = []
+    for path in rank_files(run_dir):
+        with open_trajectory_file(path) as f:
+            steps = f["steps"]
+            infos.append({
+                "name": path.name,
+                "steps": steps["action"].shape[0],
+                "batch": steps["action"].shape[1],
+                "actions": steps["behavior_logits"].shape[2],
+                "episodes": f["episodes"]["env_id"].shape[0],
+                "attrs": dict(f.attrs),
+            })
+    num_actions = {i["actions"] for i in infos}
+    if len(num_actions) != 1:
+        raise TrajectoryLogError(f"{run_dir}: rank files disagree on the number of actions {num_actions}")
+    (num_actions,) = num_actions
+    s_max = max(i["steps"] for i in infos)
+    b_total = sum(i["batch"] for i in infos)
+    e_total = sum(i["episodes"] for i in infos)
+    master_path = run_dir / MASTER_FILE
+    tmp_path = run_dir / (MASTER_FILE + ".tmp")
+    with h5py.File(tmp_path, "w", libver="latest") as m:
+        for key, value in infos[0]["attrs"].items():
+            if key not in ("rank",):
+                m.attrs[key] = value
+        m.attrs["virtual"] = True
+        m.attrs["ranks"] = json.dumps([i["name"] for i in infos])
+        steps = m.create_group("steps")
+        fields = {**{k: v for k, v in STEP_FIELDS.items()},
+                  "behavior_logits": (np.float32, np.nan)}
+        for name, (dtype, fill) in fields.items():
+            extra = (num_actions,) if name == "behavior_logits" else ()
+            layout = h5py.VirtualLayout(shape=(s_max, b_total, *extra), dtype=dtype)
+            col = 0
+            for info in infos:
+                if info["steps"]:
+                    src = h5py.VirtualSource(info["name"], f"steps/{name}",
+                                             shape=(info["steps"], info["batch"], *extra))
+                    layout[:info["steps"], col:col + info["batch"]] = src
+                col += info["batch"]
+            steps.create_virtual_dataset(name, layout, fillvalue=fill)
+        episodes = m.create_group("episodes")
+        for name, dtype in EPISODE_FIELDS.items():
+            layout = h5py.VirtualLayout(shape=(e_total,), dtype=dtype)
+            row = 0
+            for info in infos:
+                if info["episodes"]:
+                    layout[row:row + info["episodes"]] = h5py.VirtualSource(
+                        info["name"], f"episodes/{name}", shape=(info["episodes"],))
+                row += info["episodes"]
+            episodes.create_virtual_dataset(name, layout)
+    os.replace(tmp_path, master_path)
+    return master_path
+
+
+def read_episodes(path) -> dict[str, np.ndarray]:
+    """The episodes table of a rank file or master file, as numpy columns."""
+    with open_trajectory_file(path) as f:
+        return {name: f["episodes"][name][()] for name in EPISODE_FIELDS}
+
+
+def read_steps(path, fields=None) -> dict[str, np.ndarray]:
+    """Per-step fields of a rank or master file (all rows on disk), as numpy arrays."""
+    with open_trajectory_file(path) as f:
+        names = fields or [*STEP_FIELDS, "behavior_logits"]
+        return {name: f["steps"][name][()] for name in names}

@@ -1,0 +1,170 @@
+"""HDF5 trajectory logs: round trip, master virtual datasets, SWMR, kill -9, corrupt files."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from hybridsim import trajlog
+
+
+def fake_step(rng, step, batch, actions, env_offset=0):
+    return dict(
+        action=rng.integers(0, actions, batch).astype(np.int16),
+        reward_raw=rng.normal(size=batch).astype(np.float32),
+        reward_clipped=np.sign(rng.normal(size=batch)).astype(np.float32),
+        terminated=rng.random(batch) < 0.05,
+        truncated=np.zeros(batch, bool),
+        lives=rng.integers(0, 5, batch).astype(np.int16),
+        value=rng.normal(size=batch).astype(np.float32),
+        env_id=np.arange(env_offset, env_offset + batch, dtype=np.int32),
+        episode_id=np.full(batch, step // 10, dtype=np.int64),
+        global_frame=np.full(batch, step * 4, dtype=np.int64),
+        behavior_logits=rng.normal(size=(batch, actions)).astype(np.float32),
+    )
+
+
+def write_rank(path, steps, batch, actions, seed, env_offset=0, flush_every=8, **kw):
+    rng = np.random.default_rng(seed)
+    rows = []
+    with trajlog.TrajectoryWriter(path, batch_size=batch, num_actions=actions,
+                                  attrs={"game": "pong", "config": {"lr": 1e-3}},
+                                  flush_every=flush_every, **kw) as w:
+        for s in range(steps):
+            row = fake_step(rng, s, batch, actions, env_offset)
+            rows.append(row)
+            w.append_step(**row)
+            if s % 10 == 9:
+                w.append_episode(env_offset, s // 10, float(s), 10, s * 4 - 36, s * 4)
+    return rows
+
+
+@pytest.mark.parametrize("compression", ["lzf", "gzip", "none"])
+def test_round_trip(tmp_path, compression):
+    path = tmp_path / "traj_rank00000.h5"
+    rows = write_rank(path, 37, 4, 6, seed=1, compression=compression)
+    got = trajlog.read_steps(path)
+    for name in rows[0]:
+        np.testing.assert_array_equal(got[name], np.stack([r[name] for r in rows]), err_msg=name)
+    episodes = trajlog.read_episodes(path)
+    assert list(episodes["episode_id"]) == [0, 1, 2]
+    with trajlog.open_trajectory_file(path) as f:
+        assert f.attrs["game"] == "pong"
+        assert '"lr"' in f.attrs["config"]
+
+
+def test_master_stitches_ranks_of_different_sizes(tmp_path):
+    rows0 = write_rank(trajlog.rank_file(tmp_path, 0), 20, 3, 5, seed=2, env_offset=0)
+    rows1 = write_rank(trajlog.rank_file(tmp_path, 1), 12, 2, 5, seed=3, env_offset=3)
+    master = trajlog.write_master(tmp_path)
+    steps = trajlog.read_steps(master)
+    assert steps["action"].shape == (20, 5)
+    np.testing.assert_array_equal(steps["reward_raw"][:, :3], np.stack([r["reward_raw"] for r in rows0]))
+    np.testing.assert_array_equal(steps["reward_raw"][:12, 3:], np.stack([r["reward_raw"] for r in rows1]))
+    assert (steps["env_id"][12:, 3:] == -1).all()  # rows rank 1 never wrote
+    assert np.isnan(steps["value"][12:, 3:]).all()
+    episodes = trajlog.read_episodes(master)
+    assert list(episodes["env_id"]) == [0, 0, 3]
+
+
+def test_reader_follows_a_live_writer_in_swmr_mode(tmp_path):
+    path = tmp_path / "traj_rank00000.h5"
+    rng = np.random.default_rng(0)
+    w = trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, flush_every=4)
+    for s in range(8):
+        w.append_step(**fake_step(rng, s, 2, 3))
+    reader = trajlog.open_trajectory_file(path)
+    ds = reader["steps"]["action"]
+    assert ds.shape[0] == 8
+    for s in range(8, 16):
+        w.append_step(**fake_step(rng, s, 2, 3))
+    ds.refresh()
+    assert ds.shape[0] == 16
+    reader.close()
+    w.close()
+
+
+WRITER_SCRIPT = textwrap.dedent("""
+    import sys, time, numpy as np
+    from hybridsim import trajlog
+    w = trajlog.TrajectoryWriter(sys.argv[1], batch_size=4, num_actions=6, flush_every=10)
+    step = 0
+    while True:
+        w.append_step(action=np.full(4, step % 6, np.int16), reward_raw=np.full(4, step, np.float32),
+                      reward_clipped=np.zeros(4, np.float32), terminated=np.zeros(4, bool),
+                      truncated=np.zeros(4, bool), lives=np.zeros(4, np.int16),
+                      value=np.zeros(4, np.float32), env_id=np.arange(4, dtype=np.int32),
+                      episode_id=np.zeros(4, np.int64), global_frame=np.full(4, step, np.int64),
+                      behavior_logits=np.zeros((4, 6), np.float32))
+        step += 1
+        if step % 10 == 0:
+            print(step, flush=True)
+""")
+
+
+def test_kill_9_leaves_a_readable_file_up_to_the_last_flush(tmp_path):
+    path = tmp_path / "traj_rank00000.h5"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER_SCRIPT, str(path)],
+                            stdout=subprocess.PIPE, text=True)
+    flushed = 0
+    deadline = time.monotonic() + 60
+    while flushed < 200 and time.monotonic() < deadline:
+        flushed = int(proc.stdout.readline())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert flushed >= 200
+    steps = trajlog.read_steps(path, fields=["reward_raw", "global_frame"])
+    n = steps["reward_raw"].shape[0]
+    assert n >= flushed - 10  # everything up to the flush before the last print
+    np.testing.assert_array_equal(steps["reward_raw"][:, 0], np.arange(n, dtype=np.float32))
+
+
+def test_corrupt_and_foreign_files_give_clear_errors(tmp_path):
+    path = tmp_path / "traj_rank00000.h5"
+    write_rank(path, 30, 2, 4, seed=5)
+    data = path.read_bytes()
+    truncated = tmp_path / "traj_rank00001.h5"
+    truncated.write_bytes(data[: len(data) // 3])
+    with pytest.raises(trajlog.TrajectoryLogError, match="traj_rank00001.h5"):
+        trajlog.read_steps(truncated)
+    garbage = tmp_path / "garbage.h5"
+    garbage.write_bytes(b"not hdf5 at all" * 100)
+    with pytest.raises(trajlog.TrajectoryLogError, match="garbage.h5: not a readable HDF5"):
+        trajlog.open_trajectory_file(garbage)
+    foreign = tmp_path / "foreign.h5"
+    with h5py.File(foreign, "w") as f:
+        f["x"] = 1
+    with pytest.raises(trajlog.TrajectoryLogError, match="not a hybridsim trajectory log"):
+        trajlog.open_trajectory_file(foreign)
+    with pytest.raises(trajlog.TrajectoryLogError, match="no such trajectory file"):
+        trajlog.open_trajectory_file(tmp_path / "missing.h5")
+
+
+def test_observations_follow_stride_and_env_subset(tmp_path):
+    path = tmp_path / "traj_rank00000.h5"
+    rng = np.random.default_rng(3)
+    obs_cfg = trajlog.ObservationLogging(shape=(4, 84, 84), stride=5, env_ids=(1,))
+    frames = []
+    with trajlog.TrajectoryWriter(path, batch_size=3, num_actions=4, observations=obs_cfg) as w:
+        for s in range(12):
+            obs = rng.integers(0, 256, (3, 4, 84, 84), dtype=np.uint8)
+            w.append_step(**fake_step(rng, s, 3, 4), observation=obs)
+            if s % 5 == 0:
+                frames.append(obs[1])
+    with trajlog.open_trajectory_file(path) as f:
+        np.testing.assert_array_equal(f["observations/frames"][()], np.stack(frames))
+        assert f["observations/index"][:, 0].tolist() == [0, 5, 10]
+        assert (f["observations/index"][:, 1] == 1).all()
+
+
+def test_bad_shapes_are_rejected(tmp_path):
+    with trajlog.TrajectoryWriter(tmp_path / "t.h5", batch_size=2, num_actions=3) as w:
+        row = fake_step(np.random.default_rng(0), 0, 2, 3)
+        row["reward_raw"] = np.zeros(3, np.float32)
+        with pytest.raises(ValueError, match=r"reward_raw must have shape \(2,\)"):
+            w.append_step(**row)
