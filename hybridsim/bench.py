@@ -101,3 +101,53 @@ def bench_cpu(print_fn=print) -> list[dict]:
         print_fn(f"{r['workload']:32s} {r['instructions']:14,d} {r['seconds']:8.3f} {mips:10.1f} "
                  f"{mhz:13.1f} {r['realtime_factor']:12.0f}")
     return results
+
+
+SINGLE_GAMES = ("pong", "breakout", "space_invaders", "ms_pacman", "seaquest")
+
+
+def _time_block(env, actions, start: int, count: int) -> float:
+    import time
+    t0 = time.perf_counter()
+    act, game_over, reset = env.act, env.game_over, env.reset_game
+    for k in range(start, start + count):
+        act(actions[k % len(actions)])
+        if game_over():
+            reset()
+    return time.perf_counter() - t0
+
+
+def bench_single(make_reference, make_candidate, games=SINGLE_GAMES, frames: int = 20_000,
+                 blocks: int = 10, seed: int = 0, print_fn=print,
+                 names=("ale-py", "hybridsim")) -> list[dict]:
+    """Frames/s of `act` for two ALEInterface implementations, timed alternately in blocks.
+
+    Alternating blocks in one process share the machine's state (caches, clock, load), so
+    the ratio is fair even on a noisy machine. Each side plays the same random stream of
+    minimal actions with ALE's default settings (frame_skip 1, sticky actions 0.25).
+    """
+    from hybridsim import roms
+    rows = []
+    print_fn(f"single environment act(), {frames:,} frames per side, {blocks} alternating blocks")
+    print_fn(f"{'game':16s} {names[0] + ' fps':>14s} {names[1] + ' fps':>16s} {'ratio':>7s}")
+    for game in games:
+        envs = []
+        for make in (make_reference, make_candidate):
+            env = make()
+            env.setInt("random_seed", seed)
+            env.loadROM(str(roms.rom_path(game)))
+            envs.append(env)
+        minimal = [int(getattr(a, "value", a)) for a in envs[0].getMinimalActionSet()]
+        rng = np.random.default_rng(seed)
+        actions = [minimal[i] for i in rng.integers(len(minimal), size=4096)]
+        per_block = max(1, frames // blocks)
+        seconds = [0.0, 0.0]
+        for b in range(blocks):
+            for side in ((0, 1) if b % 2 == 0 else (1, 0)):
+                seconds[side] += _time_block(envs[side], actions, b * per_block, per_block)
+        fps = [per_block * blocks / s for s in seconds]
+        row = {"game": game, "reference_fps": fps[0], "candidate_fps": fps[1],
+               "ratio": fps[1] / fps[0]}
+        rows.append(row)
+        print_fn(f"{game:16s} {fps[0]:14,.0f} {fps[1]:16,.0f} {row['ratio']:7.2f}")
+    return rows
