@@ -22,12 +22,31 @@ def _cmd_info(args) -> int:
     return 0
 
 
+def _cmd_train(args) -> int:
+    from hybridsim.config import build_config
+    from hybridsim.train import TrainConfig, Trainer
+    cfg = build_config(TrainConfig, args)
+    summary = Trainer(cfg).train()
+    print(f"trained {summary['frames']:,} frames in {summary['updates']:,} updates; "
+          f"{summary['episodes']} episodes, mean return of the last 100: "
+          f"{summary['mean_return_100']:.2f}")
+    print(f"checkpoint: {summary['checkpoint']}")
+    print(f"metrics:    {summary['metrics']} (TensorBoard: {cfg.log_dir}/tensorboard)")
+    print(f"curve:      {summary['curve']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hybridsim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("bench", help="measure speed (results go in BENCHMARKS.md)")
     p.add_argument("--cpu", action="store_true", help="the 6507 core alone (default)")
     p.set_defaults(func=_cmd_bench)
+    from hybridsim.config import add_dataclass_arguments
+    from hybridsim.train import TrainConfig
+    p = sub.add_parser("train", help="train an agent with V-trace (A2C+V-trace or IMPALA-style)")
+    add_dataclass_arguments(p, TrainConfig)
+    p.set_defaults(func=_cmd_train)
     p = sub.add_parser("info", help="build and install information")
     p.set_defaults(func=_cmd_info)
     return parser

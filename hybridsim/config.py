@@ -1,0 +1,89 @@
+"""Command-line arguments declared once, as a dataclass with one docstring per field.
+
+`add_dataclass_arguments` turns each field into `--field-name` with the field's docstring
+as its help text; `load_config_file` reads the same fields from a TOML or JSON file, so a
+run can be described by a file and overridden on the command line.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import json
+import pathlib
+import textwrap
+import tomllib
+import typing
+
+
+def field_docstrings(cls) -> dict[str, str]:
+    """Attribute docstrings (a string literal right after `name: type = value`)."""
+    source = textwrap.dedent(inspect.getsource(cls))
+    body = ast.parse(source).body[0].body
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)):
+            docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
+
+
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, positional=()) -> None:
+    docs = field_docstrings(cls)
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        kind = hints[field.name]
+        origin = typing.get_origin(kind)
+        if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        help_text = docs.get(field.name, "")
+        default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+        names = [field.name] if field.name in positional else ["--" + field.name.replace("_", "-")]
+        kwargs = {"help": f"{help_text} (default: {default})", "default": argparse.SUPPRESS}
+        if kind is bool:
+            kwargs.update(type=_parse_bool, nargs="?", const=True, metavar="BOOL")
+        elif kind in (int, float, str):
+            kwargs["type"] = kind
+        else:
+            raise TypeError(f"unsupported field type {kind} for {field.name}")
+        parser.add_argument(*names, **kwargs)
+
+
+def load_config_file(path) -> dict:
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file not found: {path}")
+    text = path.read_text()
+    try:
+        if path.suffix == ".json":
+            return json.loads(text)
+        return tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{path}: cannot parse config file: {exc}") from exc
+
+
+def build_config(cls, namespace: argparse.Namespace, config_file_field: str = "config"):
+    """Defaults < config file < command line; unknown keys in the file are an error."""
+    values = {}
+    cli = vars(namespace)
+    config_file = cli.get(config_file_field)
+    if config_file:
+        from_file = load_config_file(config_file)
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(from_file) - names)
+        if unknown:
+            raise ValueError(f"{config_file}: unknown settings {unknown}; valid: {sorted(names)}")
+        values.update(from_file)
+    values.update({k: v for k, v in cli.items() if k in {f.name for f in dataclasses.fields(cls)}})
+    return cls(**values)

@@ -1,0 +1,565 @@
+"""`hybridsim train`: actor-critic training corrected by V-trace.
+
+Two schedules (both use hybridsim.vtrace):
+- a2c (CuLE's A2C+V-trace): all environments step together for `num_steps` steps; the
+  batch is then split into `num_minibatches` groups of environments that are updated in
+  turn, so every group after the first was collected by a slightly older policy.
+- impala: the vector env runs asynchronously (`env_batch_size` < num_envs); each batch
+  that comes back is acted on with the current policy, per-environment trajectories of
+  `num_steps` transitions are cut, and the learner updates on `learner_batch` of them.
+
+Defaults follow CuLE's A2C+V-trace example (NVlabs/cule examples/a2c and examples/vtrace:
+RMSprop lr 0.00065, alpha 0.99, eps 1e-5, grad norm 0.5, entropy 0.01, value 0.5,
+gamma 0.99, 5 steps) and torchbeast's monobeast for the impala schedule where noted.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from hybridsim import vtrace
+from hybridsim.models import build_model
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    game: str = "pong"
+    """Game to train on: an ale-py ROM name such as pong, breakout or space_invaders."""
+    backend: str = "cpu"
+    """Environment backend: cpu (hybridsim's batched engine), gpu, hybrid, or ale-py (ale-py's AtariVectorEnv, a reference)."""
+    num_envs: int = 16
+    """Number of environments stepped together (per rank)."""
+    total_frames: int = 2_000_000
+    """Training budget in emulator frames (agent steps x frame_skip), summed over environments."""
+    log_dir: str = "runs/pong"
+    """Run directory: checkpoints, metrics.csv, TensorBoard events, learning_curve.png, trajectories."""
+    seed: int = 1
+    """Seed of the model, the action sampler and the environments (environment i gets seed + i)."""
+    config: str = ""
+    """Optional TOML or JSON file with any of these settings; the command line overrides it."""
+    resume: bool = False
+    """Continue from log_dir/checkpoint.pt (same config) instead of starting afresh."""
+    schedule: str = "a2c"
+    """a2c (synchronous, minibatches of environments updated in turn) or impala (asynchronous)."""
+    model: str = "nature"
+    """Network: nature (Mnih et al. 2015) or impala (Espeholt et al. 2018 ResNet)."""
+    num_steps: int = 5
+    """Rollout length T per update (a2c) or trajectory length (impala)."""
+    num_minibatches: int = 4
+    """a2c: groups of environments updated one after another from one rollout."""
+    env_batch_size: int = 0
+    """impala: environments returned per asynchronous step (0 = num_envs / 2)."""
+    learner_batch: int = 8
+    """impala: trajectories per learner update."""
+    optimizer: str = "rmsprop"
+    """rmsprop or adam."""
+    lr: float = 0.00065
+    """Initial learning rate (CuLE's A2C default), decayed linearly to 0 when lr_decay is on."""
+    lr_decay: bool = True
+    """Decay the learning rate linearly to zero over total_frames."""
+    rmsprop_alpha: float = 0.99
+    """RMSprop smoothing constant."""
+    eps: float = 1e-5
+    """Optimizer epsilon."""
+    max_grad_norm: float = 0.5
+    """Clip the global gradient norm to this value."""
+    entropy_coef: float = 0.01
+    """Weight of the entropy bonus."""
+    value_coef: float = 0.5
+    """Weight of the baseline loss 0.5 (vs - V)^2."""
+    gamma: float = 0.99
+    """Discount factor."""
+    clip_rho: float = 1.0
+    """V-trace rho-bar (truncation of the temporal-difference importance weight)."""
+    clip_pg_rho: float = 1.0
+    """V-trace truncation of the policy-gradient importance weight."""
+    vtrace_lambda: float = 1.0
+    """V-trace lambda (trace cutting)."""
+    reward_clip: bool = True
+    """Clip rewards to [-1, 1] for learning (logged returns stay raw)."""
+    frame_skip: int = 4
+    """Emulator frames per agent step."""
+    repeat_action_probability: float = 0.0
+    """Sticky-action probability (ALE's v5 environments use 0.25)."""
+    noop_max: int = 30
+    """Up to this many no-op actions after each reset."""
+    episodic_life: bool = False
+    """End an episode, for learning, when a life is lost."""
+    max_episode_frames: int = 108_000
+    """Truncate episodes after this many emulator frames."""
+    device: str = "auto"
+    """Torch device for the learner: auto, cpu, cuda or cuda:K."""
+    num_threads: int = 0
+    """Environment worker threads (0 = all cores available to this process)."""
+    torch_threads: int = 0
+    """Threads for the learner's CPU math (0 = the cores available to this process)."""
+    checkpoint_every: int = 500_000
+    """Write a checkpoint every this many frames (and always at the end)."""
+    log_every: float = 5.0
+    """Seconds between progress lines and metric rows."""
+    log_trajectories: bool = True
+    """Write per-step HDF5 trajectory logs (actions, rewards, values, logits) into log_dir."""
+    log_observations: bool = False
+    """Also log observations (every obs_stride steps, for env 0) into the trajectory files."""
+    obs_stride: int = 100
+    """Step interval between logged observations."""
+
+    def validate(self):
+        checks = [
+            (self.num_envs >= 1, f"num_envs must be >= 1, got {self.num_envs}"),
+            (self.total_frames >= 1, f"total_frames must be >= 1, got {self.total_frames}"),
+            (self.schedule in ("a2c", "impala"), f"schedule must be a2c or impala, got {self.schedule!r}"),
+            (self.num_steps >= 1, f"num_steps must be >= 1, got {self.num_steps}"),
+            (self.optimizer in ("rmsprop", "adam"), f"optimizer must be rmsprop or adam, got {self.optimizer!r}"),
+            (self.backend in ("cpu", "gpu", "hybrid", "ale-py"),
+             f"backend must be cpu, gpu, hybrid or ale-py, got {self.backend!r}"),
+            (self.frame_skip >= 1, f"frame_skip must be >= 1, got {self.frame_skip}"),
+        ]
+        if self.schedule == "a2c":
+            checks.append((self.num_envs % self.num_minibatches == 0,
+                           f"num_envs ({self.num_envs}) must be divisible by num_minibatches "
+                           f"({self.num_minibatches})"))
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+
+def make_vector_env(cfg: TrainConfig, seed: int, batch_size: int = 0):
+    """The vector environment for a backend; all speak gymnasium's VectorEnv API plus send/recv."""
+    kwargs = dict(game=cfg.game, num_envs=cfg.num_envs, batch_size=batch_size,
+                  frameskip=cfg.frame_skip, repeat_action_probability=cfg.repeat_action_probability,
+                  noop_max=cfg.noop_max, episodic_life=cfg.episodic_life, reward_clipping=False,
+                  max_num_frames_per_episode=cfg.max_episode_frames, num_threads=cfg.num_threads,
+                  autoreset_mode="SameStep")
+    if cfg.backend == "ale-py":
+        from ale_py.vector_env import AtariVectorEnv
+        return AtariVectorEnv(**kwargs)
+    try:
+        from hybridsim.vector import AtariVectorEnv  # the batched engine
+    except ImportError:
+        raise ValueError(f"backend {cfg.backend!r} needs hybridsim's batched engine, which this "
+                         f"build does not have yet; use --backend ale-py") from None
+    return AtariVectorEnv(backend=cfg.backend, **kwargs)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class EpisodeTracker:
+    """Raw (unclipped) returns and lengths of the episodes each environment finishes."""
+
+    def __init__(self, num_envs: int):
+        self.returns = np.zeros(num_envs)
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+        self.start_frames = np.zeros(num_envs, dtype=np.int64)
+        self.episode_ids = np.zeros(num_envs, dtype=np.int64)
+        self.finished: list[tuple] = []  # (env, episode_id, return, length, start, end)
+
+    def update(self, env_ids, rewards, dones, frame):
+        self.returns[env_ids] += rewards
+        self.lengths[env_ids] += 1
+        for env in np.asarray(env_ids)[np.asarray(dones, bool)]:
+            self.finished.append((int(env), int(self.episode_ids[env]), float(self.returns[env]),
+                                  int(self.lengths[env]), int(self.start_frames[env]), int(frame)))
+            self.returns[env] = 0.0
+            self.lengths[env] = 0
+            self.start_frames[env] = frame
+            self.episode_ids[env] += 1
+
+    def recent_mean(self, n: int = 100) -> float:
+        recent = [e[2] for e in self.finished[-n:]]
+        return float(np.mean(recent)) if recent else float("nan")
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, rank: int = 0, world_size: int = 1, comm=None):
+        cfg.validate()
+        self.cfg = cfg
+        self.rank, self.world_size, self.comm = rank, world_size, comm
+        self.log_dir = pathlib.Path(cfg.log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.device = pick_device(cfg.device)
+        torch.set_num_threads(cfg.torch_threads or len(os.sched_getaffinity(0)))
+        torch.manual_seed(cfg.seed)
+        self.sampler = torch.Generator().manual_seed(cfg.seed + 1_000_003 * rank)
+        self.env_seed = cfg.seed + rank * cfg.num_envs
+        env_batch = 0
+        if cfg.schedule == "impala":
+            env_batch = cfg.env_batch_size or max(1, cfg.num_envs // 2)
+        self.env_batch = env_batch or cfg.num_envs
+        self.env = make_vector_env(cfg, self.env_seed, env_batch)
+        self.num_actions = int(self.env.single_action_space.n)
+        self.obs_shape = tuple(self.env.single_observation_space.shape)
+        self.model = build_model(cfg.model, self.obs_shape, self.num_actions).to(self.device)
+        if cfg.optimizer == "rmsprop":
+            self.optimizer = torch.optim.RMSprop(self.model.parameters(), lr=cfg.lr,
+                                                 alpha=cfg.rmsprop_alpha, eps=cfg.eps)
+        else:
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.eps)
+        self.frames = 0  # over all ranks
+        self.updates = 0
+        self.episodes = EpisodeTracker(cfg.num_envs)
+        self.last_losses: dict[str, float] = {}
+        self.traj = None
+
+    # ----- acting and learning -------------------------------------------------------
+    @torch.no_grad()
+    def act(self, obs: np.ndarray):
+        logits, values = self.model(torch.from_numpy(obs).to(self.device))
+        logits = logits.float().cpu()
+        probs = torch.softmax(logits, dim=-1)
+        actions = torch.multinomial(probs, 1, generator=self.sampler).squeeze(-1)
+        return actions.numpy().astype(np.int64), logits.numpy(), values.float().cpu().numpy()
+
+    def learn(self, obs, actions, behavior_logits, rewards, dones):
+        """One update on a [T(+1), B] batch: obs [T+1, B, ...], the rest [T, B]."""
+        cfg = self.cfg
+        T, B = actions.shape
+        obs_t = torch.from_numpy(obs).to(self.device)
+        logits, values = self.model(obs_t.reshape(-1, *obs_t.shape[2:]))
+        logits = logits.reshape(T + 1, B, -1)
+        values = values.reshape(T + 1, B)
+        rewards_t = torch.from_numpy(rewards).float().to(self.device)
+        if cfg.reward_clip:
+            rewards_t = rewards_t.clamp(-1.0, 1.0)
+        discounts = cfg.gamma * (1.0 - torch.from_numpy(dones).float().to(self.device))
+        out = vtrace.from_logits(
+            behavior_policy_logits=torch.from_numpy(behavior_logits).to(self.device),
+            target_policy_logits=logits[:T], actions=torch.from_numpy(actions).to(self.device),
+            discounts=discounts, rewards=rewards_t, values=values[:T].detach(),
+            bootstrap_value=values[T].detach(), clip_rho_threshold=cfg.clip_rho,
+            clip_pg_rho_threshold=cfg.clip_pg_rho, lambda_=cfg.vtrace_lambda)
+        pg_loss = -(out.target_action_log_probs * out.pg_advantages).mean()
+        baseline_loss = 0.5 * ((out.vs - values[:T]) ** 2).mean()
+        log_probs = F.log_softmax(logits[:T], dim=-1)
+        entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+        loss = pg_loss + cfg.value_coef * baseline_loss - cfg.entropy_coef * entropy
+        self.optimizer.zero_grad()
+        loss.backward()
+        if self.comm is not None:
+            self.comm.allreduce_gradients(self.model)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        self.updates += 1
+        self.last_losses = {"losses/policy": pg_loss.item(), "losses/baseline": baseline_loss.item(),
+                            "losses/entropy": entropy.item(), "losses/grad_norm": float(grad_norm),
+                            "charts/mean_rho": float(out.log_rhos.exp().mean())}
+
+    def set_learning_rate(self):
+        if self.cfg.lr_decay:
+            fraction = max(0.0, 1.0 - self.frames / self.cfg.total_frames)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.cfg.lr * fraction
+
+    # ----- logging -------------------------------------------------------------------
+    def _open_logs(self):
+        self.metrics_file = None
+        self.tb = None
+        if self.rank == 0:
+            path = self.log_dir / "metrics.csv"
+            new = not path.exists() or not self.cfg.resume
+            self.metrics_file = open(path, "w" if new else "a", newline="")
+            self.metrics = csv.writer(self.metrics_file)
+            if new:
+                self.metrics.writerow(["frames", "updates", "seconds", "fps", "mean_return_100",
+                                       "episodes", "lr", "policy_loss", "baseline_loss", "entropy"])
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+                self.tb = SummaryWriter(str(self.log_dir / "tensorboard"))
+            except ImportError:
+                print("tensorboard is not installed: metrics go to metrics.csv only", file=sys.stderr)
+        if self.cfg.log_trajectories:
+            from hybridsim import trajlog
+            obs = None
+            if self.cfg.log_observations:
+                obs = trajlog.ObservationLogging(shape=self.obs_shape, stride=self.cfg.obs_stride,
+                                                 env_ids=(self.env_seed - self.cfg.seed,))
+            self.traj = trajlog.TrajectoryWriter(
+                trajlog.rank_file(self.log_dir, self.rank), batch_size=self.env_batch,
+                num_actions=self.num_actions, observations=obs,
+                attrs={"game": self.cfg.game, "rank": self.rank, "world_size": self.world_size,
+                       "config": dataclasses.asdict(self.cfg), "seed": self.cfg.seed,
+                       "env_seed": self.env_seed, "package_versions": _package_versions(),
+                       "git_revision": _git_revision()})
+
+    def _log_metrics(self, start_time, start_frames):
+        elapsed = time.perf_counter() - start_time
+        fps = (self.frames - start_frames) / max(elapsed, 1e-9)
+        mean_return = self.episodes.recent_mean()
+        if self.rank == 0:
+            lr = self.optimizer.param_groups[0]["lr"]
+            self.metrics.writerow([self.frames, self.updates, f"{elapsed:.1f}", f"{fps:.0f}",
+                                   f"{mean_return:.3f}", len(self.episodes.finished), f"{lr:.3g}",
+                                   self.last_losses.get("losses/policy"),
+                                   self.last_losses.get("losses/baseline"),
+                                   self.last_losses.get("losses/entropy")])
+            self.metrics_file.flush()
+            if self.tb is not None:
+                self.tb.add_scalar("charts/fps", fps, self.frames)
+                self.tb.add_scalar("charts/learning_rate", lr, self.frames)
+                if not math.isnan(mean_return):
+                    self.tb.add_scalar("charts/mean_return_100", mean_return, self.frames)
+                for tag, value in self.last_losses.items():
+                    self.tb.add_scalar(tag, value, self.frames)
+            done = min(1.0, self.frames / self.cfg.total_frames)
+            bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
+            print(f"[{bar}] {100 * done:5.1f}%  {self.frames:,} frames  {fps:,.0f} frames/s  "
+                  f"return(100) {mean_return:7.2f}  episodes {len(self.episodes.finished)}",
+                  flush=True)
+
+    def _log_step(self, env_ids, actions, rewards, dones_term, dones_trunc, lives, values, logits,
+                  frame, obs=None):
+        if self.traj is None:
+            return
+        clipped = np.clip(rewards, -1, 1) if self.cfg.reward_clip else rewards
+        self.traj.append_step(
+            action=actions.astype(np.int16), reward_raw=rewards.astype(np.float32),
+            reward_clipped=clipped.astype(np.float32), terminated=dones_term, truncated=dones_trunc,
+            lives=np.asarray(lives).astype(np.int16), value=values.astype(np.float32),
+            env_id=(np.asarray(env_ids) + self.env_seed - self.cfg.seed).astype(np.int32),
+            episode_id=self.episodes.episode_ids[env_ids],
+            global_frame=np.full(len(env_ids), frame, np.int64), behavior_logits=logits,
+            observation=obs)
+
+    def _flush_episodes(self):
+        if self.traj is not None:
+            for env, episode, ret, length, start, end in self.episodes.finished[self._episodes_logged:]:
+                self.traj.append_episode(env + self.env_seed - self.cfg.seed, episode, ret, length,
+                                         start, end)
+        self._episodes_logged = len(self.episodes.finished)
+
+    # ----- checkpoints ---------------------------------------------------------------
+    def checkpoint_path(self) -> pathlib.Path:
+        return self.log_dir / "checkpoint.pt"
+
+    def save_checkpoint(self):
+        if self.rank != 0:
+            return
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "frames": self.frames, "updates": self.updates,
+                 "torch_rng": torch.get_rng_state(), "sampler_rng": self.sampler.get_state(),
+                 "config": dataclasses.asdict(self.cfg), "num_actions": self.num_actions,
+                 "obs_shape": self.obs_shape, "episodes": self.episodes.finished,
+                 "env_state": self._env_state()}
+        tmp = self.checkpoint_path().with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, self.checkpoint_path())
+
+    def _env_state(self):
+        getter = getattr(self.env, "get_state", None)
+        return None if getter is None else getter()
+
+    def load_checkpoint(self):
+        path = self.checkpoint_path()
+        if not path.exists():
+            raise FileNotFoundError(f"--resume: no checkpoint at {path}")
+        state = torch.load(path, weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.frames, self.updates = state["frames"], state["updates"]
+        torch.set_rng_state(state["torch_rng"])
+        self.sampler.set_state(state["sampler_rng"])
+        self.episodes.finished = list(state["episodes"])
+        return state.get("env_state")
+
+    # ----- the loops -----------------------------------------------------------------
+    def frames_per_agent_step(self, batch: int) -> int:
+        return batch * self.cfg.frame_skip * self.world_size
+
+    def train(self):
+        cfg = self.cfg
+        env_state = self.load_checkpoint() if cfg.resume else None
+        self._open_logs()
+        self._episodes_logged = len(self.episodes.finished)
+        if env_state is not None and hasattr(self.env, "set_state"):
+            obs, state_info = self.env.set_state(env_state)
+        else:
+            if cfg.resume:
+                print("note: this backend cannot restore environment states; environments restart",
+                      file=sys.stderr)
+            obs, state_info = self.env.reset(seed=self.env_seed)
+        start_time, start_frames = time.perf_counter(), self.frames
+        last_log = time.perf_counter()
+        next_checkpoint = (self.frames // cfg.checkpoint_every + 1) * cfg.checkpoint_every
+        loop = self._a2c_iteration if cfg.schedule == "a2c" else self._impala_iteration
+        state = {"obs": obs, "info": state_info}
+        try:
+            while self.frames < cfg.total_frames:
+                self.set_learning_rate()
+                loop(state)
+                self._flush_episodes()
+                now = time.perf_counter()
+                if now - last_log >= cfg.log_every:
+                    self._log_metrics(start_time, start_frames)
+                    last_log = now
+                if self.frames >= next_checkpoint:
+                    self.save_checkpoint()
+                    next_checkpoint += cfg.checkpoint_every
+        finally:
+            self._flush_episodes()
+            self._log_metrics(start_time, start_frames)
+            self.save_checkpoint()
+            self._close()
+        return self.summary()
+
+    def _a2c_iteration(self, state):
+        cfg = self.cfg
+        T, N = cfg.num_steps, cfg.num_envs
+        obs_buf = np.empty((T + 1, N, *self.obs_shape), dtype=np.uint8)
+        actions = np.empty((T, N), dtype=np.int64)
+        logits = np.empty((T, N, self.num_actions), dtype=np.float32)
+        rewards = np.empty((T, N), dtype=np.float32)
+        dones = np.empty((T, N), dtype=np.float32)
+        values = np.empty((T, N), dtype=np.float32)
+        env_ids = np.arange(N)
+        obs = state["obs"]
+        for t in range(T):
+            obs_buf[t] = obs
+            actions[t], logits[t], values[t] = self.act(obs)
+            obs, reward, terminated, truncated, info = self.env.step(actions[t])
+            done = np.logical_or(terminated, truncated)
+            rewards[t], dones[t] = reward, done
+            self.frames += self.frames_per_agent_step(N)
+            self.episodes.update(env_ids, reward, done, self.frames)
+            self._log_step(env_ids, actions[t], np.asarray(reward, np.float32), terminated, truncated,
+                           info.get("lives", np.zeros(N)), values[t], logits[t], self.frames,
+                           obs_buf[t])
+        obs_buf[T] = obs
+        state["obs"] = obs
+        group = N // cfg.num_minibatches
+        for m in range(cfg.num_minibatches):  # later groups learn from an older policy's data
+            idx = slice(m * group, (m + 1) * group)
+            self.learn(obs_buf[:, idx], actions[:, idx], logits[:, idx], rewards[:, idx], dones[:, idx])
+
+    def _impala_iteration(self, state):
+        """Collect until `learner_batch` trajectories of num_steps transitions are ready, then learn."""
+        cfg = self.cfg
+        T = cfg.num_steps
+        if "traj" not in state:
+            state["traj"] = {e: self._empty_trajectory() for e in range(cfg.num_envs)}
+            state["ready"] = []
+            state["outstanding"] = np.zeros(cfg.num_envs, bool)  # an action was sent, no reply yet
+            state["last"] = (np.zeros(cfg.num_envs, np.int64),
+                             np.zeros((cfg.num_envs, self.num_actions), np.float32),
+                             np.zeros(cfg.num_envs, np.float32))
+        traj, ready, outstanding = state["traj"], state["ready"], state["outstanding"]
+        last_action, last_logits, last_value = state["last"]
+        obs, info = state["obs"], state["info"]
+        while len(ready) < cfg.learner_batch:
+            env_ids = np.asarray(info["env_id"])
+            actions, logits, values = self.act(obs)
+            for k, e in enumerate(env_ids):
+                buf = traj[int(e)]
+                buf["obs"].append(obs[k])
+                if len(buf["act"]) == T:  # T transitions plus the next observation: cut here
+                    ready.append({key: np.stack(v) for key, v in buf.items()})
+                    traj[int(e)] = buf = self._empty_trajectory()
+                    buf["obs"].append(obs[k])
+                buf["act"].append(actions[k])
+                buf["logit"].append(logits[k])
+            last_action[env_ids], last_logits[env_ids], last_value[env_ids] = actions, logits, values
+            outstanding[env_ids] = True
+            self.env.send(actions)
+            obs, reward, terminated, truncated, info = self.env.recv()
+            ids = np.asarray(info["env_id"])
+            answered = outstanding[ids]  # False: a first observation after the initial reset
+            obs, reward, terminated, truncated = obs, reward * answered, terminated & answered, truncated & answered
+            done = np.logical_or(terminated, truncated)
+            for k, e in enumerate(ids):
+                if answered[k]:
+                    traj[int(e)]["rew"].append(reward[k])
+                    traj[int(e)]["done"].append(done[k])
+            outstanding[ids] = False
+            self.frames += self.frames_per_agent_step(len(ids))
+            self.episodes.update(ids, reward, done, self.frames)
+            self._log_step(ids, last_action[ids], np.asarray(reward, np.float32), terminated,
+                           truncated, info.get("lives", np.zeros(len(ids))), last_value[ids],
+                           last_logits[ids], self.frames, obs)
+        state["obs"], state["info"] = obs, info
+        batch, state["ready"] = ready[:cfg.learner_batch], ready[cfg.learner_batch:]
+
+        def stack(key):  # [T(+1), B, ...]
+            return np.stack([b[key] for b in batch], axis=1)
+
+        self.learn(stack("obs"), stack("act"), stack("logit").astype(np.float32),
+                   stack("rew").astype(np.float32), stack("done").astype(np.float32))
+
+    @staticmethod
+    def _empty_trajectory():
+        return {"obs": [], "act": [], "logit": [], "rew": [], "done": []}
+
+    def _close(self):
+        if self.traj is not None:
+            self.traj.close()
+            if self.rank == 0:
+                from hybridsim import trajlog
+                trajlog.write_master(self.log_dir)
+        if self.rank == 0:
+            if self.tb is not None:
+                self.tb.close()
+            self.metrics_file.close()
+            write_learning_curve(self.log_dir)
+        self.env.close()
+
+    def summary(self) -> dict:
+        return {"frames": self.frames, "updates": self.updates,
+                "episodes": len(self.episodes.finished),
+                "mean_return_100": self.episodes.recent_mean(),
+                "checkpoint": str(self.checkpoint_path()),
+                "metrics": str(self.log_dir / "metrics.csv"),
+                "curve": str(self.log_dir / "learning_curve.png")}
+
+
+def write_learning_curve(log_dir) -> pathlib.Path | None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    log_dir = pathlib.Path(log_dir)
+    rows = list(csv.DictReader(open(log_dir / "metrics.csv")))
+    frames = [int(r["frames"]) for r in rows if r["mean_return_100"] not in ("nan", "")]
+    returns = [float(r["mean_return_100"]) for r in rows if r["mean_return_100"] not in ("nan", "")]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(frames, returns)
+    ax.set_xlabel("frames")
+    ax.set_ylabel("mean return (last 100 episodes)")
+    ax.set_title(f"{log_dir.name}")
+    ax.grid(alpha=0.3)
+    path = log_dir / "learning_curve.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _package_versions() -> str:
+    import importlib.metadata as md
+    versions = {}
+    for name in ("hybridsim", "torch", "numpy", "ale-py", "h5py"):
+        try:
+            versions[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return json.dumps(versions)
+
+
+def _git_revision() -> str:
+    import subprocess
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             cwd=pathlib.Path(__file__).parent, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"

@@ -1,0 +1,87 @@
+"""The training loop end to end on a tiny budget (ale-py's vector env as the backend)."""
+import csv
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("ale_py")
+
+from hybridsim import trajlog  # noqa: E402
+from hybridsim.cli import build_parser  # noqa: E402
+from hybridsim.config import build_config  # noqa: E402
+from hybridsim.train import TrainConfig, Trainer  # noqa: E402
+
+
+def tiny_config(tmp_path, **overrides):
+    base = dict(game="pong", backend="ale-py", num_envs=4, num_minibatches=2, total_frames=1600,
+                log_dir=str(tmp_path), num_threads=1, torch_threads=1, log_every=0.0,
+                checkpoint_every=800, noop_max=5)
+    base.update(overrides)
+    return TrainConfig(**base)
+
+
+@pytest.mark.parametrize("schedule", ["a2c", "impala"])
+def test_short_run_writes_every_artifact(tmp_path, schedule):
+    cfg = tiny_config(tmp_path, schedule=schedule, env_batch_size=2, learner_batch=2)
+    summary = Trainer(cfg).train()
+    assert summary["frames"] >= cfg.total_frames and summary["updates"] > 0
+    for name in ("checkpoint.pt", "metrics.csv", "learning_curve.png", "traj_rank00000.h5",
+                 "trajectories.h5"):
+        assert (tmp_path / name).is_file(), name
+    assert any((tmp_path / "tensorboard").iterdir())
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert int(rows[-1]["frames"]) == summary["frames"]
+    steps = trajlog.read_steps(tmp_path / "trajectories.h5", fields=["env_id", "global_frame"])
+    assert (steps["env_id"] >= 0).all()
+    logged_frames = steps["env_id"].size * cfg.frame_skip
+    assert logged_frames == summary["frames"]
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert state["frames"] == summary["frames"]
+
+
+def test_same_seed_same_parameters(tmp_path):
+    params = []
+    for k in range(2):
+        cfg = tiny_config(tmp_path / str(k), log_trajectories=False)
+        trainer = Trainer(cfg)
+        trainer.train()
+        params.append(torch.cat([p.detach().flatten() for p in trainer.model.parameters()]))
+    assert torch.equal(params[0], params[1])
+
+
+def test_config_file_and_command_line(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text('game = "breakout"\nnum_envs = 8\nlr = 0.001\n')
+    args = build_parser().parse_args(["train", "--config", str(config), "--num-envs", "12",
+                                      "--num-minibatches", "3", "--lr-decay", "false"])
+    cfg = build_config(TrainConfig, args)
+    assert (cfg.game, cfg.num_envs, cfg.lr, cfg.lr_decay) == ("breakout", 12, 0.001, False)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"num_env": 3}))
+    args = build_parser().parse_args(["train", "--config", str(bad)])
+    with pytest.raises(ValueError, match="unknown settings \\['num_env'\\]"):
+        build_config(TrainConfig, args)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("num_envs", 6, "divisible by num_minibatches"),
+    ("schedule", "ppo", "schedule must be a2c or impala"),
+    ("backend", "tpu", "backend must be"),
+])
+def test_invalid_settings_are_named(tmp_path, field, value, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_config(tmp_path, **{field: value}, num_minibatches=4).validate()
+
+
+def test_resume_continues_from_the_checkpoint(tmp_path):
+    first = Trainer(tiny_config(tmp_path, total_frames=800, log_trajectories=False))
+    first.train()
+    resumed = Trainer(tiny_config(tmp_path, total_frames=1600, resume=True, log_trajectories=False))
+    summary = resumed.train()
+    assert summary["frames"] >= 1600
+    assert resumed.updates > first.updates
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    frames = [int(r["frames"]) for r in rows]
+    assert frames == sorted(frames) and frames[0] <= 800 < frames[-1]
