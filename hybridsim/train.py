@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hybridsim import vtrace
+from hybridsim import dist, vtrace
 from hybridsim.models import build_model
 
 
@@ -113,6 +113,8 @@ class TrainConfig:
     """Also log observations (every obs_stride steps, for env 0) into the trajectory files."""
     obs_stride: int = 100
     """Step interval between logged observations."""
+    sync_check_every: int = 100
+    """Updates between checks that all MPI ranks hold identical parameters."""
 
     def validate(self):
         checks = [
@@ -179,23 +181,25 @@ class EpisodeTracker:
             self.start_frames[env] = frame
             self.episode_ids[env] += 1
 
-    def recent_mean(self, n: int = 100) -> float:
-        recent = [e[2] for e in self.finished[-n:]]
-        return float(np.mean(recent)) if recent else float("nan")
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, rank: int = 0, world_size: int = 1, comm=None):
+    def __init__(self, cfg: TrainConfig, comm=None):
         cfg.validate()
         self.cfg = cfg
-        self.rank, self.world_size, self.comm = rank, world_size, comm
+        self.comm = comm if comm is not None else dist.init_comm()
+        rank = self.rank = self.comm.rank
+        self.world_size = self.comm.size
         self.log_dir = pathlib.Path(cfg.log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.device = pick_device(cfg.device)
         torch.set_num_threads(cfg.torch_threads or len(os.sched_getaffinity(0)))
         torch.manual_seed(cfg.seed)
-        self.sampler = torch.Generator().manual_seed(cfg.seed + 1_000_003 * rank)
-        self.env_seed = cfg.seed + rank * cfg.num_envs
+        # Global env ids rank*N..rank*N+N-1; env e is seeded seed + e and draws its action
+        # noise from (seed, e, its own step counter), so results do not depend on the split.
+        self.env_ids = dist.env_block(rank, cfg.num_envs)
+        self.env_seed = cfg.seed + int(self.env_ids[0])
+        self.action_counters = np.zeros(cfg.num_envs, dtype=np.uint64)
         env_batch = 0
         if cfg.schedule == "impala":
             env_batch = cfg.env_batch_size or max(1, cfg.num_envs // 2)
@@ -204,25 +208,34 @@ class Trainer:
         self.num_actions = int(self.env.single_action_space.n)
         self.obs_shape = tuple(self.env.single_observation_space.shape)
         self.model = build_model(cfg.model, self.obs_shape, self.num_actions).to(self.device)
+        self.comm.broadcast_parameters(self.model)
         if cfg.optimizer == "rmsprop":
             self.optimizer = torch.optim.RMSprop(self.model.parameters(), lr=cfg.lr,
                                                  alpha=cfg.rmsprop_alpha, eps=cfg.eps)
         else:
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.eps)
         self.frames = 0  # over all ranks
+        self.local_frames = 0  # this rank's frames not yet added to self.frames
         self.updates = 0
         self.episodes = EpisodeTracker(cfg.num_envs)
+        self.all_episodes: list[tuple] = []  # every rank's finished episodes, on rank 0
         self.last_losses: dict[str, float] = {}
         self.traj = None
 
     # ----- acting and learning -------------------------------------------------------
     @torch.no_grad()
-    def act(self, obs: np.ndarray):
+    def act(self, obs: np.ndarray, local_ids=None):
+        """Sample actions for the environments `local_ids` (default: all, in order)."""
+        local_ids = np.arange(len(obs)) if local_ids is None else np.asarray(local_ids)
         logits, values = self.model(torch.from_numpy(obs).to(self.device))
-        logits = logits.float().cpu()
-        probs = torch.softmax(logits, dim=-1)
-        actions = torch.multinomial(probs, 1, generator=self.sampler).squeeze(-1)
-        return actions.numpy().astype(np.int64), logits.numpy(), values.float().cpu().numpy()
+        logits = logits.float().cpu().numpy()
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        cdf = np.cumsum(probs / probs.sum(-1, keepdims=True), axis=-1)
+        u = dist.counter_uniforms(self.cfg.seed, self.env_ids[local_ids],
+                                  self.action_counters[local_ids])
+        self.action_counters[local_ids] += np.uint64(1)
+        actions = np.minimum((cdf < u[:, None]).sum(-1), self.num_actions - 1)
+        return actions.astype(np.int64), logits, values.float().cpu().numpy()
 
     def learn(self, obs, actions, behavior_logits, rewards, dones):
         """One update on a [T(+1), B] batch: obs [T+1, B, ...], the rest [T, B]."""
@@ -249,11 +262,13 @@ class Trainer:
         loss = pg_loss + cfg.value_coef * baseline_loss - cfg.entropy_coef * entropy
         self.optimizer.zero_grad()
         loss.backward()
-        if self.comm is not None:
-            self.comm.allreduce_gradients(self.model)
+        self.comm.allreduce_gradients(self.model)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
         self.optimizer.step()
         self.updates += 1
+        if self.updates % self.cfg.sync_check_every == 0 and not self.comm.parameters_in_sync(self.model):
+            raise RuntimeError(f"rank {self.rank}: parameters differ between ranks after update "
+                               f"{self.updates}; gradients were not averaged identically")
         self.last_losses = {"losses/policy": pg_loss.item(), "losses/baseline": baseline_loss.item(),
                             "losses/entropy": entropy.item(), "losses/grad_norm": float(grad_norm),
                             "charts/mean_rho": float(out.log_rhos.exp().mean())}
@@ -286,7 +301,7 @@ class Trainer:
             obs = None
             if self.cfg.log_observations:
                 obs = trajlog.ObservationLogging(shape=self.obs_shape, stride=self.cfg.obs_stride,
-                                                 env_ids=(self.env_seed - self.cfg.seed,))
+                                                 env_ids=(int(self.env_ids[0]),))
             self.traj = trajlog.TrajectoryWriter(
                 trajlog.rank_file(self.log_dir, self.rank), batch_size=self.env_batch,
                 num_actions=self.num_actions, observations=obs,
@@ -296,13 +311,21 @@ class Trainer:
                        "git_revision": _git_revision()})
 
     def _log_metrics(self, start_time, start_frames):
+        """Collective: every rank calls it at the same iteration; rank 0 writes."""
+        first = int(self.env_ids[0])
+        new = [(e[0] + first, *e[1:]) for e in self.episodes.finished[self._episodes_merged:]]
+        self._episodes_merged = len(self.episodes.finished)
+        gathered = self.comm.gather(new)
         elapsed = time.perf_counter() - start_time
         fps = (self.frames - start_frames) / max(elapsed, 1e-9)
-        mean_return = self.episodes.recent_mean()
         if self.rank == 0:
+            for part in gathered:
+                self.all_episodes.extend(part)
+            recent = [e[2] for e in self.all_episodes[-100:]]
+            mean_return = float(np.mean(recent)) if recent else float("nan")
             lr = self.optimizer.param_groups[0]["lr"]
             self.metrics.writerow([self.frames, self.updates, f"{elapsed:.1f}", f"{fps:.0f}",
-                                   f"{mean_return:.3f}", len(self.episodes.finished), f"{lr:.3g}",
+                                   f"{mean_return:.3f}", len(self.all_episodes), f"{lr:.3g}",
                                    self.last_losses.get("losses/policy"),
                                    self.last_losses.get("losses/baseline"),
                                    self.last_losses.get("losses/entropy")])
@@ -317,7 +340,7 @@ class Trainer:
             done = min(1.0, self.frames / self.cfg.total_frames)
             bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
             print(f"[{bar}] {100 * done:5.1f}%  {self.frames:,} frames  {fps:,.0f} frames/s  "
-                  f"return(100) {mean_return:7.2f}  episodes {len(self.episodes.finished)}",
+                  f"return(100) {mean_return:7.2f}  episodes {len(self.all_episodes)}",
                   flush=True)
 
     def _log_step(self, env_ids, actions, rewards, dones_term, dones_trunc, lives, values, logits,
@@ -329,7 +352,7 @@ class Trainer:
             action=actions.astype(np.int16), reward_raw=rewards.astype(np.float32),
             reward_clipped=clipped.astype(np.float32), terminated=dones_term, truncated=dones_trunc,
             lives=np.asarray(lives).astype(np.int16), value=values.astype(np.float32),
-            env_id=(np.asarray(env_ids) + self.env_seed - self.cfg.seed).astype(np.int32),
+            env_id=(np.asarray(env_ids) + int(self.env_ids[0])).astype(np.int32),
             episode_id=self.episodes.episode_ids[env_ids],
             global_frame=np.full(len(env_ids), frame, np.int64), behavior_logits=logits,
             observation=obs)
@@ -337,7 +360,7 @@ class Trainer:
     def _flush_episodes(self):
         if self.traj is not None:
             for env, episode, ret, length, start, end in self.episodes.finished[self._episodes_logged:]:
-                self.traj.append_episode(env + self.env_seed - self.cfg.seed, episode, ret, length,
+                self.traj.append_episode(env + int(self.env_ids[0]), episode, ret, length,
                                          start, end)
         self._episodes_logged = len(self.episodes.finished)
 
@@ -350,9 +373,10 @@ class Trainer:
             return
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "frames": self.frames, "updates": self.updates,
-                 "torch_rng": torch.get_rng_state(), "sampler_rng": self.sampler.get_state(),
+                 "torch_rng": torch.get_rng_state(), "action_counters": self.action_counters,
                  "config": dataclasses.asdict(self.cfg), "num_actions": self.num_actions,
-                 "obs_shape": self.obs_shape, "episodes": self.episodes.finished,
+                 "obs_shape": self.obs_shape, "episodes": self.all_episodes,
+                 "world_size": self.world_size,
                  "env_state": self._env_state()}
         tmp = self.checkpoint_path().with_suffix(".tmp")
         torch.save(state, tmp)
@@ -371,19 +395,20 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.frames, self.updates = state["frames"], state["updates"]
         torch.set_rng_state(state["torch_rng"])
-        self.sampler.set_state(state["sampler_rng"])
-        self.episodes.finished = list(state["episodes"])
+        if state.get("world_size", 1) == self.world_size:
+            self.action_counters[:] = state["action_counters"][:len(self.action_counters)]
+        self.all_episodes = list(state["episodes"])
         return state.get("env_state")
 
     # ----- the loops -----------------------------------------------------------------
     def frames_per_agent_step(self, batch: int) -> int:
-        return batch * self.cfg.frame_skip * self.world_size
+        return batch * self.cfg.frame_skip
 
     def train(self):
         cfg = self.cfg
         env_state = self.load_checkpoint() if cfg.resume else None
         self._open_logs()
-        self._episodes_logged = len(self.episodes.finished)
+        self._episodes_logged = self._episodes_merged = 0
         if env_state is not None and hasattr(self.env, "set_state"):
             obs, state_info = self.env.set_state(env_state)
         else:
@@ -400,19 +425,26 @@ class Trainer:
             while self.frames < cfg.total_frames:
                 self.set_learning_rate()
                 loop(state)
+                self.frames += self.comm.allreduce_sum(self.local_frames)
+                self.local_frames = 0
                 self._flush_episodes()
                 now = time.perf_counter()
-                if now - last_log >= cfg.log_every:
+                if self.comm.bcast(now - last_log >= cfg.log_every):  # rank 0's clock decides
                     self._log_metrics(start_time, start_frames)
                     last_log = now
                 if self.frames >= next_checkpoint:
                     self.save_checkpoint()
                     next_checkpoint += cfg.checkpoint_every
-        finally:
+        except BaseException:
+            # No collectives here: other ranks may be elsewhere. Keep what this rank has
+            # (its trajectory rows, rank 0's metrics), then let the error end the job.
             self._flush_episodes()
-            self._log_metrics(start_time, start_frames)
-            self.save_checkpoint()
-            self._close()
+            self._close(finished=False)
+            raise
+        self._flush_episodes()
+        self._log_metrics(start_time, start_frames)
+        self.save_checkpoint()
+        self._close(finished=True)
         return self.summary()
 
     def _a2c_iteration(self, state):
@@ -432,16 +464,18 @@ class Trainer:
             obs, reward, terminated, truncated, info = self.env.step(actions[t])
             done = np.logical_or(terminated, truncated)
             rewards[t], dones[t] = reward, done
-            self.frames += self.frames_per_agent_step(N)
-            self.episodes.update(env_ids, reward, done, self.frames)
+            self.local_frames += self.frames_per_agent_step(N)
+            self.episodes.update(env_ids, reward, done, self.frames + self.local_frames)
             self._log_step(env_ids, actions[t], np.asarray(reward, np.float32), terminated, truncated,
-                           info.get("lives", np.zeros(N)), values[t], logits[t], self.frames,
-                           obs_buf[t])
+                           info.get("lives", np.zeros(N)), values[t], logits[t],
+                           self.frames + self.local_frames, obs_buf[t])
         obs_buf[T] = obs
         state["obs"] = obs
-        group = N // cfg.num_minibatches
-        for m in range(cfg.num_minibatches):  # later groups learn from an older policy's data
-            idx = slice(m * group, (m + 1) * group)
+        # Minibatch m takes every num_minibatches-th environment, so the groups are the same
+        # sets of global envs however they are split over ranks. Later groups learn from
+        # data collected by an older policy; V-trace corrects for it.
+        for m in range(cfg.num_minibatches):
+            idx = slice(m, None, cfg.num_minibatches)
             self.learn(obs_buf[:, idx], actions[:, idx], logits[:, idx], rewards[:, idx], dones[:, idx])
 
     def _impala_iteration(self, state):
@@ -460,7 +494,7 @@ class Trainer:
         obs, info = state["obs"], state["info"]
         while len(ready) < cfg.learner_batch:
             env_ids = np.asarray(info["env_id"])
-            actions, logits, values = self.act(obs)
+            actions, logits, values = self.act(obs, env_ids)
             for k, e in enumerate(env_ids):
                 buf = traj[int(e)]
                 buf["obs"].append(obs[k])
@@ -483,11 +517,12 @@ class Trainer:
                     traj[int(e)]["rew"].append(reward[k])
                     traj[int(e)]["done"].append(done[k])
             outstanding[ids] = False
-            self.frames += self.frames_per_agent_step(len(ids))
-            self.episodes.update(ids, reward, done, self.frames)
+            self.local_frames += self.frames_per_agent_step(len(ids))
+            frame = self.frames + self.local_frames
+            self.episodes.update(ids, reward, done, frame)
             self._log_step(ids, last_action[ids], np.asarray(reward, np.float32), terminated,
                            truncated, info.get("lives", np.zeros(len(ids))), last_value[ids],
-                           last_logits[ids], self.frames, obs)
+                           last_logits[ids], frame, obs)
         state["obs"], state["info"] = obs, info
         batch, state["ready"] = ready[:cfg.learner_batch], ready[cfg.learner_batch:]
 
@@ -501,23 +536,27 @@ class Trainer:
     def _empty_trajectory():
         return {"obs": [], "act": [], "logit": [], "rew": [], "done": []}
 
-    def _close(self):
+    def _close(self, finished: bool):
         if self.traj is not None:
             self.traj.close()
-            if self.rank == 0:
+        if finished:
+            self.comm.barrier()  # every rank file is closed before rank 0 stitches them
+        if self.rank == 0:
+            if self.traj is not None and finished:
                 from hybridsim import trajlog
                 trajlog.write_master(self.log_dir)
-        if self.rank == 0:
             if self.tb is not None:
                 self.tb.close()
-            self.metrics_file.close()
-            write_learning_curve(self.log_dir)
+            if self.metrics_file is not None:
+                self.metrics_file.close()
+                write_learning_curve(self.log_dir)
         self.env.close()
 
     def summary(self) -> dict:
         return {"frames": self.frames, "updates": self.updates,
-                "episodes": len(self.episodes.finished),
-                "mean_return_100": self.episodes.recent_mean(),
+                "episodes": len(self.all_episodes),
+                "mean_return_100": (float(np.mean([e[2] for e in self.all_episodes[-100:]]))
+                                    if self.all_episodes else float("nan")),
                 "checkpoint": str(self.checkpoint_path()),
                 "metrics": str(self.log_dir / "metrics.csv"),
                 "curve": str(self.log_dir / "learning_curve.png")}

@@ -1,0 +1,104 @@
+"""Data-parallel training over MPI ranks (mpiexec from the pip mpich, or a system MPI)."""
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("ale_py")
+from hybridsim import dist  # noqa: E402
+
+
+def mpiexec():
+    pytest.importorskip("mpi4py")
+    exe = shutil.which("mpiexec", path=str(pathlib.Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if exe is None:
+        pytest.skip("no mpiexec (pip install mpi4py mpich)")
+    return exe
+
+
+def test_counter_uniforms_depend_only_on_seed_env_and_counter():
+    u = dist.counter_uniforms(7, np.arange(8), np.zeros(8, np.uint64))
+    again = np.concatenate([dist.counter_uniforms(7, np.arange(4), np.zeros(4, np.uint64)),
+                            dist.counter_uniforms(7, np.arange(4, 8), np.zeros(4, np.uint64))])
+    np.testing.assert_array_equal(u, again)
+    many = dist.counter_uniforms(7, np.repeat(np.arange(100), 100), np.tile(np.arange(100), 100).astype(np.uint64))
+    assert 0.0 <= many.min() and many.max() < 1.0
+    assert abs(many.mean() - 0.5) < 0.01
+    assert len(np.unique(many)) == many.size
+    assert not np.array_equal(u, dist.counter_uniforms(8, np.arange(8), np.zeros(8, np.uint64)))
+
+
+def test_local_comm_is_the_identity():
+    comm = dist.LocalComm()
+    assert comm.allreduce_sum(3) == 3 and comm.gather("x") == ["x"] and comm.bcast(5) == 5
+
+
+TRAIN_ARGS = ["--game", "pong", "--backend", "ale-py", "--total-frames", "1280",
+              "--num-minibatches", "2", "--num-threads", "1", "--torch-threads", "1",
+              "--noop-max", "5", "--log-every", "0", "--checkpoint-every", "100000"]
+
+
+def final_parameters(run_dir):
+    state = torch.load(pathlib.Path(run_dir) / "checkpoint.pt", weights_only=False)
+    return torch.cat([v.flatten().float() for v in state["model"].values()]), state
+
+
+def test_two_ranks_match_one_rank_with_all_environments(tmp_path):
+    exe = mpiexec()
+    one = subprocess.run([sys.executable, "-m", "hybridsim", "train", *TRAIN_ARGS, "--num-envs", "8",
+                          "--log-dir", str(tmp_path / "one")], capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([exe, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train",
+                          *TRAIN_ARGS, "--num-envs", "4", "--log-dir", str(tmp_path / "two")],
+                         capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-3000:]
+    p1, s1 = final_parameters(tmp_path / "one")
+    p2, s2 = final_parameters(tmp_path / "two")
+    assert s1["frames"] == s2["frames"] and s1["updates"] == s2["updates"]
+    assert s2["world_size"] == 2
+    torch.testing.assert_close(p1, p2, rtol=1e-4, atol=1e-5)
+    assert (tmp_path / "two" / "traj_rank00001.h5").is_file()
+    from hybridsim import trajlog
+    steps = trajlog.read_steps(tmp_path / "two" / "trajectories.h5", fields=["env_id"])
+    assert sorted(set(steps["env_id"].ravel().tolist())) == list(range(8))
+
+
+FAULT_SCRIPT = textwrap.dedent("""
+    import os, signal, sys
+    from hybridsim.train import TrainConfig, Trainer
+    mode, log_dir = sys.argv[1], sys.argv[2]
+    cfg = TrainConfig(game="pong", backend="ale-py", num_envs=2, num_minibatches=1,
+                      total_frames=10**7, log_dir=log_dir, num_threads=1, torch_threads=1,
+                      log_trajectories=False, log_every=1000.0)
+    trainer = Trainer(cfg)
+    learn = trainer.learn
+    def faulty_learn(*args):
+        learn(*args)
+        if trainer.rank == 1 and trainer.updates == 3:
+            if mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError("injected failure on rank 1")
+    trainer.learn = faulty_learn
+    trainer.train()
+""")
+
+
+@pytest.mark.parametrize("mode", ["kill", "exception"])
+def test_a_failing_rank_ends_the_whole_job(tmp_path, mode):
+    exe = mpiexec()
+    script = tmp_path / "faulty.py"
+    script.write_text(FAULT_SCRIPT)
+    result = subprocess.run([exe, "-n", "2", sys.executable, "-m", "mpi4py", str(script), mode,
+                             str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    if mode == "exception":
+        assert "injected failure on rank 1" in output
+    else:
+        assert "KILLED BY SIGNAL: 9" in output or "signal 9" in output.lower(), output[-2000:]
