@@ -17,7 +17,11 @@ never reported), nor is Chopper Command's "started" latch, which ALE does not se
 import os
 import struct
 
+import pathlib
+
 import numpy as np
+
+REPO_DIR = pathlib.Path(__file__).resolve().parent.parent
 
 TRUE_PATTERN = 0xFAB1FAB2
 FALSE_PATTERN = 0xBAD1BAD2
@@ -105,16 +109,22 @@ class Divergence(AssertionError):
     pass
 
 
-def run_stream(name, frames, seed=0, resets=2, check_internal=True, tracker_cls=None):
+def run_stream(name, frames, seed=0, resets=2, check_internal=True, tracker_cls=None,
+               mode=None, difficulty=None):
     """Play a seeded random stream of minimal actions in ale-py and feed every frame's
     RAM to a GameTracker; raise Divergence at the first frame where anything differs.
 
+    mode / difficulty, when given, are selected through ale-py before the first reset.
     Returns a dict of counts (frames, episodes, nonzero rewards, game overs, lives lost).
     """
     if tracker_cls is None:
         from hybridsim._games import GameTracker as tracker_cls
 
     ale = make_ale(name, seed)
+    if mode is not None:
+        ale.setMode(mode)  # both take effect at the next reset_game
+    if difficulty is not None:
+        ale.setDifficulty(difficulty)
     tracker = tracker_cls(name)
     rng = np.random.default_rng([seed, tracker.game])
     actions = list(ale.getMinimalActionSet())
@@ -172,4 +182,66 @@ def run_stream(name, frames, seed=0, resets=2, check_internal=True, tracker_cls=
         elif f in reset_at:
             restart()
             prev_lives = tracker.lives()
+    return stats
+
+
+# Values that sit on the edges of the rules in games_step.h (blank digits, wrap points,
+# game-over markers, sign bits); pokes pick from these or a random byte.
+EDGE_VALUES = (0x00, 0x01, 0x02, 0x03, 0x05, 0x09, 0x0A, 0x10, 0x15, 0x21, 0x24, 0x40, 0x41,
+               0x48, 0x53, 0x58, 0x59, 0x60, 0x68, 0x80, 0x84, 0x90, 0x99, 0xA0, 0xAB, 0xBD,
+               0xC0, 0xCD, 0xE7, 0xEA, 0xF8, 0xFE, 0xFF)
+
+
+def run_poked(name, frames, seed=0, poke_prob=0.2):
+    """Like run_stream, but before some frames overwrite the RAM bytes the game's rule
+    reads (data/games.json "settings_ram") with edge or random values through
+    ale.setRAM, so that branches random play rarely reaches (score wrap-arounds, blank
+    digits, game-over markers, latches) are compared too. The game itself runs on
+    whatever it makes of the poked bytes; reward, lives, game_over and the settings'
+    serialised state must still agree on every frame."""
+    import json
+    from hybridsim._games import GameTracker
+
+    table = json.loads((REPO_DIR / "data" / "games.json").read_text())["games"]
+    watched = [a - 0x80 for a in next(g for g in table if g["name"] == name)["settings_ram"]]
+    ale = make_ale(name, seed)
+    tracker = GameTracker(name)
+    rng = np.random.default_rng([seed, tracker.game, 7])
+    actions = list(ale.getMinimalActionSet())
+    stats = dict(frames=0, episodes=0, pokes=0, game_overs=0)
+
+    def compare(where, r_ale=None, r_ours=None):
+        if r_ale is not None and r_ale != r_ours:
+            raise Divergence(f"{where}: reward ale={r_ale} ours={r_ours}")
+        if ale.lives() != tracker.lives() or ale.game_over() != tracker.terminal():
+            raise Divergence(f"{where}: lives/game_over ale={ale.lives()}/{ale.game_over()} "
+                             f"ours={tracker.lives()}/{tracker.terminal()}")
+        want, got = ale_settings_fields(ale, name), tracker_fields(tracker, name)
+        if r_ale is None:
+            want.pop("r"), got.pop("r")
+        if want != got:
+            raise Divergence(f"{where}: settings state ale={want} ours={got}")
+
+    def restart():
+        ale.reset_game()
+        tracker.reset()
+        tracker.step(ale.getRAM())
+        stats["episodes"] += 1
+        compare(f"{name}: after reset_game #{stats['episodes']}")
+
+    restart()
+    for f in range(frames):
+        if rng.random() < poke_prob:
+            k = int(rng.integers(1, len(watched) + 1))
+            for idx in rng.choice(watched, size=k, replace=False):
+                v = int(rng.integers(256)) if rng.random() < 0.15 else int(rng.choice(EDGE_VALUES))
+                ale.setRAM(int(idx), v)
+            stats["pokes"] += 1
+        r_ale = ale.act(actions[int(rng.integers(len(actions)))])
+        r_ours = tracker.step(ale.getRAM())
+        stats["frames"] += 1
+        compare(f"{name}: poked run, frame {f}", r_ale, r_ours)
+        if ale.game_over():
+            stats["game_overs"] += 1
+            restart()
     return stats

@@ -7,16 +7,25 @@ must equal ale-py's on every frame. The settings' internal variables (score base
 lives counter, latches) are also compared with what ALE serialises in cloneState().
 See games_oracle.py for how the tracker is put into ALE's post-reset state.
 
-HYBRIDSIM_GAMES_FRAMES=N sets the frames per game (default 800; e.g. 30000 for a long run).
+A second stream per game pokes edge values into the RAM bytes the game's rule reads
+(ale.setRAM before the frame), reaching wrap-arounds, blank digits and game-over
+markers that random play seldom does; 34 multi-mode games also run in their last mode.
+
+HYBRIDSIM_GAMES_FRAMES=N sets the frames per game (default 800; e.g. 30000 for a long
+run; the poked and other-mode streams scale with it).
 """
 import json
 
 import pytest
 
 from conftest import REPO
-from games_oracle import frames_per_game, run_stream
+from games_oracle import frames_per_game, run_poked, run_stream
 
-NAMES = [g["name"] for g in json.loads((REPO / "data" / "games.json").read_text())["games"]]
+TABLE = json.loads((REPO / "data" / "games.json").read_text())["games"]
+NAMES = [g["name"] for g in TABLE]
+# Games with several modes, played in their last mode and hardest difficulty.
+OTHER_MODES = [(g["name"], g["modes"][-1], g["difficulties"][-1]) for g in TABLE
+               if len(g["modes"]) > 1]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -24,6 +33,21 @@ def test_ram_stream_matches_ale(name):
     stats = run_stream(name, frames_per_game(800), seed=0, resets=2)
     assert stats["frames"] == frames_per_game(800)
     assert stats["episodes"] >= 3
+
+
+@pytest.mark.parametrize("name,mode,difficulty", OTHER_MODES)
+def test_ram_stream_in_other_mode(name, mode, difficulty):
+    frames = frames_per_game(800) // 4
+    stats = run_stream(name, frames, seed=1, resets=1, mode=mode, difficulty=difficulty)
+    assert stats["frames"] == frames
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_poked_ram_matches_ale(name):
+    """Edge values written into the bytes the rule reads (wraps, blanks, game over)."""
+    frames = frames_per_game(800) * 3 // 8
+    stats = run_poked(name, frames, seed=0)
+    assert stats["frames"] == frames and stats["pokes"] > 0
 
 
 def test_harness_catches_a_wrong_tracker():
