@@ -33,6 +33,9 @@ struct GameState {
   int32_t aux[4];
 };
 
+// 8 x int32 with no padding: a batch of states is a plain int32 array of shape (n, 8).
+static_assert(sizeof(GameState) == 32, "GameState layout is part of the interface");
+
 namespace games_detail {
 
 HS_HD HS_INLINE int32_t rd(const uint8_t* ram, int32_t addr) { return ram[addr & 0x7F]; }

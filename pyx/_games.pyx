@@ -19,6 +19,11 @@ cdef extern from "games.h" namespace "hs" nogil:
     int32_t game_lives(int32_t game, const GameState& g)
     bint game_terminal(int32_t game, const GameState& g)
 
+cdef extern from *:
+    """
+    static_assert(sizeof(hs::GameState) == 8 * sizeof(int32_t), "GameState is 8 int32");
+    """
+
 NUM_GAMES = kNumGames  # ids 1 .. NUM_GAMES - 1; 0 is "no game"
 
 
@@ -89,3 +94,44 @@ cdef class GameTracker:
         self.st.score, self.st.reward, self.st.lives, self.st.terminal = vals[:4]
         for k in range(4):
             self.st.aux[k] = vals[4 + k]
+
+
+def step_batch(const int32_t[::1] games, int32_t[:, ::1] states, const uint8_t[:, ::1] rams,
+               int32_t[::1] rewards):
+    """Step n trackers at once: states is an (n, 8) int32 array laid out like GameState
+    (score, reward, lives, terminal, aux0..3), rams (n, 128) uint8, rewards (n,) int32
+    receives each frame's reward. Lives / terminal can be read back with lives_batch."""
+    cdef Py_ssize_t n = games.shape[0], i
+    if states.shape[0] != n or states.shape[1] != 8 or rams.shape[0] != n or \
+            rams.shape[1] != 128 or rewards.shape[0] != n:
+        raise ValueError("shapes must be games (n,), states (n, 8), rams (n, 128), rewards (n,)")
+    for i in range(n):
+        if not 0 < games[i] < kNumGames:
+            raise ValueError(f"unknown game id {games[i]} at {i}")
+    with nogil:
+        for i in range(n):
+            game_step(games[i], (<GameState*>&states[i, 0])[0], &rams[i, 0], &rewards[i])
+
+
+def reset_batch(const int32_t[::1] games, int32_t[:, ::1] states):
+    """game_reset for every row of an (n, 8) int32 state array."""
+    cdef Py_ssize_t n = games.shape[0], i
+    if states.shape[0] != n or states.shape[1] != 8:
+        raise ValueError("shapes must be games (n,), states (n, 8)")
+    for i in range(n):
+        if not 0 < games[i] < kNumGames:
+            raise ValueError(f"unknown game id {games[i]} at {i}")
+        game_reset(games[i], (<GameState*>&states[i, 0])[0])
+
+
+def lives_batch(const int32_t[::1] games, int32_t[:, ::1] states):
+    """(lives, terminal) arrays as ALE reports them, for an (n, 8) state array."""
+    cdef Py_ssize_t n = games.shape[0], i
+    lives = np.zeros(n, np.int32)
+    term = np.zeros(n, np.bool_)
+    cdef int32_t[::1] lv = lives
+    cdef uint8_t[::1] tv = term.view(np.uint8)
+    for i in range(n):
+        lv[i] = game_lives(games[i], (<GameState*>&states[i, 0])[0])
+        tv[i] = game_terminal(games[i], (<GameState*>&states[i, 0])[0])
+    return lives, term

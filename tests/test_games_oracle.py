@@ -67,3 +67,35 @@ def test_harness_catches_a_wrong_tracker():
 
     with pytest.raises(Divergence, match="reward"):
         run_stream("alien", 800, seed=0, check_internal=False, tracker_cls=DropsFirstReward)
+
+
+def test_batch_api_matches_tracker():
+    """step_batch over an (n, 8) int32 state array == one GameTracker per row."""
+    import numpy as np
+    from hybridsim._games import GameTracker, game_id, lives_batch, reset_batch, step_batch
+    from games_oracle import make_ale
+
+    names = ["breakout", "qbert", "tennis", "riverraid", "chopper_command", "skiing"]
+    frames = 300
+    rams = np.zeros((frames, len(names), 128), np.uint8)
+    for j, name in enumerate(names):
+        ale = make_ale(name)
+        ale.reset_game()
+        acts = ale.getMinimalActionSet()
+        rng = np.random.default_rng(j)
+        rams[0, j] = ale.getRAM()
+        for f in range(1, frames):
+            ale.act(acts[int(rng.integers(len(acts)))])
+            rams[f, j] = ale.getRAM()
+    ids = np.array([game_id(n) for n in names], np.int32)
+    states = np.full((len(names), 8), -7, np.int32)
+    reset_batch(ids, states)
+    trackers = [GameTracker(n) for n in names]
+    rewards = np.zeros(len(names), np.int32)
+    for f in range(frames):
+        step_batch(ids, states, np.ascontiguousarray(rams[f]), rewards)
+        lives, term = lives_batch(ids, states)
+        for j, t in enumerate(trackers):
+            assert t.step(rams[f, j]) == rewards[j]
+            assert tuple(states[j]) == t.get_state()
+            assert (t.lives(), t.terminal()) == (lives[j], term[j])
