@@ -5,7 +5,8 @@
 //   * game_reset(id, g) at the point ALE resets its game settings: after the 60 NOOP
 //     frames and the first 4-frame soft reset of reset_game;
 //   * game_set_mode(id, g, mode, ram) once the mode-select presses are done (before the
-//     second soft reset); only a few games keep anything from it;
+//     second soft reset), on every reset_game, default mode included; only Alien, Demon
+//     Attack and Gravitar keep anything from it;
 //   * game_step(id, g, ram, &reward) after EVERY emulated frame from then on, including
 //     the soft-reset frames, the NOOP frame that follows each SELECT press, the starting
 //     actions and, of course, the frames of act(). (ALE also steps during the first 64
