@@ -1,0 +1,177 @@
+// games.h: per-game reward / lives / terminal bookkeeping for the Atari-57 set,
+// reproducing what ale-py 0.12.1 reports frame by frame.
+//
+// Usage (mirrors where ALE touches its game settings, see data/games.json "reset"):
+//   * game_reset(id, g) at the point ALE resets its game settings: after the 60 NOOP
+//     frames and the first 4-frame soft reset of reset_game;
+//   * game_set_mode(id, g, mode, ram) once the mode-select presses are done (before the
+//     second soft reset), on every reset_game, default mode included; only Alien, Demon
+//     Attack and Gravitar keep anything from it;
+//   * game_step(id, g, ram, &reward) after EVERY emulated frame from then on, including
+//     the soft-reset frames, the NOOP frame that follows each SELECT press, the starting
+//     actions and, of course, the frames of act(). (ALE also steps during the first 64
+//     frames of reset_game, but game_reset wipes all of that, so they may be skipped.)
+//   * an act() frame is not emulated at all once game_terminal() is true (reward 0).
+//
+// ram128[i] is RIOT RAM at $80 + i. Nothing here needs more than those 128 bytes.
+//
+// GameState keeps the settings' own memory: `score` is the last decoded score (the
+// baseline the next reward is measured from), `lives` the raw lives counter the settings
+// keep (game_lives() applies the reporting rule, e.g. 0 once terminal), `terminal` the
+// value game_terminal() reports, and aux[] a few per-game extras (flags, previous values).
+#pragma once
+
+#include "hs_prelude.h"
+#include "games_ids.h"
+
+namespace hs {
+
+struct GameState {
+  int32_t score;
+  int32_t reward;    // reward of the most recent game_step
+  int32_t lives;
+  int32_t terminal;  // 0 or 1
+  int32_t aux[4];
+};
+
+// 8 x int32 with no padding: a batch of states is a plain int32 array of shape (n, 8).
+static_assert(sizeof(GameState) == 32, "GameState layout is part of the interface");
+
+namespace games_detail {
+
+HS_HD HS_INLINE int32_t rd(const uint8_t* ram, int32_t addr) { return ram[addr & 0x7F]; }
+
+// Two packed decimal digits, taken at face value even when a nibble is above 9.
+HS_HD HS_INLINE int32_t packed2(int32_t v) { return (v >> 4) * 10 + (v & 0x0F); }
+
+// Score spread over up to three packed bytes, lowest two digits first; pass -1 for
+// a byte the game does not have.
+HS_HD HS_INLINE int32_t packed_score(const uint8_t* ram, int32_t lo, int32_t mid, int32_t hi) {
+  int32_t total = packed2(rd(ram, lo));
+  if (mid >= 0) total += 100 * packed2(rd(ram, mid));
+  if (hi >= 0) total += 10000 * packed2(rd(ram, hi));
+  return total;
+}
+
+// Low nibbles of consecutive bytes as decimal digits (lowest first); a nibble of 0xA is
+// the game's blank digit and counts as zero.
+HS_HD HS_INLINE int32_t nibble_digits(const uint8_t* ram, int32_t first, int32_t count) {
+  int32_t total = 0, weight = 1;
+  for (int32_t k = 0; k < count; ++k) {
+    int32_t d = rd(ram, first + k) & 0x0F;
+    if (d == 0x0A) d = 0;
+    total += d * weight;
+    weight *= 10;
+  }
+  return total;
+}
+
+// Replace the running score and return the difference from the previous one.
+HS_HD HS_INLINE int32_t advance(GameState& g, int32_t now) {
+  int32_t diff = now - g.score;
+  g.score = now;
+  return diff;
+}
+
+HS_HD HS_INLINE int32_t alien_digit(int32_t v) { return v == 0x80 ? 0 : (v >> 3); }
+
+// River Raid draws digits from pointers that step by 8; anything else reads as 0.
+HS_HD HS_INLINE int32_t riverraid_digit(int32_t v) { return (v % 8 == 0 && v <= 72) ? v / 8 : 0; }
+
+HS_HD HS_INLINE int32_t riverraid_lives(int32_t b) {
+  if (b == 0x58) return 4;
+  if (b == 0x59) return 1;
+  return b / 8 + 1;
+}
+
+}  // namespace games_detail
+
+// Lives a game starts with in its settings' memory right after game_reset.
+HS_HD HS_INLINE int32_t game_initial_lives(int32_t game) {
+  switch (game) {
+    case kGameAtlantis: case kGameGravitar: case kGameJamesbond: case kGameMontezumaRevenge:
+      return 6;
+    case kGameBankHeist: case kGameBattleZone: case kGameBreakout: case kGameCrazyClimber:
+    case kGamePhoenix: case kGameStarGunner: case kGameTimePilot: case kGameUpNDown:
+    case kGameZaxxon:
+      return 5;
+    case kGameAssault: case kGameAsteroids: case kGameDemonAttack: case kGameFrostbite:
+    case kGameHero: case kGameKungFuMaster: case kGameQbert: case kGameRobotank:
+    case kGameSeaquest: case kGameVenture: case kGameYarsRevenge:
+      return 4;
+    case kGameAlien: case kGameAmidar: case kGameAsterix: case kGameBeamRider:
+    case kGameBerzerk: case kGameCentipede: case kGameChopperCommand: case kGameDefender:
+    case kGameGopher: case kGameKangaroo: case kGameKrull: case kGameMsPacman:
+    case kGameNameThisGame: case kGamePitfall: case kGameRoadRunner: case kGameSolaris:
+    case kGameSpaceInvaders: case kGameTutankham: case kGameVideoPinball:
+    case kGameWizardOfWor:
+      return 3;
+    default:
+      return 0;  // games without a lives counter, and River Raid (lives live in aux[0])
+  }
+}
+
+HS_HD HS_INLINE void game_reset(int32_t game, GameState& g) {
+  g.reward = 0;
+  g.terminal = 0;
+  g.lives = game_initial_lives(game);
+  g.aux[0] = g.aux[1] = g.aux[2] = g.aux[3] = 0;
+  // Two games measure their first reward from a non-zero baseline.
+  g.score = game == kGamePitfall ? 2000 : (game == kGamePrivateEye ? 1000 : 0);
+  if (game == kGameQbert) g.aux[0] = 2;          // previous lives byte
+  if (game == kGameRiverraid) g.aux[0] = 0x58;   // previous lives byte
+}
+
+// Effects of ALE's mode selection on the settings' memory (call after the SELECT presses,
+// before the soft reset that follows them).
+HS_HD HS_INLINE void game_set_mode(int32_t game, GameState& g, int32_t mode, const uint8_t* ram128) {
+  switch (game) {
+    case kGameAlien:
+      g.lives = games_detail::rd(ram128, 0xC0) & 0x0F;
+      break;
+    case kGameDemonAttack:
+      g.aux[0] = 1;  // the next step may not report game over
+      break;
+    case kGameGravitar:
+      g.lives = mode == 1 ? 15 : (mode == 3 ? 100 : (mode == 4 ? 25 : 6));
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace hs
+
+#include "games_step.h"
+
+namespace hs {
+
+// Lives as ALE reports them (ALEInterface::lives()).
+HS_HD HS_INLINE int32_t game_lives(int32_t game, const GameState& g) {
+  switch (game) {
+    // reported even after game over
+    case kGameAlien: case kGameChopperCommand:
+      return g.lives;
+    // no lives counter at all
+    case kGameBowling: case kGameBoxing: case kGameDoubleDunk: case kGameEnduro:
+    case kGameFishingDerby: case kGameFreeway: case kGameIceHockey: case kGamePong:
+    case kGamePrivateEye: case kGameSkiing: case kGameTennis:
+      return 0;
+    // ALE's fallback rule: one life until game over
+    case kGameSurround:
+      return g.terminal ? 0 : 1;
+    case kGameRiverraid:
+      return g.terminal ? 0 : games_detail::riverraid_lives(g.aux[0]);
+    case kGameNone:
+      return 0;
+    default:
+      return g.terminal ? 0 : g.lives;
+  }
+}
+
+HS_HD HS_INLINE bool game_terminal(int32_t game, const GameState& g) {
+  (void)game;
+  return g.terminal != 0;
+}
+
+}  // namespace hs

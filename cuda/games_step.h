@@ -1,0 +1,454 @@
+// games_step.h: the per-frame rule of every game (included by games.h; not standalone).
+//
+// Each case reads the frame's RAM, updates GameState and yields the frame's reward.
+// Addresses are written as CPU addresses ($80-$FF); only the low 7 bits index ram128.
+#pragma once
+
+namespace hs {
+
+HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128, int32_t* reward) {
+  using namespace games_detail;
+  const uint8_t* m = ram128;
+  int32_t r = 0;
+  bool over = false;
+
+  switch (game) {
+    case kGameAlien: {
+      int32_t s = alien_digit(rd(m, 0x8B)) + 10 * alien_digit(rd(m, 0x89)) +
+                  100 * alien_digit(rd(m, 0x87)) + 1000 * alien_digit(rd(m, 0x85)) +
+                  10000 * alien_digit(rd(m, 0x83));
+      r = advance(g, 10 * s);
+      g.lives = rd(m, 0xC0) & 0x0F;
+      over = g.lives == 0;
+      break;
+    }
+    case kGameAmidar: {
+      r = advance(g, packed_score(m, 0xD9, 0xDA, 0xDB));
+      int32_t b = rd(m, 0xD6);
+      over = b == 0x80;
+      g.lives = b & 0x0F;
+      break;
+    }
+    case kGameAssault: {
+      r = advance(g, packed_score(m, 0x82, 0x81, 0x80));
+      g.lives = rd(m, 0xE5);
+      over = g.lives == 0;
+      break;
+    }
+    case kGameAsterix: {
+      r = advance(g, packed_score(m, 0xE0, 0xDF, 0xDE));
+      g.lives = rd(m, 0xD3) & 0x0F;
+      over = rd(m, 0xC7) == 0x01 && g.lives == 1;
+      break;
+    }
+    case kGameAsteroids: {
+      r = advance(g, 10 * packed_score(m, 0xBE, 0xBD, -1));
+      if (r < 0) r += 100000;  // the displayed score rolls over at 100,000
+      g.lives = rd(m, 0xBC) >> 4;
+      over = g.lives == 0;
+      break;
+    }
+    case kGameAtlantis: {
+      int32_t s = 100 * packed_score(m, 0xA2, 0xA3, 0xA1);
+      g.lives = rd(m, 0xF1);
+      over = g.lives == 0xFF;
+      if (over) {
+        r = 0;  // the score is neither paid nor remembered on the game-over frame
+      } else {
+        r = advance(g, s);
+      }
+      break;
+    }
+    case kGameBankHeist: {
+      r = advance(g, packed_score(m, 0xDA, 0xD9, 0xD8));
+      g.lives = rd(m, 0xD5);
+      over = rd(m, 0xCE) == 0x01 && g.lives == 0;
+      break;
+    }
+    case kGameBattleZone: {
+      int32_t lo = rd(m, 0x9D), hi = rd(m, 0x9E);
+      int32_t d0 = lo >> 4, d1 = hi & 0x0F, d2 = hi >> 4;
+      if (d0 == 10) d0 = 0;
+      if (d1 == 10) d1 = 0;
+      if (d2 == 10) d2 = 0;
+      r = advance(g, 1000 * (d0 + 10 * d1 + 100 * d2));
+      g.lives = rd(m, 0xBA) & 0x0F;
+      over = g.lives == 0;
+      break;
+    }
+    case kGameBeamRider: {
+      r = advance(g, packed_score(m, 0x89, 0x8A, 0x8B));
+      int32_t shown = rd(m, 0x85) + 1;
+      // A drop by one only counts once the game confirms it through $8C.
+      if (shown != g.lives - 1 || rd(m, 0x8C) == 0x01) g.lives = shown;
+      over = rd(m, 0x85) == 0xFF;
+      break;
+    }
+    case kGameBerzerk: {
+      r = advance(g, packed_score(m, 0xDF, 0xDE, 0xDD));
+      int32_t b = rd(m, 0xDA);
+      over = b == 0xFF;
+      g.lives = b + 1;
+      break;
+    }
+    case kGameBowling: {
+      r = advance(g, packed_score(m, 0xA1, 0xA6, -1));
+      over = rd(m, 0xA4) > 0x10;
+      break;
+    }
+    case kGameBoxing: {
+      int32_t me = packed2(rd(m, 0x92)), them = packed2(rd(m, 0x93));
+      if (rd(m, 0x92) == 0xC0) me = 100;  // knock-out
+      if (rd(m, 0x93) == 0xC0) them = 100;
+      r = advance(g, me - them);
+      if (me == 100 || them == 100) {
+        over = true;
+      } else {
+        int32_t clock = rd(m, 0x91);
+        over = (rd(m, 0x90) >> 4) == 0 && (clock & 0x0F) + 10 * (clock >> 4) == 0;
+      }
+      break;
+    }
+    case kGameBreakout: {
+      int32_t lo = rd(m, 0xCD), hi = rd(m, 0xCC);
+      r = advance(g, (lo & 0x0F) + 10 * (lo >> 4) + 100 * (hi & 0x0F));
+      int32_t b = rd(m, 0xB9);
+      if (b == 5) g.aux[0] = 1;  // has seen a full set of lives
+      over = g.aux[0] != 0 && b == 0;
+      g.lives = b;
+      break;
+    }
+    case kGameCentipede: {
+      r = advance(g, packed_score(m, 0xF6, 0xF5, 0xF4));
+      if (r < 0) r = 0;
+      g.lives = ((rd(m, 0xED) >> 4) & 0x07) + 1;
+      over = (rd(m, 0xA6) & 0x40) != 0;
+      break;
+    }
+    case kGameChopperCommand: {
+      r = advance(g, 100 * packed_score(m, 0xEE, 0xEC, -1));
+      g.lives = rd(m, 0xE4) & 0x0F;
+      g.aux[1] = g.lives == 0;                 // raw game-over condition
+      if (rd(m, 0xC2) & 0x01) g.aux[0] = 1;    // latched: play has begun
+      over = g.aux[0] != 0 && g.aux[1] != 0;
+      break;
+    }
+    case kGameCrazyClimber: {
+      int32_t s = rd(m, 0x82) + 10 * rd(m, 0x83) + 100 * rd(m, 0x84) + 1000 * rd(m, 0x85);
+      r = advance(g, 100 * s);
+      if (r < 0) r = 0;
+      g.lives = rd(m, 0xAA);
+      over = g.lives == 0;
+      break;
+    }
+    case kGameDefender: {
+      r = advance(g, nibble_digits(m, 0x9C, 6));
+      g.lives = rd(m, 0xC2);
+      over = g.lives == 0;
+      break;
+    }
+    case kGameDemonAttack: {
+      int32_t s = packed_score(m, 0x85, 0x83, 0x81);
+      if (rd(m, 0x81) == 0xAB && rd(m, 0x83) == 0xCD && rd(m, 0x85) == 0xEA) s = 0;
+      r = advance(g, s);
+      int32_t shown = rd(m, 0xF2);
+      over = shown == 0 && rd(m, 0xF1) == 0xBD && g.aux[0] == 0;
+      g.lives = shown + 1;
+      g.aux[0] = 0;
+      break;
+    }
+    case kGameDoubleDunk: {
+      int32_t me = packed2(rd(m, 0xF6)), them = packed2(rd(m, 0xF7));
+      r = advance(g, me - them);
+      over = (me >= 24 || them >= 24) && rd(m, 0xFE) == 0xE7;
+      break;
+    }
+    case kGameEnduro: {
+      int32_t day = rd(m, 0xAD), s = 0;
+      if (day != 0) {
+        int32_t left = packed_score(m, 0xAB, 0xAC, -1);  // cars still to pass
+        int32_t quota = day == 1 ? 200 : 300;
+        if (day >= 2) s = 200 + 300 * (day - 2);
+        s += quota - left;
+      }
+      r = advance(g, s);
+      over = rd(m, 0xAF) == 0xFF;
+      break;
+    }
+    case kGameFishingDerby: {
+      r = advance(g, packed2(rd(m, 0xBD)) - packed2(rd(m, 0xBE)));
+      over = rd(m, 0xBD) == 0x99 || rd(m, 0xBE) == 0x99;
+      break;
+    }
+    case kGameFreeway: {
+      r = advance(g, packed2(rd(m, 0xE7)));
+      if (r < 0) r = 0;
+      if (r > 1) r = 1;
+      over = rd(m, 0x96) == 1;
+      break;
+    }
+    case kGameFrostbite: {
+      r = advance(g, packed_score(m, 0xCA, 0xC9, 0xC8));
+      int32_t left = rd(m, 0xCC) & 0x0F;
+      over = left == 0 && (rd(m, 0xF1) & 0x80) != 0;
+      g.lives = left + 1;
+      break;
+    }
+    case kGameGopher: {
+      r = advance(g, packed_score(m, 0xB2, 0xB1, 0xB0));
+      int32_t carrots = rd(m, 0xB4) & 0x07;
+      over = carrots == 0;
+      g.lives = (carrots & 1) + ((carrots >> 1) & 1) + ((carrots >> 2) & 1);
+      break;
+    }
+    case kGameGravitar: {
+      r = advance(g, packed_score(m, 0x89, 0x88, 0x87));
+      int32_t screen = rd(m, 0x81);
+      over = screen == 0x01;
+      g.lives = screen == 0 ? 6 : rd(m, 0x84) + 1;
+      break;
+    }
+    case kGameHero: {
+      r = advance(g, packed_score(m, 0xB9, 0xB8, 0xB7));
+      g.lives = rd(m, 0xB3);
+      over = g.lives == 0;
+      break;
+    }
+    case kGameIceHockey: {
+      r = advance(g, packed2(rd(m, 0x8A)) - packed2(rd(m, 0x8B)));
+      if (r > 1) r = 1;  // only gains are capped
+      over = rd(m, 0x87) == 0 && rd(m, 0x86) == 0;
+      break;
+    }
+    case kGameJamesbond: {
+      r = advance(g, packed_score(m, 0xDC, 0xDD, 0xDE));
+      int32_t left = rd(m, 0x86) & 0x0F;
+      over = left == 0 && rd(m, 0x8C) == 0x68;
+      g.lives = left + 1;
+      break;
+    }
+    case kGameKangaroo: {
+      r = advance(g, 100 * packed_score(m, 0xA8, 0xA7, -1));
+      int32_t b = rd(m, 0xAD);
+      over = b == 0xFF;
+      g.lives = (b & 0x07) + 1;
+      break;
+    }
+    case kGameKrull: {
+      r = advance(g, packed_score(m, 0x9E, 0x9D, 0x9C));
+      int32_t left = rd(m, 0x9F);
+      over = left == 0 && rd(m, 0xA2) == 0x03 && rd(m, 0x80) == 0x80;
+      g.lives = (left & 0x07) + 1;
+      break;
+    }
+    case kGameKungFuMaster: {
+      r = advance(g, packed_score(m, 0x9A, 0x99, 0x98));
+      int32_t b = rd(m, 0x9D);
+      over = b == 0xFF;
+      g.lives = (b & 0x07) + 1;
+      break;
+    }
+    case kGameMontezumaRevenge: {
+      r = advance(g, packed_score(m, 0x95, 0x94, 0x93));
+      int32_t left = rd(m, 0xBA);
+      over = left == 0 && rd(m, 0xFE) == 0x60;
+      g.lives = (left & 0x07) + 1;
+      break;
+    }
+    case kGameMsPacman: {
+      r = advance(g, packed_score(m, 0xF8, 0xF9, 0xFA));
+      int32_t left = rd(m, 0xFB) & 0x0F;
+      over = left == 0 && rd(m, 0xA7) == 0x53;
+      g.lives = (left & 0x07) + 1;
+      break;
+    }
+    case kGameNameThisGame: {
+      r = advance(g, packed_score(m, 0xC6, 0xC5, 0xC4));
+      g.lives = rd(m, 0xC7) & 0x07;
+      over = g.lives == 0;
+      break;
+    }
+    case kGamePhoenix: {
+      int32_t s = 10 * packed_score(m, 0xC8, 0xC9, -1) + (rd(m, 0xC7) >> 4);
+      r = advance(g, 10 * s);
+      over = rd(m, 0xCC) == 0x80;
+      g.lives = rd(m, 0xCB) & 0x07;
+      break;
+    }
+    case kGamePitfall: {
+      r = advance(g, packed_score(m, 0xD7, 0xD6, 0xD5));
+      int32_t marks = rd(m, 0x80) >> 4;
+      over = marks == 0 && rd(m, 0x9E) != 0;
+      g.lives = marks == 0x0A ? 3 : (marks == 0x08 ? 2 : 1);
+      break;
+    }
+    case kGamePong: {
+      int32_t cpu = rd(m, 0x8D), player = rd(m, 0x8E);
+      r = advance(g, player - cpu);
+      over = cpu == 21 || player == 21;
+      break;
+    }
+    case kGamePrivateEye: {
+      r = advance(g, packed_score(m, 0xCA, 0xC9, 0xC8));
+      int32_t t = rd(m, 0xC2);
+      over = t != 0x00 && t != 0x01;
+      break;
+    }
+    case kGameQbert: {
+      int32_t b = rd(m, 0x88);
+      int32_t prev = g.aux[0];
+      over = b == 0xFE || (b == 0x02 && prev == -1);
+      int32_t now = (int32_t)(int8_t)(uint8_t)b;
+      if (now == prev - 1) g.lives -= 1;
+      g.aux[0] = now;
+      // On a game-over frame the score is left alone and nothing is paid.
+      r = over ? 0 : advance(g, packed_score(m, 0xDB, 0xDA, 0xD9));
+      break;
+    }
+    case kGameRiverraid: {
+      int32_t s = 0, weight = 1;
+      for (int32_t a = 0xD7; a >= 0xCD; a -= 2) {
+        s += weight * riverraid_digit(rd(m, a));
+        weight *= 10;
+      }
+      r = advance(g, s);
+      int32_t b = rd(m, 0xC0);
+      over = b == 0x58 && g.aux[0] == 0x59;
+      g.aux[0] = b;
+      break;
+    }
+    case kGameRoadRunner: {
+      r = advance(g, 100 * nibble_digits(m, 0xC9, 4));
+      int32_t left = rd(m, 0xC4) & 0x07;
+      over = left == 0 && (rd(m, 0xB9) != 0 || rd(m, 0xBD) != 0);
+      g.lives = left + 1;
+      break;
+    }
+    case kGameRobotank: {
+      r = advance(g, 12 * rd(m, 0xB6) + rd(m, 0xB5));
+      int32_t left = rd(m, 0xA8);
+      over = left == 0 && rd(m, 0xB4) == 0xFF;
+      g.lives = (left & 0x0F) + 1;
+      break;
+    }
+    case kGameSeaquest: {
+      r = advance(g, packed_score(m, 0xBA, 0xB9, 0xB8));
+      over = rd(m, 0xA3) != 0;
+      g.lives = rd(m, 0xBB) + 1;
+      break;
+    }
+    case kGameSkiing: {
+      int32_t elapsed = 6000 * rd(m, 0xE8) + packed_score(m, 0xEA, 0xE9, -1);
+      r = -advance(g, elapsed);  // time spent is the cost
+      over = rd(m, 0x91) == 0xFF;
+      break;
+    }
+    case kGameSolaris: {
+      r = advance(g, 10 * packed_score(m, 0xDC, 0xDD, 0xDE));
+      int32_t b = rd(m, 0xD9);
+      over = b == 0;
+      g.lives = b & 0x0F;
+      break;
+    }
+    case kGameSpaceInvaders: {
+      r = advance(g, packed_score(m, 0xE8, 0xE6, -1));
+      if (r < 0) r += 10000;  // four-digit score rolls over
+      g.lives = rd(m, 0xC9);
+      over = (rd(m, 0x98) & 0x80) != 0 || g.lives == 0;
+      break;
+    }
+    case kGameStarGunner: {
+      r = advance(g, 100 * nibble_digits(m, 0x83, 4));
+      int32_t b = rd(m, 0x87);
+      over = b == 0;
+      if (b == 0x05) g.aux[0] = 1;  // latched: a full set of lives was shown
+      g.lives = g.aux[0] ? (b & 0x0F) : 5;
+      break;
+    }
+    case kGameSurround: {
+      int32_t them = packed2(rd(m, 0xF6)), me = packed2(rd(m, 0xF7));
+      r = advance(g, me - them);
+      over = them == 10 || me == 10;
+      break;
+    }
+    case kGameTennis: {
+      // aux[0]: previous point difference, aux[1]: previous game difference.
+      int32_t my_games = rd(m, 0xC5), their_games = rd(m, 0xC6);
+      int32_t my_pts = rd(m, 0xC7), their_pts = rd(m, 0xC8);
+      int32_t dg = my_games - their_games, dp = my_pts - their_pts;
+      if (dp != g.aux[0]) {
+        r = dp - g.aux[0];
+      } else if (dg != g.aux[1]) {
+        r = dg - g.aux[1];
+      } else {
+        r = 0;
+      }
+      g.aux[0] = dp;
+      g.aux[1] = dg;
+      over = (my_pts >= 6 && dp >= 2) || (their_pts >= 6 && dp <= -2) || my_pts == 7 ||
+             their_pts == 7;
+      break;
+    }
+    case kGameTimePilot: {
+      r = advance(g, 100 * packed_score(m, 0x8D, 0x8F, -1));
+      over = rd(m, 0xA0) != 0;
+      if ((rd(m, 0x80) & 0x0F) == 2) g.lives = (rd(m, 0x8B) & 0x07) + 1;
+      break;
+    }
+    case kGameTutankham: {
+      r = advance(g, packed_score(m, 0x9C, 0x9A, -1));
+      int32_t b = rd(m, 0x9E);
+      over = b == 0 && rd(m, 0x81) != 0x84;
+      g.lives = b & 0x03;
+      break;
+    }
+    case kGameUpNDown: {
+      r = advance(g, packed_score(m, 0x82, 0x81, 0x80));
+      int32_t left = rd(m, 0x86) & 0x0F;
+      over = rd(m, 0x94) > 0x40 && left == 0;
+      g.lives = left + 1;
+      break;
+    }
+    case kGameVenture: {
+      r = advance(g, 100 * packed_score(m, 0xC8, 0xC7, -1));
+      int32_t left = rd(m, 0xC6);
+      over = left == 0 && rd(m, 0xCD) == 0xFF && (rd(m, 0xBF) & 0x80) != 0;
+      g.lives = (left & 0x07) + 1;
+      break;
+    }
+    case kGameVideoPinball: {
+      r = advance(g, packed_score(m, 0xB0, 0xB2, 0xB4));
+      over = (rd(m, 0xAF) & 0x01) != 0;
+      g.lives = 4 + (rd(m, 0xA8) & 0x01) - (rd(m, 0x99) & 0x07);
+      break;
+    }
+    case kGameWizardOfWor: {
+      int32_t s = packed_score(m, 0x86, 0x88, -1);
+      if (s >= 8000) s -= 8000;
+      r = advance(g, 100 * s);
+      int32_t left = rd(m, 0x8D) & 0x0F;
+      over = left == 0 && rd(m, 0xF4) == 0xF8;
+      if ((rd(m, 0xD7) & 0x01) == 0) g.lives = left;  // only between rounds
+      break;
+    }
+    case kGameYarsRevenge: {
+      r = advance(g, packed_score(m, 0xE2, 0xE1, 0xE0));
+      g.lives = rd(m, 0x9E) >> 4;
+      over = g.lives == 0;
+      break;
+    }
+    case kGameZaxxon: {
+      r = advance(g, 100 * packed_score(m, 0xE9, 0xE8, -1));
+      g.lives = rd(m, 0xEA) & 0x07;
+      over = g.lives == 0;
+      break;
+    }
+    default:
+      break;
+  }
+  g.reward = r;
+  g.terminal = over ? 1 : 0;
+  if (reward) *reward = r;
+}
+
+}  // namespace hs
