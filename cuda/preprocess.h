@@ -35,8 +35,9 @@
 // separate IEEE single-precision multiplies and adds in OpenCV's order, never fused
 // into FMA. This header enforces that itself: on the device it uses __fmul_rn and
 // __fadd_rn (never contracted, whatever --fmad says); on the host every product
-// passes through an empty asm barrier, so g++ cannot contract it either, under any
-// -ffp-contract / -march. No build flag is therefore required; do NOT build with
+// passes through an empty asm barrier wherever the compiler could emit FMA (see
+// HS_PP_FP_BARRIER), so g++ cannot contract it under any -ffp-contract / -march.
+// No build flag is therefore required; do NOT build with
 // -ffast-math / --use_fast_math (they may reorder sums or flush denormals), and on
 // 32-bit x86 without SSE2 (x87) results are not guaranteed. The table builder uses
 // double with the same barriers, matching OpenCV's SSE2 (non-FMA) baseline build.
@@ -69,7 +70,10 @@ enum {
 // Exact arithmetic helpers.
 
 // Empty asm that makes a value opaque to the host optimiser: a product passed through
-// it cannot be fused with a following add into an FMA.
+// it cannot be fused with a following add into an FMA. HS_PP_FP_BARRIER is the one used
+// in the pixel loops: it is a no-op where the compiler has no FMA instruction to fuse
+// into (x86 without -mfma / -march=haswell or later), so those loops stay vectorisable,
+// and the barrier wherever fusion is possible (FMA-enabled x86, ARM, anything else).
 #if defined(__CUDA_ARCH__)
 #define HS_PP_OPAQUE(v) ((void)0)
 #elif defined(__x86_64__) || (defined(__i386__) && defined(__SSE2__))
@@ -80,12 +84,20 @@ enum {
 #define HS_PP_OPAQUE(v) __asm__("" : "+m"(v))
 #endif
 
+#if defined(__CUDA_ARCH__)
+#define HS_PP_FP_BARRIER(v) ((void)0)
+#elif (defined(__x86_64__) || defined(__i386__)) && !defined(__FMA__) && !defined(__FMA4__)
+#define HS_PP_FP_BARRIER(v) ((void)0)
+#else
+#define HS_PP_FP_BARRIER(v) HS_PP_OPAQUE(v)
+#endif
+
 HS_HD HS_INLINE float f_mul(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
 #else
   float p = a * b;
-  HS_PP_OPAQUE(p);
+  HS_PP_FP_BARRIER(p);
   return p;
 #endif
 }
@@ -393,13 +405,75 @@ HS_HD HS_INLINE uint8_t resize_element_at(const ResizePlan& p, const Src& src, i
 HS_HD HS_INLINE int resize_dst_size(const ResizePlan& p) { return p.dst_h * p.dst_w * p.channels; }
 HS_HD HS_INLINE int resize_src_size(const ResizePlan& p) { return p.src_h * p.src_w * p.channels; }
 
-// Whole image: dst (dst_h x dst_w x channels) from src (src_h x src_w x channels).
+// Whole image, one resize_element per output byte (what a GPU thread per byte computes).
 template <class Src>
-HS_HD inline void resize_image_from(const ResizePlan& p, const Src& src, uint8_t* dst) {
+HS_HD inline void resize_image_elementwise(const ResizePlan& p, const Src& src, uint8_t* dst) {
   const int C = p.channels;
   for (int dy = 0; dy < p.dst_h; ++dy)
     for (int dx = 0; dx < p.dst_w; ++dx)
       for (int c = 0; c < C; ++c) dst[(dy * p.dst_w + dx) * C + c] = resize_element(p, src, dy, dx, c);
+}
+
+#if !defined(__CUDA_ARCH__)
+// KIND_AREA for a whole image on the host, row by row as OpenCV does: every output byte
+// gets exactly the float operations of resize_element, in the same order (so the same
+// bytes), without the per-element overhead. The horizontal pass of a source row is
+// kept for the next output row (area cells share their boundary rows).
+template <int C, class Src>
+inline void area_image_rows_c(const ResizePlan& p, const Src& src, uint8_t* dst) {
+  const int W = p.src_w, n = p.dst_w * C;
+  float buf[2][MAX_DIM * MAX_CHANNELS], sum[MAX_DIM * MAX_CHANNELS];
+  int buf_row[2] = {-1, -1};
+  for (int dy = 0; dy < p.dst_h; ++dy) {
+    for (int i = 0; i < n; ++i) sum[i] = 0.f;
+    for (int j = p.ay.start[dy], j1 = p.ay.start[dy + 1]; j < j1; ++j) {
+      const int sy = p.ay.src[j];
+      const int slot = sy & 1;  // rows of one output row are consecutive: no clash
+      float* b = buf[slot];
+      if (buf_row[slot] != sy) {
+        buf_row[slot] = sy;
+        const int row = sy * W;
+        for (int dx = 0; dx < p.dst_w; ++dx) {
+          const int k0 = p.ax.start[dx], k1 = p.ax.start[dx + 1];
+          for (int c = 0; c < C; ++c) {
+            float acc = 0.f;
+            for (int k = k0; k < k1; ++k)
+              acc = f_add(acc, f_mul((float)src((row + p.ax.src[k]) * C + c), p.ax.weight[k]));
+            b[dx * C + c] = acc;
+          }
+        }
+      }
+      const float beta = p.ay.weight[j];
+      for (int i = 0; i < n; ++i) sum[i] = f_add(sum[i], f_mul(beta, b[i]));
+    }
+    uint8_t* d = dst + dy * n;
+    for (int i = 0; i < n; ++i) d[i] = sat_u8(round_even_f(sum[i]));
+  }
+}
+
+template <class Src>
+inline void area_image_rows(const ResizePlan& p, const Src& src, uint8_t* dst) {
+  switch (p.channels) {
+    case 1: area_image_rows_c<1>(p, src, dst); break;
+    case 2: area_image_rows_c<2>(p, src, dst); break;
+    case 3: area_image_rows_c<3>(p, src, dst); break;
+    default: area_image_rows_c<4>(p, src, dst); break;
+  }
+}
+#endif
+
+// Whole image: dst (dst_h x dst_w x channels) from src (src_h x src_w x channels).
+// Identical bytes to resize_image_elementwise; on the host the float area path runs
+// row by row.
+template <class Src>
+HS_HD inline void resize_image_from(const ResizePlan& p, const Src& src, uint8_t* dst) {
+#if !defined(__CUDA_ARCH__)
+  if (p.kind == KIND_AREA) {
+    area_image_rows(p, src, dst);
+    return;
+  }
+#endif
+  resize_image_elementwise(p, src, dst);
 }
 
 HS_HD inline void resize_image(const ResizePlan& p, const uint8_t* src, uint8_t* dst) {
