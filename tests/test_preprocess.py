@@ -402,3 +402,66 @@ def test_host_build_is_exact_under_contracting_flags(flags, tmp_path):
         got = np.frombuffer((tmp_path / "out.bin").read_bytes(), np.uint8)
         want = np.concatenate([cv2_resize(i, size, "area").reshape(-1) for i in images])
         assert np.array_equal(got, want)
+
+
+# ---------------------------------------------------------------------------------------
+# End to end against ale-py's AtariVectorEnv (its bundled OpenCV 4.10 cv::resize).
+
+def _vector_env_pairs(game, size, gray, steps, interp="area", seed=0):
+    """Yield (AtariVectorEnv observation, our observation) per step, same actions."""
+    ale_py = pytest.importorskip("ale_py")
+    from ale_py.vector_env import AtariVectorEnv
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+    h, w = size
+    env = AtariVectorEnv(game=game, num_envs=1, num_threads=1, img_height=h, img_width=w,
+                         grayscale=gray, noop_max=0, use_fire_reset=False,
+                         repeat_action_probability=0.0, reward_clipping=False)
+    try:
+        obs, _ = env.reset(seed=seed)
+        ale = ale_py.ALEInterface()
+        ale.setInt("random_seed", seed)
+        ale.setFloat("repeat_action_probability", 0.0)
+        ale.loadROM(ale_py.roms.get_rom_path(game))
+        ale.reset_game()
+        actions = ale.getMinimalActionSet()
+        grab = ale.getScreenGrayscale if gray else ale.getScreenRGB
+        first = grab()
+        r = pp.Resizer(first.shape, size, interp)
+        stack = np.zeros((4,) + r.dst_shape, np.uint8)     # ALE: cleared, then the reset frame
+        pp.stack_push(stack, r.maxpool(first, np.zeros_like(first)))
+        yield obs[0], stack.copy()
+        rng = np.random.default_rng(seed)
+        for _ in range(steps):
+            a = int(rng.integers(len(actions)))
+            obs, *_ = env.step(np.array([a]))
+            last = [None, None]
+            for skip in range(4, 0, -1):                   # frameskip 4, keep the last two
+                ale.act(actions[a])
+                if ale.game_over():
+                    return
+                if skip <= 2:
+                    last[skip - 1] = grab()
+            pp.stack_push(stack, r.maxpool(last[0], last[1]))
+            yield obs[0], stack.copy()
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("game", ["breakout", "ms_pacman"])
+@pytest.mark.parametrize("size,gray", [((84, 84), True), ((84, 84), False), ((110, 84), True),
+                                       ((105, 80), True), ((42, 42), False)])
+def test_matches_ale_vector_env_observations(game, size, gray):
+    n = 0
+    for theirs, ours in _vector_env_pairs(game, size, gray, steps=40):
+        assert theirs.shape == ours.shape
+        assert np.array_equal(theirs, ours), f"step {n}: {np.count_nonzero(theirs != ours)} bytes differ"
+        n += 1
+    assert n > 20
+    assert len(np.unique(ours)) > 2          # real pictures, not blank frames
+
+
+def test_vector_env_comparison_has_teeth():
+    """INTER_LINEAR instead of INTER_AREA must be caught by the comparison above."""
+    differs = [not np.array_equal(t, o)
+               for t, o in _vector_env_pairs("breakout", (84, 84), True, steps=5, interp="linear")]
+    assert any(differs)
