@@ -465,3 +465,76 @@ def test_vector_env_comparison_has_teeth():
     differs = [not np.array_equal(t, o)
                for t, o in _vector_env_pairs("breakout", (84, 84), True, steps=5, interp="linear")]
     assert any(differs)
+
+
+KERNEL_EMULATION = r"""
+// Runs the CUDA kernels of preprocess_kernels.cu on the CPU: a sequential grid.
+#include <stdio.h>
+#include <stdlib.h>
+struct Dim3 { unsigned x; };
+static Dim3 blockIdx, blockDim, threadIdx;
+#define __global__
+#include "preprocess_kernels.cu"
+// argv: n stack_num sh sw c dh dw in_a in_b stack_io resized_out
+int main(int argc, char** argv) {
+  if (argc != 12) return 2;
+  int v[7];
+  for (int k = 0; k < 7; ++k) v[k] = atoi(argv[k + 1]);
+  int n = v[0], stack_num = v[1];
+  static hs::pp::ResizePlan plan;
+  if (hs::pp::resize_plan_init(&plan, v[2], v[3], v[5], v[6], v[4], hs::pp::INTERP_AREA)) return 3;
+  size_t in = (size_t)v[2] * v[3] * v[4], out = (size_t)v[5] * v[6] * v[4];
+  uint8_t* a = (uint8_t*)malloc(n * in); uint8_t* b = (uint8_t*)malloc(n * in);
+  uint8_t* st = (uint8_t*)malloc(n * stack_num * out); uint8_t* rs = (uint8_t*)malloc(n * out);
+  FILE* f;
+  f = fopen(argv[8], "rb"); if (fread(a, 1, n * in, f) != n * in) return 4; fclose(f);
+  f = fopen(argv[9], "rb"); if (fread(b, 1, n * in, f) != n * in) return 4; fclose(f);
+  f = fopen(argv[10], "rb"); if (fread(st, 1, n * stack_num * out, f) != n * stack_num * out) return 4; fclose(f);
+  blockDim.x = 128;
+  unsigned blocks = (unsigned)((n * out + 127) / 128);
+  for (blockIdx.x = 0; blockIdx.x < blocks; ++blockIdx.x)
+    for (threadIdx.x = 0; threadIdx.x < blockDim.x; ++threadIdx.x) {
+      resize_kernel(&plan, a, rs, n);
+      maxpool_resize_push_kernel(&plan, a, b, st, stack_num, n);
+    }
+  f = fopen(argv[10], "wb"); fwrite(st, 1, n * stack_num * out, f); fclose(f);
+  f = fopen(argv[11], "wb"); fwrite(rs, 1, n * out, f); fclose(f);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("size,channels", [((84, 84), 1), ((84, 84), 3), ((105, 80), 1),
+                                           ((64, 64), 3)])
+def test_cuda_kernels_emulated_on_cpu(size, channels, tmp_path):
+    """The kernels' indexing (one thread per byte, batch, fused max-pool + stack shift),
+    run as a sequential grid on the CPU, against cv2 and a NumPy stack."""
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no g++")
+    src = tmp_path / "emu.cpp"
+    src.write_text(KERNEL_EMULATION)
+    exe = tmp_path / "emu"
+    result = subprocess.run([cxx, "-std=c++17", "-O2", "-Wall", "-Werror", "-I",
+                             hybridsim.core_include_dir(), str(src), "-o", str(exe)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-4000:]
+    rng = np.random.default_rng(4)
+    n, stack_num = 5, 4
+    shape = (n,) + SRC + ((channels,) if channels > 1 else ())
+    a = rng.integers(0, 256, shape, dtype=np.uint8)
+    b = rng.integers(0, 256, shape, dtype=np.uint8)
+    dst = size + ((channels,) if channels > 1 else ())
+    stack = rng.integers(0, 256, (n, stack_num) + dst, dtype=np.uint8)
+    for name, arr in (("a", a), ("b", b), ("stack", stack)):
+        (tmp_path / name).write_bytes(arr.tobytes())
+    run = subprocess.run([str(exe), *map(str, (n, stack_num, *SRC, channels, *size)),
+                          *(str(tmp_path / x) for x in ("a", "b", "stack", "resized"))])
+    assert run.returncode == 0
+    got_stack = np.frombuffer((tmp_path / "stack").read_bytes(), np.uint8).reshape(stack.shape)
+    got_resized = np.frombuffer((tmp_path / "resized").read_bytes(), np.uint8).reshape((n,) + dst)
+    want_resized = np.stack([cv2_resize(x, size, "area") for x in a])
+    want_pooled = np.stack([cv2_resize(x, size, "area") for x in np.maximum(a, b)])
+    want_stack = np.concatenate([stack[:, 1:], want_pooled[:, None]], axis=1)
+    assert np.array_equal(got_resized, want_resized)
+    assert np.array_equal(got_stack, want_stack)
