@@ -219,6 +219,8 @@ struct ResizePlan {
   AreaAxis ax, ay;
   LinearAxis lx, ly;
 };
+// Only 2- and 4-byte fields, no pointers: the host-built bytes are the device's plan.
+static_assert(sizeof(ResizePlan) == 22584, "ResizePlan layout changed: update RESIZE_PLAN_BYTES users");
 
 // OpenCV's area table for one axis (ssize -> dsize, scale = ssize/dsize as OpenCV
 // computes it). Returns the number of entries, or -1 if it would overflow.
@@ -289,6 +291,8 @@ HS_HD inline void build_linear_axis(LinearAxis* t, int ssize, int dsize, double 
 // interp (INTERP_AREA or INTERP_LINEAR). Returns PLAN_OK or a PLAN_ERR_* code.
 HS_HD inline int resize_plan_init(ResizePlan* p, int src_h, int src_w, int dst_h, int dst_w,
                                   int channels, int interp) {
+  uint8_t* bytes = (uint8_t*)p;  // unused table slots are zero: equal plans are equal bytes
+  for (uint32_t i = 0; i < (uint32_t)sizeof(ResizePlan); ++i) bytes[i] = 0;
   if (channels < 1 || channels > MAX_CHANNELS) return PLAN_ERR_CHANNELS;
   if (src_h < 1 || src_w < 1 || dst_h < 1 || dst_w < 1 || src_h > MAX_DIM ||
       src_w > MAX_DIM || dst_h > MAX_DIM || dst_w > MAX_DIM)

@@ -100,6 +100,11 @@ cdef class Resizer:
     def channels(self):
         return self.plan.channels
 
+    def plan_bytes(self):
+        """The hs::pp::ResizePlan as a uint8 array: upload it as is for the CUDA kernels."""
+        cdef const uint8_t[::1] view = <const uint8_t[:sizeof(ResizePlan)]><const uint8_t*>self.plan
+        return np.array(view, dtype=np.uint8)
+
     def _check(self, a, name, batch):
         """a as a C-contiguous uint8 array of shape ([N,] H, W, C); ValueError otherwise."""
         a = np.asarray(a)

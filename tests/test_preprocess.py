@@ -248,6 +248,15 @@ def test_integer_fast_path_rounding_is_visible():
     assert np.all(pp.resize(img, (210, 80)) == 0)
 
 
+def test_plan_bytes_are_the_device_struct():
+    r = pp.Resizer(SRC, (84, 84))
+    raw = r.plan_bytes()
+    assert raw.dtype == np.uint8 and raw.shape == (22584,)
+    head = raw[:48].view(np.int32)
+    assert list(head[:7]) == [3, 3, 210, 160, 84, 84, 1]        # kind, interp, shapes, channels
+    assert np.array_equal(pp.Resizer(SRC, (84, 84)).plan_bytes(), raw)   # deterministic
+
+
 def test_linear_exact_2x2_downscale_uses_area_path():
     assert pp.Resizer(SRC, (105, 80), "linear").kind == "area_2x2"
     assert pp.Resizer(SRC, (84, 84), "linear").kind == "linear"
