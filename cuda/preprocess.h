@@ -356,49 +356,57 @@ HS_HD inline const char* resize_plan_error(int code) {
   }
 }
 
-// One output element (dy, dx, channel c) of the resize of the image read through `src`
-// (an accessor over a contiguous HWC image of the plan's source shape).
+// One output element (dy, dx, channel c) of a plan of kind KIND with C channels, reading
+// the source through `src` (an accessor over a contiguous HWC image of the plan's shape).
+template <int KIND, class Src>
+HS_HD HS_INLINE uint8_t resize_element_kind(const ResizePlan& p, const Src& src, int dy, int dx,
+                                            int c, int C) {
+  const int W = p.src_w;
+  if constexpr (KIND == KIND_COPY) {
+    return src((dy * W + dx) * C + c);
+  } else if constexpr (KIND == KIND_AREA_2X2) {
+    const int i = ((2 * dy) * W + 2 * dx) * C + c, row = W * C;
+    const int s = src(i) + src(i + C) + src(i + row) + src(i + row + C);
+    return (uint8_t)((s + 2) >> 2);
+  } else if constexpr (KIND == KIND_AREA_INT) {
+    int sum = 0;
+    for (int sy = 0; sy < p.iscale_y; ++sy) {
+      const int base = ((dy * p.iscale_y + sy) * W + dx * p.iscale_x) * C + c;
+      for (int sx = 0; sx < p.iscale_x; ++sx) sum += src(base + sx * C);
+    }
+    return sat_u8(round_even_f(f_mul((float)sum, p.inv_area)));
+  } else if constexpr (KIND == KIND_AREA) {
+    const int k0 = p.ax.start[dx], k1 = p.ax.start[dx + 1];
+    float sum = 0.f;
+    for (int j = p.ay.start[dy], j1 = p.ay.start[dy + 1]; j < j1; ++j) {
+      const int row = p.ay.src[j] * W;
+      float buf = 0.f;
+      for (int k = k0; k < k1; ++k)
+        buf = f_add(buf, f_mul((float)src((row + p.ax.src[k]) * C + c), p.ax.weight[k]));
+      sum = f_add(sum, f_mul(p.ay.weight[j], buf));
+    }
+    return sat_u8(round_even_f(sum));
+  } else {  // KIND_LINEAR
+    const int x0 = p.lx.i0[dx] * C + c, x1 = p.lx.i1[dx] * C + c;
+    const int r0 = p.ly.i0[dy] * W * C, r1 = p.ly.i1[dy] * W * C;
+    const int a0 = p.lx.w0[dx], a1 = p.lx.w1[dx];
+    const int h0 = src(r0 + x0) * a0 + src(r0 + x1) * a1;
+    const int h1 = src(r1 + x0) * a0 + src(r1 + x1) * a1;
+    return sat_u8((((p.ly.w0[dy] * (h0 >> 4)) >> 16) + ((p.ly.w1[dy] * (h1 >> 4)) >> 16) + 2) >> 2);
+  }
+}
+
+// One output element (dy, dx, channel c) of the plan, whatever its kind.
 template <class Src>
 HS_HD HS_INLINE uint8_t resize_element(const ResizePlan& p, const Src& src, int dy, int dx,
                                        int c) {
-  const int C = p.channels, W = p.src_w;
+  const int C = p.channels;
   switch (p.kind) {
-    case KIND_COPY:
-      return src((dy * W + dx) * C + c);
-    case KIND_AREA_2X2: {
-      int i = ((2 * dy) * W + 2 * dx) * C + c, row = W * C;
-      int s = src(i) + src(i + C) + src(i + row) + src(i + row + C);
-      return (uint8_t)((s + 2) >> 2);
-    }
-    case KIND_AREA_INT: {
-      int sum = 0;
-      for (int sy = 0; sy < p.iscale_y; ++sy) {
-        int base = ((dy * p.iscale_y + sy) * W + dx * p.iscale_x) * C + c;
-        for (int sx = 0; sx < p.iscale_x; ++sx) sum += src(base + sx * C);
-      }
-      return sat_u8(round_even_f(f_mul((float)sum, p.inv_area)));
-    }
-    case KIND_AREA: {
-      const int k0 = p.ax.start[dx], k1 = p.ax.start[dx + 1];
-      float sum = 0.f;
-      for (int j = p.ay.start[dy], j1 = p.ay.start[dy + 1]; j < j1; ++j) {
-        const int row = p.ay.src[j] * W;
-        float buf = 0.f;
-        for (int k = k0; k < k1; ++k)
-          buf = f_add(buf, f_mul((float)src((row + p.ax.src[k]) * C + c), p.ax.weight[k]));
-        sum = f_add(sum, f_mul(p.ay.weight[j], buf));
-      }
-      return sat_u8(round_even_f(sum));
-    }
-    default: {  // KIND_LINEAR
-      const int x0 = p.lx.i0[dx] * C + c, x1 = p.lx.i1[dx] * C + c;
-      const int r0 = p.ly.i0[dy] * W * C, r1 = p.ly.i1[dy] * W * C;
-      const int a0 = p.lx.w0[dx], a1 = p.lx.w1[dx];
-      const int h0 = src(r0 + x0) * a0 + src(r0 + x1) * a1;
-      const int h1 = src(r1 + x0) * a0 + src(r1 + x1) * a1;
-      const int v = (((p.ly.w0[dy] * (h0 >> 4)) >> 16) + ((p.ly.w1[dy] * (h1 >> 4)) >> 16) + 2) >> 2;
-      return sat_u8(v);
-    }
+    case KIND_COPY: return resize_element_kind<KIND_COPY>(p, src, dy, dx, c, C);
+    case KIND_AREA_2X2: return resize_element_kind<KIND_AREA_2X2>(p, src, dy, dx, c, C);
+    case KIND_AREA_INT: return resize_element_kind<KIND_AREA_INT>(p, src, dy, dx, c, C);
+    case KIND_AREA: return resize_element_kind<KIND_AREA>(p, src, dy, dx, c, C);
+    default: return resize_element_kind<KIND_LINEAR>(p, src, dy, dx, c, C);
   }
 }
 
@@ -415,13 +423,35 @@ HS_HD HS_INLINE uint8_t resize_element_at(const ResizePlan& p, const Src& src, i
 HS_HD HS_INLINE int resize_dst_size(const ResizePlan& p) { return p.dst_h * p.dst_w * p.channels; }
 HS_HD HS_INLINE int resize_src_size(const ResizePlan& p) { return p.src_h * p.src_w * p.channels; }
 
+// Whole image from the per-element function, with the kind and channel count fixed at
+// compile time so the loop body is only the arithmetic.
+template <int KIND, int C, class Src>
+HS_HD inline void resize_loop(const ResizePlan& p, const Src& src, uint8_t* dst) {
+  for (int dy = 0; dy < p.dst_h; ++dy)
+    for (int dx = 0; dx < p.dst_w; ++dx)
+      for (int c = 0; c < C; ++c) *dst++ = resize_element_kind<KIND>(p, src, dy, dx, c, C);
+}
+
+template <int KIND, class Src>
+HS_HD inline void resize_loop_channels(const ResizePlan& p, const Src& src, uint8_t* dst) {
+  switch (p.channels) {
+    case 1: resize_loop<KIND, 1>(p, src, dst); break;
+    case 2: resize_loop<KIND, 2>(p, src, dst); break;
+    case 3: resize_loop<KIND, 3>(p, src, dst); break;
+    default: resize_loop<KIND, 4>(p, src, dst); break;
+  }
+}
+
 // Whole image, one resize_element per output byte (what a GPU thread per byte computes).
 template <class Src>
 HS_HD inline void resize_image_elementwise(const ResizePlan& p, const Src& src, uint8_t* dst) {
-  const int C = p.channels;
-  for (int dy = 0; dy < p.dst_h; ++dy)
-    for (int dx = 0; dx < p.dst_w; ++dx)
-      for (int c = 0; c < C; ++c) dst[(dy * p.dst_w + dx) * C + c] = resize_element(p, src, dy, dx, c);
+  switch (p.kind) {
+    case KIND_COPY: resize_loop_channels<KIND_COPY>(p, src, dst); break;
+    case KIND_AREA_2X2: resize_loop_channels<KIND_AREA_2X2>(p, src, dst); break;
+    case KIND_AREA_INT: resize_loop_channels<KIND_AREA_INT>(p, src, dst); break;
+    case KIND_AREA: resize_loop_channels<KIND_AREA>(p, src, dst); break;
+    default: resize_loop_channels<KIND_LINEAR>(p, src, dst); break;
+  }
 }
 
 #if !defined(__CUDA_ARCH__)
