@@ -184,15 +184,19 @@ HS_HD inline void maxpool_frames(uint8_t* dst, const uint8_t* a, const uint8_t* 
 // Source accessors: the resize reads its input through one of these, so max-pooling can
 // be fused into the resize (each tap reads max(a, b)) without an intermediate frame.
 
+// Element indices are 64-bit: Python extensions are built with -fwrapv, under which
+// 32-bit index arithmetic keeps g++ from vectorising these loops (about 8x slower).
+typedef long long Index;
+
 struct Src1 {
   const uint8_t* p;
-  HS_HD HS_INLINE uint8_t operator()(int i) const { return p[i]; }
+  HS_HD HS_INLINE uint8_t operator()(Index i) const { return p[i]; }
 };
 
 struct SrcMax2 {
   const uint8_t* a;
   const uint8_t* b;
-  HS_HD HS_INLINE uint8_t operator()(int i) const { return maxpool_pixel(a[i], b[i]); }
+  HS_HD HS_INLINE uint8_t operator()(Index i) const { return maxpool_pixel(a[i], b[i]); }
 };
 
 // ---------------------------------------------------------------------------------------
@@ -361,25 +365,25 @@ HS_HD inline const char* resize_plan_error(int code) {
 template <int KIND, class Src>
 HS_HD HS_INLINE uint8_t resize_element_kind(const ResizePlan& p, const Src& src, int dy, int dx,
                                             int c, int C) {
-  const int W = p.src_w;
+  const Index W = p.src_w;
   if constexpr (KIND == KIND_COPY) {
     return src((dy * W + dx) * C + c);
   } else if constexpr (KIND == KIND_AREA_2X2) {
-    const int i = ((2 * dy) * W + 2 * dx) * C + c, row = W * C;
+    const Index i = ((2 * dy) * W + 2 * (Index)dx) * C + c, row = W * C;
     const int s = src(i) + src(i + C) + src(i + row) + src(i + row + C);
     return (uint8_t)((s + 2) >> 2);
   } else if constexpr (KIND == KIND_AREA_INT) {
     int sum = 0;
     for (int sy = 0; sy < p.iscale_y; ++sy) {
-      const int base = ((dy * p.iscale_y + sy) * W + dx * p.iscale_x) * C + c;
-      for (int sx = 0; sx < p.iscale_x; ++sx) sum += src(base + sx * C);
+      const Index base = ((dy * p.iscale_y + sy) * W + (Index)dx * p.iscale_x) * C + c;
+      for (int sx = 0; sx < p.iscale_x; ++sx) sum += src(base + (Index)sx * C);
     }
     return sat_u8(round_even_f(f_mul((float)sum, p.inv_area)));
   } else if constexpr (KIND == KIND_AREA) {
     const int k0 = p.ax.start[dx], k1 = p.ax.start[dx + 1];
     float sum = 0.f;
     for (int j = p.ay.start[dy], j1 = p.ay.start[dy + 1]; j < j1; ++j) {
-      const int row = p.ay.src[j] * W;
+      const Index row = p.ay.src[j] * W;
       float buf = 0.f;
       for (int k = k0; k < k1; ++k)
         buf = f_add(buf, f_mul((float)src((row + p.ax.src[k]) * C + c), p.ax.weight[k]));
@@ -387,8 +391,8 @@ HS_HD HS_INLINE uint8_t resize_element_kind(const ResizePlan& p, const Src& src,
     }
     return sat_u8(round_even_f(sum));
   } else {  // KIND_LINEAR
-    const int x0 = p.lx.i0[dx] * C + c, x1 = p.lx.i1[dx] * C + c;
-    const int r0 = p.ly.i0[dy] * W * C, r1 = p.ly.i1[dy] * W * C;
+    const Index x0 = (Index)p.lx.i0[dx] * C + c, x1 = (Index)p.lx.i1[dx] * C + c;
+    const Index r0 = p.ly.i0[dy] * W * C, r1 = p.ly.i1[dy] * W * C;
     const int a0 = p.lx.w0[dx], a1 = p.lx.w1[dx];
     const int h0 = src(r0 + x0) * a0 + src(r0 + x1) * a1;
     const int h1 = src(r1 + x0) * a0 + src(r1 + x1) * a1;
@@ -425,10 +429,13 @@ HS_HD HS_INLINE int resize_src_size(const ResizePlan& p) { return p.src_h * p.sr
 
 // Whole image from the per-element function, with the kind and channel count fixed at
 // compile time so the loop body is only the arithmetic.
+// dst is __restrict__: a uint8_t store may otherwise alias the plan, forcing the
+// compiler to reload its fields and tables after every output byte.
 template <int KIND, int C, class Src>
-HS_HD inline void resize_loop(const ResizePlan& p, const Src& src, uint8_t* dst) {
-  for (int dy = 0; dy < p.dst_h; ++dy)
-    for (int dx = 0; dx < p.dst_w; ++dx)
+HS_HD inline void resize_loop(const ResizePlan& p, const Src& src, uint8_t* __restrict__ dst) {
+  const int dst_h = p.dst_h, dst_w = p.dst_w;
+  for (int dy = 0; dy < dst_h; ++dy)
+    for (int dx = 0; dx < dst_w; ++dx)
       for (int c = 0; c < C; ++c) *dst++ = resize_element_kind<KIND>(p, src, dy, dx, c, C);
 }
 
@@ -460,8 +467,9 @@ HS_HD inline void resize_image_elementwise(const ResizePlan& p, const Src& src, 
 // bytes), without the per-element overhead. The horizontal pass of a source row is
 // kept for the next output row (area cells share their boundary rows).
 template <int C, class Src>
-inline void area_image_rows_c(const ResizePlan& p, const Src& src, uint8_t* dst) {
-  const int W = p.src_w, n = p.dst_w * C;
+inline void area_image_rows_c(const ResizePlan& p, const Src& src, uint8_t* __restrict__ dst) {
+  const Index W = p.src_w;
+  const int n = p.dst_w * C;
   float buf[2][MAX_DIM * MAX_CHANNELS], sum[MAX_DIM * MAX_CHANNELS];
   int buf_row[2] = {-1, -1};
   for (int dy = 0; dy < p.dst_h; ++dy) {
@@ -472,7 +480,7 @@ inline void area_image_rows_c(const ResizePlan& p, const Src& src, uint8_t* dst)
       float* b = buf[slot];
       if (buf_row[slot] != sy) {
         buf_row[slot] = sy;
-        const int row = sy * W;
+        const Index row = sy * W;
         for (int dx = 0; dx < p.dst_w; ++dx) {
           const int k0 = p.ax.start[dx], k1 = p.ax.start[dx + 1];
           for (int c = 0; c < C; ++c) {
