@@ -225,6 +225,24 @@ def test_resize_odd_shapes(src, dst, interp):
 
 
 @pytest.mark.parametrize("interp", ["area", "linear"])
+def test_resize_random_shapes(interp):
+    """Random source and destination shapes (down, up, mixed, integer factors), 1-4 channels."""
+    rng = np.random.default_rng(17 + INTERPS[interp])
+    for t in range(300):
+        big = t % 4 == 0
+        sh, sw = rng.integers(100, 400, 2) if big else rng.integers(1, 60, 2)
+        dh, dw = rng.integers(1, 300, 2) if big else rng.integers(1, 60, 2)
+        c = int(rng.integers(1, 5))
+        img = rng.integers(0, 256, (sh, sw) if c == 1 else (sh, sw, c), dtype=np.uint8)
+        if t % 3 == 0:
+            img = (img > 127).astype(np.uint8) * np.uint8(rng.integers(1, 256))
+        want = cv2_resize(img, (int(dh), int(dw)), interp).reshape(
+            (int(dh), int(dw)) + img.shape[2:])
+        assert np.array_equal(pp.resize(img, (int(dh), int(dw)), interp), want), \
+            (img.shape, (dh, dw))
+
+
+@pytest.mark.parametrize("interp", ["area", "linear"])
 @pytest.mark.parametrize("size", [(84, 84), (105, 80), (110, 84), (42, 42), (70, 80), (210, 160),
                                   (250, 200), (300, 100)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_numpy_reference_matches_cv2_and_core(size, interp):
