@@ -492,7 +492,8 @@ def _vector_env_pairs(game, size, gray, steps, interp="area", seed=0):
 
 @pytest.mark.parametrize("game", ["breakout", "ms_pacman"])
 @pytest.mark.parametrize("size,gray", [((84, 84), True), ((84, 84), False), ((110, 84), True),
-                                       ((105, 80), True), ((42, 42), False)])
+                                       ((105, 80), True), ((42, 42), False), ((210, 160), True),
+                                       ((250, 200), True), ((300, 100), False)])
 def test_matches_ale_vector_env_observations(game, size, gray):
     n = 0
     for theirs, ours in _vector_env_pairs(game, size, gray, steps=40):
