@@ -13,8 +13,8 @@
 // contiguous. Every operation has a per-output-element function (one GPU thread per
 // element) and a whole-image loop built on it, so the CPU and GPU run the same code (the
 // host's float area loop goes row by row with exactly the same float operations).
-// Verified byte for byte against cv2 5.0 and against ale-py 0.12.1's AtariVectorEnv,
-// which bundles OpenCV 4.10 (tests/test_preprocess.py).
+// Verified byte for byte against cv2 5.0 (also 4.10 and 4.14) and against ale-py
+// 0.12.1's AtariVectorEnv, which bundles OpenCV 4.10 (tests/test_preprocess.py).
 //
 // Resize plan. resize_plan_init() runs once per shape on the host (it is HS_HD and
 // allocation-free, so a device can build one too) and fills a plain fixed-size struct
