@@ -59,3 +59,15 @@ def test_core_compiles_as_strict_host_cpp(tmp_path):
                              str(tmp_path / "core_check")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-4000:]
     assert subprocess.run([str(tmp_path / "core_check")]).returncode == 0
+
+
+@pytest.mark.parametrize("source", ["cpu_kernels.cu"])
+def test_core_compiles_with_nvrtc(source):
+    """NVRTC has no libc headers: the core must compile there unchanged."""
+    from nvrtc import compile_to_ptx, nvrtc_library
+    lib = nvrtc_library()
+    if lib is None:
+        pytest.skip("NVRTC library not found (pip install nvidia-cuda-nvrtc-cu12 or set HYBRIDSIM_NVRTC_LIB)")
+    rc, log, ptx = compile_to_ptx(lib, pathlib.Path(hybridsim.core_include_dir()) / source)
+    assert rc == 0, log[-4000:]
+    assert b".entry " in ptx

@@ -584,51 +584,14 @@ def test_cuda_kernels_emulated_on_cpu(size, channels, tmp_path):
     assert np.array_equal(got_stack, want_stack)
 
 
-def _nvrtc_library():
-    """libnvrtc from $HYBRIDSIM_NVRTC_LIB, the nvidia-cuda-nvrtc wheel, or the system."""
-    import ctypes
-    import ctypes.util
-    import os
-    candidates = [os.environ.get("HYBRIDSIM_NVRTC_LIB")]
-    try:
-        import nvidia.cuda_nvrtc as wheel
-        for base in wheel.__path__:
-            candidates += sorted(str(p) for p in pathlib.Path(base, "lib").glob("libnvrtc.so*"))
-    except ImportError:
-        pass
-    candidates.append(ctypes.util.find_library("nvrtc"))
-    for path in candidates:
-        if path:
-            try:
-                return ctypes.CDLL(path)
-            except OSError:
-                continue
-    return None
-
-
 def test_preprocess_kernels_compile_with_nvrtc():
     """NVRTC has no libc headers: the header must compile there unchanged."""
-    import ctypes
-    lib = _nvrtc_library()
+    from nvrtc import compile_to_ptx, nvrtc_library
+    lib = nvrtc_library()
     if lib is None:
         pytest.skip("NVRTC library not found (pip install nvidia-cuda-nvrtc-cu12 or set HYBRIDSIM_NVRTC_LIB)")
-    prog = ctypes.c_void_p()
-    assert lib.nvrtcCreateProgram(ctypes.byref(prog), KERNELS.read_bytes(), b"preprocess_kernels.cu",
-                                  0, None, None) == 0
-    opts = [b"-arch=compute_90", b"-std=c++17", b"--include-path=" + hybridsim.core_include_dir().encode()]
-    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
-    size = ctypes.c_size_t()
-    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-    log = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetProgramLog(prog, log)
-    ptx = b""
-    if rc == 0:
-        lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
-        buf = ctypes.create_string_buffer(size.value)
-        lib.nvrtcGetPTX(prog, buf)
-        ptx = buf.value
-    lib.nvrtcDestroyProgram(ctypes.byref(prog))
-    assert rc == 0, log.value.decode(errors="replace")[-4000:]
+    rc, log, ptx = compile_to_ptx(lib, KERNELS)
+    assert rc == 0, log[-4000:]
     for kernel in (b"resize_kernel", b"maxpool_resize_push_kernel"):
         assert b".entry " + kernel in ptx
     assert b"fma.rn.f32" not in ptx      # the area sums must not be fused on the device
