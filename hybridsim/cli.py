@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+
+PREEMPTED_EXIT_CODE = 3  # training stopped by SIGUSR1/SIGTERM after writing a checkpoint
 
 
 def _cmd_bench(args) -> int:
@@ -26,7 +29,16 @@ def _cmd_train(args) -> int:
     from hybridsim.config import build_config
     from hybridsim.train import TrainConfig, Trainer
     cfg = build_config(TrainConfig, args)
-    summary = Trainer(cfg).train()
+    trainer = Trainer(cfg)
+    # Slurm sends SIGUSR1 (--signal) before the time limit and SIGTERM on preemption:
+    # finish the iteration, write a checkpoint, exit with PREEMPTED_EXIT_CODE.
+    for sig in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(sig, trainer.request_stop)
+    summary = trainer.train()
+    if summary["preempted"]:
+        print(f"stopped by a signal at {summary['frames']:,} frames; checkpoint written to "
+              f"{summary['checkpoint']}; run again with --resume to continue")
+        return PREEMPTED_EXIT_CODE
     print(f"trained {summary['frames']:,} frames in {summary['updates']:,} updates; "
           f"{summary['episodes']} episodes, mean return of the last 100: "
           f"{summary['mean_return_100']:.2f}")

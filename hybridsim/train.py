@@ -219,6 +219,7 @@ class Trainer:
         self.updates = 0
         self.episodes = EpisodeTracker(cfg.num_envs)
         self.all_episodes: list[tuple] = []  # every rank's finished episodes, on rank 0
+        self.stop_requested = False  # set by request_stop (SIGUSR1/SIGTERM before a time limit)
         self.last_losses: dict[str, float] = {}
         self.traj = None
 
@@ -304,6 +305,7 @@ class Trainer:
                                                  env_ids=(int(self.env_ids[0]),))
             self.traj = trajlog.TrajectoryWriter(
                 trajlog.rank_file(self.log_dir, self.rank), batch_size=self.env_batch,
+                resume_after_frame=self.frames if self.cfg.resume else None,
                 num_actions=self.num_actions, observations=obs,
                 attrs={"game": self.cfg.game, "rank": self.rank, "world_size": self.world_size,
                        "config": dataclasses.asdict(self.cfg), "seed": self.cfg.seed,
@@ -365,6 +367,10 @@ class Trainer:
         self._episodes_logged = len(self.episodes.finished)
 
     # ----- checkpoints ---------------------------------------------------------------
+    def request_stop(self, *_):
+        """Finish the current iteration, write a checkpoint and return (signal-handler safe)."""
+        self.stop_requested = True
+
     def checkpoint_path(self) -> pathlib.Path:
         return self.log_dir / "checkpoint.pt"
 
@@ -421,12 +427,19 @@ class Trainer:
         next_checkpoint = (self.frames // cfg.checkpoint_every + 1) * cfg.checkpoint_every
         loop = self._a2c_iteration if cfg.schedule == "a2c" else self._impala_iteration
         state = {"obs": obs, "info": state_info}
+        self.preempted = False
         try:
             while self.frames < cfg.total_frames:
                 self.set_learning_rate()
                 loop(state)
-                self.frames += self.comm.allreduce_sum(self.local_frames)
+                # one collective per iteration: the frames of all ranks and any stop request
+                frames, stops = self.comm.allreduce_sum(
+                    np.array([self.local_frames, int(self.stop_requested)], dtype=np.int64))
+                self.frames += int(frames)
                 self.local_frames = 0
+                if stops:
+                    self.preempted = True
+                    break
                 self._flush_episodes()
                 now = time.perf_counter()
                 if self.comm.bcast(now - last_log >= cfg.log_every):  # rank 0's clock decides
@@ -557,7 +570,7 @@ class Trainer:
                 "episodes": len(self.all_episodes),
                 "mean_return_100": (float(np.mean([e[2] for e in self.all_episodes[-100:]]))
                                     if self.all_episodes else float("nan")),
-                "checkpoint": str(self.checkpoint_path()),
+                "checkpoint": str(self.checkpoint_path()), "preempted": self.preempted,
                 "metrics": str(self.log_dir / "metrics.csv"),
                 "curve": str(self.log_dir / "learning_curve.png")}
 

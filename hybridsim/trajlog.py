@@ -76,7 +76,9 @@ class TrajectoryWriter:
 
     def __init__(self, path, *, batch_size: int, num_actions: int, attrs: dict | None = None,
                  observations: ObservationLogging | None = None, compression: str = "lzf",
-                 flush_every: int = 64, chunk_steps: int = 256):
+                 flush_every: int = 64, chunk_steps: int = 256, resume_after_frame: int | None = None):
+        """Create the file, or with `resume_after_frame` reopen an existing one and drop the
+        rows logged after that global frame (they will be produced again by the resumed run)."""
         if batch_size < 1 or num_actions < 1:
             raise ValueError(f"batch_size and num_actions must be >= 1, got {batch_size}, {num_actions}")
         self.path = pathlib.Path(path)
@@ -89,6 +91,9 @@ class TrajectoryWriter:
         self._pending_episodes: list[tuple] = []
         self._pending_obs: list[tuple] = []
         kw = _dataset_kwargs(compression)
+        if resume_after_frame is not None and self.path.exists():
+            self._reopen(resume_after_frame)
+            return
         try:
             self.file = h5py.File(self.path, "w", libver="latest")
         except OSError as exc:
@@ -119,6 +124,35 @@ class TrajectoryWriter:
             obs.create_dataset("index", shape=(0, 3), maxshape=(None, 3), dtype=np.int64,
                                chunks=(1024, 3))
         f.swmr_mode = True  # every dataset exists now; readers may attach while we append
+
+    def _reopen(self, last_frame: int):
+        _check_superblock(self.path)
+        try:
+            self.file = h5py.File(self.path, "a", libver="latest")
+        except OSError as exc:
+            raise TrajectoryLogError(f"{self.path}: cannot reopen trajectory file to resume: {exc}") from exc
+        steps = self.file["steps"]
+        shape = steps["behavior_logits"].shape
+        if shape[1:] != (self.batch_size, self.num_actions):
+            self.file.close()
+            raise TrajectoryLogError(f"{self.path}: holds batches of {shape[1:]}, this run logs "
+                                     f"{(self.batch_size, self.num_actions)}; use a new log_dir")
+        frames = steps["global_frame"][()]
+        keep = int(np.searchsorted(frames.max(axis=1) if frames.size else frames, last_frame, "right"))
+        for name in (*STEP_FIELDS, "behavior_logits"):
+            steps[name].resize(keep, axis=0)
+        episodes = self.file["episodes"]
+        keep_eps = int((episodes["end_frame"][()] <= last_frame).sum())
+        for name in EPISODE_FIELDS:
+            episodes[name].resize(keep_eps, axis=0)
+        if "observations" in self.file:
+            obs = self.file["observations"]
+            keep_obs = int((obs["index"][:, 2] <= last_frame).sum()) if obs["index"].shape[0] else 0
+            obs["frames"].resize(keep_obs, axis=0)
+            obs["index"].resize(keep_obs, axis=0)
+        self._steps_written = keep
+        self.file.flush()
+        self.file.swmr_mode = True
 
     def append_step(self, *, action, reward_raw, reward_clipped, terminated, truncated, lives,
                     value, env_id, episode_id, global_frame, behavior_logits, observation=None):

@@ -76,12 +76,37 @@ def test_invalid_settings_are_named(tmp_path, field, value, message):
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path):
-    first = Trainer(tiny_config(tmp_path, total_frames=800, log_trajectories=False))
+    first = Trainer(tiny_config(tmp_path, total_frames=800))
     first.train()
-    resumed = Trainer(tiny_config(tmp_path, total_frames=1600, resume=True, log_trajectories=False))
+    resumed = Trainer(tiny_config(tmp_path, total_frames=1600, resume=True))
     summary = resumed.train()
+    steps = trajlog.read_steps(tmp_path / "traj_rank00000.h5", fields=["global_frame", "env_id"])
+    frames = steps["global_frame"][:, 0]
+    assert frames[-1] == summary["frames"] and frames[0] == 4 * 4  # nothing lost, from the start
+    assert (np.diff(frames) > 0).all()  # nothing logged twice
     assert summary["frames"] >= 1600
     assert resumed.updates > first.updates
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
     frames = [int(r["frames"]) for r in rows]
     assert frames == sorted(frames) and frames[0] <= 800 < frames[-1]
+
+
+def test_signal_stops_with_a_checkpoint_and_resume_finishes(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    args = [sys.executable, "-m", "hybridsim", "train", "--backend", "ale-py", "--num-envs", "4",
+            "--num-minibatches", "2", "--total-frames", "100000000", "--log-dir", str(tmp_path),
+            "--num-threads", "1", "--torch-threads", "1", "--log-every", "0.2"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "metrics.csv").exists() or len(open(tmp_path / "metrics.csv").readlines()) < 3:
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err[-2000:]
+    assert "run again with --resume" in out
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert 0 < state["frames"] < 100000000
