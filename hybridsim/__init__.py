@@ -17,4 +17,15 @@ def core_include_dir() -> str:
     raise FileNotFoundError(f"hybridsim core headers not found next to {here}")
 
 
-__all__ = ["__version__", "core_include_dir"]
+def __getattr__(name):
+    # The ALE-compatible surface loads the compiled console only when first used.
+    if name in ("ALEInterface", "ALEState"):
+        from hybridsim import ale
+        return getattr(ale, name)
+    if name == "Action":
+        from hybridsim.actions import Action
+        return Action
+    raise AttributeError(f"module 'hybridsim' has no attribute {name!r}")
+
+
+__all__ = ["__version__", "core_include_dir", "ALEInterface", "ALEState", "Action"]

@@ -10,8 +10,51 @@ PREEMPTED_EXIT_CODE = 3  # training stopped by SIGUSR1/SIGTERM after writing a c
 
 def _cmd_bench(args) -> int:
     from hybridsim import bench
-    if args.cpu or not any([args.cpu]):
+    if args.single:
+        import ale_py
+        from hybridsim.ale import ALEInterface
+        ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+        games = args.games.split(",") if args.games else bench.SINGLE_GAMES
+        bench.bench_single(ale_py.ALEInterface, ALEInterface, games=games, frames=args.frames)
+    if args.cpu or not args.single:
         bench.bench_cpu()
+    return 0
+
+
+def _cmd_verify(args) -> int:
+    import ale_py
+    from hybridsim import games_table, roms, verify
+    from hybridsim.ale import ALEInterface
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+    if args.all:
+        names = [g["name"] for g in games_table.games()]
+    elif args.games:
+        names = [n.strip() for n in args.games.split(",") if n.strip()]
+    else:
+        raise ValueError("name games with --games a,b or pass --all")
+    inexact = 0
+    for name in names:
+        games_table.by_name(name)
+        result = verify.verify(ale_py.ALEInterface, ALEInterface, roms.rom_path(name), game=name,
+                               frames=args.frames, repeat_action_probability=args.sticky,
+                               seed=args.seed, reset_every=args.reset_every)
+        print(result, flush=True)
+        inexact += not result.exact
+    print(f"{len(names) - inexact} of {len(names)} games exact")
+    return 1 if inexact else 0
+
+
+def _cmd_games(args) -> int:
+    from hybridsim import games_table
+    rows = games_table.games()
+    print(f"{'game':22s} {'md5':32s} {'cart':>11s} {'TV':>5s} {'actions':>7s} {'modes':>5s} "
+          f"{'diffs':>5s}  settings")
+    for g in rows:
+        props = g["properties"]
+        print(f"{g['name']:22s} {g['md5']:32s} {props.get('Cartridge.Type', 'AUTO-DETECT'):>11s} "
+              f"{props.get('Display.Format', 'AUTO-DETECT')[:5]:>5s} {len(g['minimal_actions']):7d} "
+              f"{len(g['modes']):5d} {len(g['difficulties']):5d}  ALE")
+    print(f"{len(rows)} games")
     return 0
 
 
@@ -53,7 +96,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("bench", help="measure speed (results go in BENCHMARKS.md)")
     p.add_argument("--cpu", action="store_true", help="the 6507 core alone (default)")
+    p.add_argument("--single", action="store_true",
+                   help="one environment's act(): hybridsim vs ale-py, timed alternately")
+    p.add_argument("--games", default="", help="comma-separated games for --single")
+    p.add_argument("--frames", type=int, default=20_000, help="frames per side for --single")
     p.set_defaults(func=_cmd_bench)
+    p = sub.add_parser("verify", help="compare hybridsim with ale-py frame by frame")
+    p.add_argument("--games", default="", help="comma-separated game names")
+    p.add_argument("--all", action="store_true", help="every supported game")
+    p.add_argument("--frames", type=int, default=2000, help="frames per game")
+    p.add_argument("--sticky", type=float, default=0.25, help="repeat_action_probability")
+    p.add_argument("--seed", type=int, default=0, help="random_seed and action-stream seed")
+    p.add_argument("--reset-every", type=int, default=0, help="also reset_game every N frames")
+    p.set_defaults(func=_cmd_verify)
+    p = sub.add_parser("games", help="the supported games and their properties")
+    p.set_defaults(func=_cmd_games)
     from hybridsim.config import add_dataclass_arguments
     from hybridsim.train import TrainConfig
     p = sub.add_parser("train", help="train an agent with V-trace (A2C+V-trace or IMPALA-style)")

@@ -1,0 +1,252 @@
+"""hybridsim.ALEInterface: a drop-in for ale_py.ALEInterface (ale-py 0.12.1).
+
+Same method names, arguments and return types; `from hybridsim import ALEInterface` in
+place of `from ale_py import ALEInterface` changes nothing else. Where ale-py would print
+and exit (a missing ROM, an unsupported game) this raises an exception naming the problem.
+Settings are read when a ROM is loaded, as in ALE.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import time
+
+import numpy as np
+
+from hybridsim import games_table, roms
+from hybridsim.actions import NUM_ACTIONS, Action, as_action_id
+from hybridsim.settings import Settings
+
+PLAYER_B_NOOP = 18  # ALE's id of player B's NOOP
+
+
+class ALEState:
+    """An opaque emulator snapshot, like ale_py.ALEState (serialize() gives bytes)."""
+
+    def __init__(self, data: bytes, rom_md5: str = "", frame_number: int = 0,
+                 episode_frame_number: int = 0):
+        self._data = bytes(data)
+        self._rom_md5 = rom_md5
+        self._frame_number = frame_number
+        self._episode_frame_number = episode_frame_number
+
+    def serialize(self) -> bytes:
+        return self._data
+
+    def getFrameNumber(self) -> int:
+        return self._frame_number
+
+    def getEpisodeFrameNumber(self) -> int:
+        return self._episode_frame_number
+
+    def equals(self, other: "ALEState") -> bool:
+        return isinstance(other, ALEState) and self._data == other._data
+
+    __eq__ = equals
+    __hash__ = None
+
+
+def _game_id(name: str) -> int:
+    from hybridsim import _console
+    ids = getattr(_console, "GAME_IDS", {})
+    if name in ids:
+        return ids[name]
+    from hybridsim import _games
+    return _games.game_id(name)
+
+
+class ALEInterface:
+    def __init__(self):
+        self._settings = Settings()
+        self._emu = None
+        self._entry = None
+        self._md5 = ""
+        self._rom = b""
+        self._mode = None
+        self._difficulty = None
+
+    # ----- settings ------------------------------------------------------------------
+    @staticmethod
+    def setLoggerMode(mode) -> None:
+        """Accepted for compatibility; hybridsim reports problems as exceptions."""
+
+    def getInt(self, key: str) -> int:
+        return self._settings.get(key, int)
+
+    def setInt(self, key: str, value: int) -> None:
+        self._settings.set(key, value, int)
+
+    def getFloat(self, key: str) -> float:
+        return self._settings.get(key, float)
+
+    def setFloat(self, key: str, value: float) -> None:
+        self._settings.set(key, value, float)
+
+    def getBool(self, key: str) -> bool:
+        return self._settings.get(key, bool)
+
+    def setBool(self, key: str, value: bool) -> None:
+        self._settings.set(key, value, bool)
+
+    def getString(self, key: str) -> str:
+        return self._settings.get(key, str)
+
+    def setString(self, key: str, value: str) -> None:
+        self._settings.set(key, value, str)
+
+    # ----- loading -------------------------------------------------------------------
+    @staticmethod
+    def isSupportedROM(rom) -> str | None:
+        """The game name ALE would use for this ROM file, or None."""
+        path = pathlib.Path(rom)
+        try:
+            data = roms.read_rom(path)
+        except (OSError, ValueError):
+            return None
+        entry = games_table.find(roms.md5_hex(data), path.stem)
+        return None if entry is None else entry["name"]
+
+    def loadROM(self, rom) -> None:
+        from hybridsim import _console
+        from hybridsim.console_props import emulator_kwargs
+        path = pathlib.Path(os.fspath(rom))
+        data = roms.read_rom(path)
+        md5 = roms.md5_hex(data)
+        entry = games_table.find(md5, path.stem)
+        if entry is None:
+            raise ValueError(f"{path}: unsupported ROM (md5 {md5}); hybridsim knows a ROM by the md5 "
+                             f"of a game ale-py ships, or by its file stem (see `hybridsim games`)")
+        seed = self._settings.get("random_seed", int)
+        if seed < 0:  # ALE: -1 seeds the environment RNG from the clock
+            seed = int(time.time() * 1000) & 0x7FFFFFFF
+        image, kwargs = emulator_kwargs(entry, data)
+        s = self._settings
+        self._emu = _console.Emulator(
+            image, _game_id(entry["name"]), random_seed=seed,
+            frame_skip=s.get("frame_skip", int),
+            repeat_action_probability=s.get("repeat_action_probability", float),
+            max_num_frames_per_episode=s.get("max_num_frames_per_episode", int),
+            reward_min=s.get("reward_min", int), reward_max=s.get("reward_max", int),
+            truncate_on_loss_of_life=s.get("truncate_on_loss_of_life", bool),
+            color_averaging=s.get("color_averaging", bool), **kwargs)
+        self._entry, self._md5, self._rom = entry, md5, data
+        self._settings.set("rom_file", str(path), str)
+        self._mode = entry.get("default_mode", 0)
+        self._difficulty = entry.get("default_difficulty", 0)
+
+    def _require_rom(self):
+        if self._emu is None:
+            raise RuntimeError("no ROM loaded: call loadROM(path) first")
+        return self._emu
+
+    # ----- playing -------------------------------------------------------------------
+    def act(self, action, paddle_strength: float = 1.0) -> int:
+        emu = self._require_rom()
+        return emu.act(as_action_id(action), PLAYER_B_NOOP, float(paddle_strength), 0.0)
+
+    def game_over(self, *, with_truncation: bool = True) -> bool:
+        return bool(self._require_rom().game_over(with_truncation))
+
+    def game_truncated(self) -> bool:
+        emu = self._require_rom()
+        return bool(emu.game_over(True)) and not bool(emu.game_over(False))
+
+    def reset_game(self) -> None:
+        self._require_rom().reset_game()
+
+    def lives(self) -> int:
+        return int(self._require_rom().lives())
+
+    def getFrameNumber(self) -> int:
+        return int(self._require_rom().frame_number())
+
+    def getEpisodeFrameNumber(self) -> int:
+        return int(self._require_rom().episode_frame_number())
+
+    # ----- actions, modes, difficulties -----------------------------------------------
+    def getMinimalActionSet(self) -> list[Action]:
+        self._require_rom()
+        return [Action(a) for a in self._entry["minimal_actions"]]
+
+    def getLegalActionSet(self) -> list[Action]:
+        return [Action(a) for a in range(NUM_ACTIONS)]
+
+    def getAvailableModes(self) -> list[int]:
+        self._require_rom()
+        return list(self._entry["modes"])
+
+    def getAvailableDifficulties(self) -> list[int]:
+        self._require_rom()
+        return list(self._entry["difficulties"])
+
+    def setMode(self, mode: int) -> None:
+        """Select a game mode; as in ALE it takes effect at the next reset_game."""
+        emu = self._require_rom()
+        if mode not in self._entry["modes"]:
+            raise ValueError(f"mode {mode} is not available for {self._entry['name']}: "
+                             f"choose one of {self._entry['modes']}")
+        emu.set_mode(mode)
+        self._mode = mode
+
+    def setDifficulty(self, difficulty: int) -> None:
+        emu = self._require_rom()
+        if difficulty not in self._entry["difficulties"]:
+            raise ValueError(f"difficulty {difficulty} is not available for {self._entry['name']}: "
+                             f"choose one of {self._entry['difficulties']}")
+        emu.set_difficulty(difficulty)
+        self._difficulty = difficulty
+
+    # ----- observations --------------------------------------------------------------
+    def getRAMSize(self) -> int:
+        return 128
+
+    def getRAM(self, out: np.ndarray | None = None):
+        ram = self._require_rom().get_ram(out)
+        return None if out is not None else ram
+
+    def setRAM(self, index: int, value: int) -> None:
+        emu = self._require_rom()
+        if not 0 <= index < 128:
+            raise IndexError(f"setRAM index {index} out of range 0..127")
+        if not 0 <= value <= 255:
+            raise ValueError(f"setRAM value {value} out of range 0..255")
+        emu.set_ram(index, value)
+
+    def getScreenDims(self) -> tuple:
+        return tuple(self._require_rom().screen_shape)
+
+    def getScreen(self, out: np.ndarray | None = None):
+        screen = self._require_rom().get_screen(out)
+        return None if out is not None else screen
+
+    def getScreenRGB(self, out: np.ndarray | None = None):
+        screen = self._require_rom().get_screen_rgb(out)
+        return None if out is not None else screen
+
+    def getScreenGrayscale(self, out: np.ndarray | None = None):
+        if out is not None and out.ndim == 3:  # ale-py also fills an (H, W, 1) array
+            self._require_rom().get_screen_grayscale(out.reshape(out.shape[:2]))
+            return None
+        screen = self._require_rom().get_screen_grayscale(out)
+        return None if out is not None else screen
+
+    # ----- states --------------------------------------------------------------------
+    def cloneState(self, *, include_rng: bool = False) -> ALEState:
+        emu = self._require_rom()
+        return ALEState(emu.clone_state(include_rng), self._md5, self.getFrameNumber(),
+                        self.getEpisodeFrameNumber())
+
+    def cloneSystemState(self) -> ALEState:
+        return self.cloneState(include_rng=True)
+
+    def restoreState(self, state) -> None:
+        emu = self._require_rom()
+        if not isinstance(state, ALEState):
+            raise TypeError(f"restoreState takes a hybridsim ALEState, got {type(state).__name__}")
+        if state._rom_md5 and state._rom_md5 != self._md5:
+            raise ValueError("restoreState: this state was cloned from another ROM "
+                             f"(md5 {state._rom_md5}, loaded {self._md5})")
+        emu.restore_state(state.serialize())
+
+    def restoreSystemState(self, state) -> None:
+        self.restoreState(state)

@@ -1,0 +1,99 @@
+"""hybridsim.ALEInterface as a drop-in for ale_py.ALEInterface, checked side by side."""
+import numpy as np
+import pytest
+
+ale_py = pytest.importorskip("ale_py")
+ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+pytest.importorskip("hybridsim._console")
+
+import hybridsim  # noqa: E402
+from hybridsim import roms, verify  # noqa: E402
+from hybridsim.ale import ALEInterface  # noqa: E402
+
+FRAMES = 600
+
+
+@pytest.mark.parametrize("game", ["pong", "breakout", "space_invaders"])
+@pytest.mark.parametrize("sticky", [0.0, 0.25])
+def test_matches_ale_py_frame_by_frame(game, sticky):
+    result = verify.verify(ale_py.ALEInterface, ALEInterface, roms.rom_path(game), game=game,
+                           frames=FRAMES, repeat_action_probability=sticky, seed=3,
+                           reset_every=250, full_every=25)
+    assert result.exact, str(result)
+
+
+def loaded(game="breakout", **settings):
+    env = hybridsim.ALEInterface()
+    for key, value in settings.items():
+        {int: env.setInt, float: env.setFloat, bool: env.setBool}[type(value)](key, value)
+    env.loadROM(roms.rom_path(game))
+    return env
+
+
+def test_surface_matches_ale_py_types():
+    ours, ref = loaded(), ale_py.ALEInterface()
+    ref.loadROM(str(roms.rom_path("breakout")))
+    assert [int(a) for a in ours.getMinimalActionSet()] == [a.value for a in ref.getMinimalActionSet()]
+    assert len(ours.getLegalActionSet()) == 18
+    assert ours.getAvailableModes() == list(ref.getAvailableModes())
+    assert ours.getAvailableDifficulties() == list(ref.getAvailableDifficulties())
+    assert ours.getScreenDims() == ref.getScreenDims()
+    assert isinstance(ours.act(ale_py.Action.FIRE), int)  # ale-py's Action type is accepted
+    assert isinstance(ours.act(hybridsim.Action.FIRE), int)
+    out = np.zeros(ours.getScreenDims() + (3,), np.uint8)
+    assert ours.getScreenRGB(out) is None and out.any()
+    ram = np.zeros(128, np.uint8)
+    ours.getRAM(ram)
+    np.testing.assert_array_equal(ram, ours.getRAM())
+
+
+def test_bad_input_is_a_clear_exception(tmp_path):
+    env = hybridsim.ALEInterface()
+    with pytest.raises(RuntimeError, match="no ROM loaded"):
+        env.act(0)
+    with pytest.raises(FileNotFoundError, match="ROM file not found"):
+        env.loadROM(tmp_path / "missing.bin")
+    odd = tmp_path / "odd.bin"
+    odd.write_bytes(b"\x00" * 3000)
+    with pytest.raises(ValueError, match="3000 bytes"):
+        env.loadROM(odd)
+    unknown = tmp_path / "homebrew.bin"
+    unknown.write_bytes(bytes(range(256)) * 16)
+    with pytest.raises(ValueError, match="unsupported ROM"):
+        env.loadROM(unknown)
+    env = loaded()
+    with pytest.raises(ValueError, match="out of range"):
+        env.act(18)
+    with pytest.raises(ValueError, match="mode 99 is not available"):
+        env.setMode(99)
+
+
+def test_restore_rejects_foreign_and_corrupt_states():
+    pong, breakout = loaded("pong"), loaded("breakout")
+    with pytest.raises(ValueError, match="another ROM"):
+        breakout.restoreState(pong.cloneState())
+    state = breakout.cloneState()
+    corrupt = hybridsim.ALEState(state.serialize()[:-7], "", 0, 0)
+    with pytest.raises(ValueError):
+        breakout.restoreState(corrupt)
+    with pytest.raises(TypeError, match="ALEState"):
+        breakout.restoreState(b"not a state")
+
+
+def test_clone_restore_round_trip_is_exact():
+    env = loaded("space_invaders", repeat_action_probability=0.0)
+    for _ in range(50):
+        env.act(1)
+    state = env.cloneState()
+    ram, screen = env.getRAM(), env.getScreen()
+    frames = env.getFrameNumber()
+    for _ in range(30):
+        env.act(3)
+    env.restoreState(state)
+    np.testing.assert_array_equal(env.getRAM(), ram)
+    assert env.getFrameNumber() == frames
+    rewards_a = [env.act(4) for _ in range(40)]
+    env.restoreState(state)
+    rewards_b = [env.act(4) for _ in range(40)]
+    assert rewards_a == rewards_b
+    np.testing.assert_array_equal(env.getScreen().shape, screen.shape)
