@@ -44,6 +44,19 @@ def _cmd_verify(args) -> int:
     return 1 if inexact else 0
 
 
+def _cmd_analyze(args) -> int:
+    from hybridsim import analyze
+    summary = analyze.analyze(args.target, out_dir=args.out or None, plots=not args.no_plots)
+    if args.json:
+        import json
+        print(json.dumps(summary, indent=1))
+    else:
+        print(analyze.format_summary(summary))
+        for path in summary.get("plots", []):
+            print(f"plot: {path}")
+    return 0
+
+
 def _cmd_games(args) -> int:
     from hybridsim import games_table
     rows = games_table.games()
@@ -109,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="random_seed and action-stream seed")
     p.add_argument("--reset-every", type=int, default=0, help="also reset_game every N frames")
     p.set_defaults(func=_cmd_verify)
+    p = sub.add_parser("analyze", help="statistics and plots from a run's HDF5 trajectory logs")
+    p.add_argument("target", help="a run directory or one traj_rank*.h5 / trajectories.h5 file")
+    p.add_argument("--out", default="", help="where summary.json and the PNGs go (default: beside)")
+    p.add_argument("--json", action="store_true", help="print the JSON summary")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.set_defaults(func=_cmd_analyze)
     p = sub.add_parser("games", help="the supported games and their properties")
     p.set_defaults(func=_cmd_games)
     from hybridsim.config import add_dataclass_arguments
@@ -125,7 +144,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, RuntimeError, FileNotFoundError) as exc:
+    except (ValueError, RuntimeError, OSError) as exc:
         print(f"hybridsim {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -345,8 +345,8 @@ class Trainer:
                   f"return(100) {mean_return:7.2f}  episodes {len(self.all_episodes)}",
                   flush=True)
 
-    def _log_step(self, env_ids, actions, rewards, dones_term, dones_trunc, lives, values, logits,
-                  frame, obs=None):
+    def _log_step(self, env_ids, episode_ids, actions, rewards, dones_term, dones_trunc, lives,
+                  values, logits, frame, obs=None):
         if self.traj is None:
             return
         clipped = np.clip(rewards, -1, 1) if self.cfg.reward_clip else rewards
@@ -355,7 +355,7 @@ class Trainer:
             reward_clipped=clipped.astype(np.float32), terminated=dones_term, truncated=dones_trunc,
             lives=np.asarray(lives).astype(np.int16), value=values.astype(np.float32),
             env_id=(np.asarray(env_ids) + int(self.env_ids[0])).astype(np.int32),
-            episode_id=self.episodes.episode_ids[env_ids],
+            episode_id=episode_ids,
             global_frame=np.full(len(env_ids), frame, np.int64), behavior_logits=logits,
             observation=obs)
 
@@ -478,8 +478,9 @@ class Trainer:
             done = np.logical_or(terminated, truncated)
             rewards[t], dones[t] = reward, done
             self.local_frames += self.frames_per_agent_step(N)
+            episode_ids = self.episodes.episode_ids.copy()  # the ids of the steps just taken
             self.episodes.update(env_ids, reward, done, self.frames + self.local_frames)
-            self._log_step(env_ids, actions[t], np.asarray(reward, np.float32), terminated, truncated,
+            self._log_step(env_ids, episode_ids, actions[t], np.asarray(reward, np.float32), terminated, truncated,
                            info.get("lives", np.zeros(N)), values[t], logits[t],
                            self.frames + self.local_frames, obs_buf[t])
         obs_buf[T] = obs
@@ -532,8 +533,9 @@ class Trainer:
             outstanding[ids] = False
             self.local_frames += self.frames_per_agent_step(len(ids))
             frame = self.frames + self.local_frames
+            episode_ids = self.episodes.episode_ids[ids].copy()
             self.episodes.update(ids, reward, done, frame)
-            self._log_step(ids, last_action[ids], np.asarray(reward, np.float32), terminated,
+            self._log_step(ids, episode_ids, last_action[ids], np.asarray(reward, np.float32), terminated,
                            truncated, info.get("lives", np.zeros(len(ids))), last_value[ids],
                            last_logits[ids], frame, obs)
         state["obs"], state["info"] = obs, info

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import time
 
 import h5py
 import numpy as np
@@ -38,6 +39,7 @@ STEP_FIELDS = {
     "env_id": (np.int32, -1),
     "episode_id": (np.int64, -1),
     "global_frame": (np.int64, -1),
+    "unix_time": (np.float64, np.nan),
 }
 EPISODE_FIELDS = {
     "env_id": np.int32,
@@ -155,10 +157,12 @@ class TrajectoryWriter:
         self.file.swmr_mode = True
 
     def append_step(self, *, action, reward_raw, reward_clipped, terminated, truncated, lives,
-                    value, env_id, episode_id, global_frame, behavior_logits, observation=None):
+                    value, env_id, episode_id, global_frame, behavior_logits, observation=None,
+                    unix_time=None):
         row = {"action": action, "reward_raw": reward_raw, "reward_clipped": reward_clipped,
                "terminated": terminated, "truncated": truncated, "lives": lives, "value": value,
-               "env_id": env_id, "episode_id": episode_id, "global_frame": global_frame}
+               "env_id": env_id, "episode_id": episode_id, "global_frame": global_frame,
+               "unix_time": np.full(self.batch_size, time.time() if unix_time is None else unix_time)}
         for name, array in row.items():
             if np.shape(array) != (self.batch_size,):
                 raise ValueError(f"{name} must have shape ({self.batch_size},), got {np.shape(array)}")

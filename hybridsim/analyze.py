@@ -1,0 +1,137 @@
+"""`hybridsim analyze RUN_DIR|FILE`: episode statistics, returns over frames, action
+histograms and throughput from the HDF5 trajectory logs (h5py and numpy only, plus
+matplotlib for the plots)."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+
+from hybridsim import trajlog
+
+BLOCK_ROWS = 1 << 15  # rows read at a time, so a long run never has to fit in memory
+
+
+def _episode_stats(episodes: dict) -> dict:
+    returns = episodes["return"]
+    if returns.size == 0:
+        return {"episodes": 0}
+    return {"episodes": int(returns.size), "return_mean": float(returns.mean()),
+            "return_median": float(np.median(returns)), "return_max": float(returns.max()),
+            "return_min": float(returns.min()), "length_mean": float(episodes["length"].mean())}
+
+
+def _scan_steps(f, num_actions: int) -> dict:
+    """Action counts and (time, frame) samples, read block by block."""
+    steps = f["steps"]
+    action, frame, when, env = steps["action"], steps["global_frame"], steps["unix_time"], steps["env_id"]
+    counts = np.zeros(num_actions, dtype=np.int64)
+    samples = []
+    rows = action.shape[0]
+    for start in range(0, rows, BLOCK_ROWS):
+        stop = min(rows, start + BLOCK_ROWS)
+        a = action[start:stop]
+        valid = env[start:stop] >= 0
+        counts += np.bincount(a[valid].astype(np.int64), minlength=num_actions)[:num_actions]
+        t = when[start:stop, 0]
+        fr = frame[start:stop].max(axis=1)
+        samples.append(np.stack([t, fr], axis=1)[:: max(1, (stop - start) // 200)])
+    samples = np.concatenate(samples) if samples else np.zeros((0, 2))
+    return {"action_counts": counts, "time_frame": samples[np.isfinite(samples[:, 0])], "rows": rows}
+
+
+def _throughput(time_frame: np.ndarray) -> float | None:
+    if len(time_frame) < 2 or time_frame[-1, 0] <= time_frame[0, 0]:
+        return None
+    return float((time_frame[-1, 1] - time_frame[0, 1]) / (time_frame[-1, 0] - time_frame[0, 0]))
+
+
+def analyze(target, out_dir=None, plots: bool = True) -> dict:
+    """Summarise a run directory (all rank files) or one trajectory file."""
+    target = pathlib.Path(target)
+    files = trajlog.rank_files(target) if target.is_dir() else [target]
+    out_dir = pathlib.Path(out_dir) if out_dir else (target if target.is_dir() else target.parent)
+    per_rank, all_episodes, actions_total, curves = {}, [], None, []
+    for path in files:
+        with trajlog.open_trajectory_file(path) as f:
+            episodes = {k: f["episodes"][k][()] for k in trajlog.EPISODE_FIELDS}
+            num_actions = f["steps"]["behavior_logits"].shape[2]
+            scan = _scan_steps(f, num_actions)
+        stats = _episode_stats(episodes)
+        stats.update(steps=int(scan["rows"]), action_counts=scan["action_counts"].tolist(),
+                     frames_per_second=_throughput(scan["time_frame"]))
+        per_rank[path.name] = stats
+        all_episodes.append(episodes)
+        actions_total = scan["action_counts"] if actions_total is None else actions_total + scan["action_counts"]
+        curves.append(scan["time_frame"])
+    merged = {k: np.concatenate([e[k] for e in all_episodes]) for k in trajlog.EPISODE_FIELDS}
+    overall = _episode_stats(merged)
+    overall["action_counts"] = actions_total.tolist()
+    rates = [r["frames_per_second"] for r in per_rank.values() if r["frames_per_second"]]
+    overall["frames_per_second"] = max(rates) if rates else None  # global_frame counts all ranks
+    summary = {"files": [str(p) for p in files], "overall": overall, "per_rank": per_rank}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    if plots:
+        summary["plots"] = _plots(merged, actions_total, curves, out_dir)
+    return summary
+
+
+def _plots(episodes, action_counts, curves, out_dir: pathlib.Path) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    written = []
+    order = np.argsort(episodes["end_frame"])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if order.size:
+        ends, rets = episodes["end_frame"][order], episodes["return"][order]
+        ax.scatter(ends, rets, s=4, alpha=0.4, label="episodes")
+        window = max(1, min(100, rets.size // 5))
+        ax.plot(ends, np.convolve(rets, np.ones(window) / window, mode="same"), label=f"mean of {window}")
+        ax.legend()
+    ax.set_xlabel("frame")
+    ax.set_ylabel("episode return")
+    fig.tight_layout()
+    fig.savefig(out_dir / "returns.png", dpi=100)
+    written.append(str(out_dir / "returns.png"))
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.bar(np.arange(len(action_counts)), action_counts)
+    ax.set_xlabel("action")
+    ax.set_ylabel("count")
+    fig.tight_layout()
+    fig.savefig(out_dir / "actions.png", dpi=100)
+    written.append(str(out_dir / "actions.png"))
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for k, tf in enumerate(curves):
+        if len(tf) > 1:
+            ax.plot(tf[1:, 1], np.diff(tf[:, 1]) / np.maximum(np.diff(tf[:, 0]), 1e-9), label=f"rank {k}")
+    ax.set_xlabel("frame")
+    ax.set_ylabel("frames/s")
+    fig.tight_layout()
+    fig.savefig(out_dir / "throughput.png", dpi=100)
+    written.append(str(out_dir / "throughput.png"))
+    plt.close(fig)
+    return written
+
+
+def format_summary(summary: dict) -> str:
+    lines = []
+    for name, stats in [("overall", summary["overall"]), *summary["per_rank"].items()]:
+        if stats.get("episodes"):
+            lines.append(f"{name:22s} episodes {stats['episodes']:6d}  return mean {stats['return_mean']:8.2f}"
+                         f"  median {stats['return_median']:8.2f}  max {stats['return_max']:8.2f}"
+                         f"  length {stats['length_mean']:8.1f}")
+        else:
+            lines.append(f"{name:22s} no finished episodes")
+    fps = summary["overall"].get("frames_per_second")
+    if fps:
+        lines.append(f"throughput: {fps:,.0f} frames/s")
+    counts = np.asarray(summary["overall"]["action_counts"])
+    if counts.sum():
+        share = ", ".join(f"{a}:{c / counts.sum():.0%}" for a, c in enumerate(counts))
+        lines.append(f"actions: {share}")
+    return "\n".join(lines)
