@@ -57,6 +57,22 @@ def _cmd_analyze(args) -> int:
     return 0
 
 
+def _cmd_replay(args) -> int:
+    from hybridsim import replay
+    result = replay.replay(args.file, args.episode)
+    print(f"env {result.env_id} episode {result.episode_id}: {result.steps} steps, "
+          f"return {result.episode_return:g}")
+    if not result.reproduced:
+        for line in result.mismatches:
+            print(f"MISMATCH {line}")
+        print("the replay does NOT reproduce the log")
+        return 1
+    print("reproduced: every replayed reward and episode end matches the log")
+    for path in replay.save_frames(result.frames, gif=args.gif or None, png_dir=args.png_dir or None):
+        print(f"wrote {path}")
+    return 0
+
+
 def _cmd_games(args) -> int:
     from hybridsim import games_table
     rows = games_table.games()
@@ -128,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the JSON summary")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.set_defaults(func=_cmd_analyze)
+    p = sub.add_parser("replay", help="re-emulate a logged episode, check it, render it")
+    p.add_argument("file", help="a traj_rank*.h5 file")
+    p.add_argument("--episode", type=int, required=True, help="row of the file's episodes table")
+    p.add_argument("--gif", default="", help="write the episode as an animated GIF")
+    p.add_argument("--png-dir", default="", help="write the episode's frames as PNGs")
+    p.set_defaults(func=_cmd_replay)
     p = sub.add_parser("games", help="the supported games and their properties")
     p.set_defaults(func=_cmd_games)
     from hybridsim.config import add_dataclass_arguments

@@ -482,7 +482,7 @@ class Trainer:
             self.episodes.update(env_ids, reward, done, self.frames + self.local_frames)
             self._log_step(env_ids, episode_ids, actions[t], np.asarray(reward, np.float32), terminated, truncated,
                            info.get("lives", np.zeros(N)), values[t], logits[t],
-                           self.frames + self.local_frames, obs_buf[t])
+                           self.frames + self.local_frames, obs)
         obs_buf[T] = obs
         state["obs"] = obs
         # Minibatch m takes every num_minibatches-th environment, so the groups are the same

@@ -5,7 +5,8 @@ Layout (docs/HDF5_LAYOUT.md): per-rank file `traj_rank{R:05d}.h5` with
   batch of environments that step returned (all of the rank's envs in synchronous mode);
 - /episodes/<column>: [E], one row per finished episode;
 - /observations/frames [K, *obs_shape] and /observations/index [K, 3] (step, env_id,
-  global_frame), when observations are logged (every `obs_stride` steps, chosen envs);
+  global_frame): the observation each logged step returned, every `obs_stride` steps for
+  the chosen envs, when observations are logged;
 - attributes on the root: format_version, rank, world_size and what the run passes
   (game, ROM md5, config, package versions, git revision, seeds).
 Reading needs only h5py and numpy. Writers buffer rows and append them on flush

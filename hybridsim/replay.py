@@ -1,0 +1,119 @@
+"""`hybridsim replay FILE --episode K`: re-emulate a logged episode and check it.
+
+An environment's whole history follows from its seed and its actions. Replay rebuilds the
+environment the run used (same backend settings, seed = run seed + global env id), feeds
+it every logged action of that environment in frame order up to the end of episode K, and
+checks each reward and episode end against the log (and observations, where logged).
+Then it renders episode K as a GIF or PNG frames. The log is a verifiable record.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+import numpy as np
+
+from hybridsim import trajlog
+
+
+@dataclasses.dataclass
+class ReplayResult:
+    env_id: int
+    episode_id: int
+    steps: int
+    episode_return: float
+    mismatches: list
+    frames: list
+
+    @property
+    def reproduced(self) -> bool:
+        return not self.mismatches
+
+
+def _config(f) -> dict:
+    raw = f.attrs.get("config")
+    if raw is None:
+        raise trajlog.TrajectoryLogError(f"{f.filename}: no run config attribute; cannot replay")
+    return json.loads(raw)
+
+
+def _env_history(f, env_id: int) -> dict:
+    steps = f["steps"]
+    env = steps["env_id"][()]
+    rows, cols = np.nonzero(env == env_id)
+    order = np.argsort(steps["global_frame"][()][rows, cols], kind="stable")
+    rows, cols = rows[order], cols[order]
+    take = {name: steps[name][()][rows, cols] for name in
+            ("action", "reward_raw", "terminated", "truncated", "episode_id", "global_frame")}
+    take["step_index"] = rows
+    return take
+
+
+def replay(path, episode: int, *, make_env=None) -> ReplayResult:
+    """Replay row `episode` of the file's episodes table (0 = the first episode that ended)."""
+    path = pathlib.Path(path)
+    with trajlog.open_trajectory_file(path) as f:
+        episodes = {k: f["episodes"][k][()] for k in trajlog.EPISODE_FIELDS}
+        if not 0 <= episode < episodes["env_id"].size:
+            raise ValueError(f"{path}: episode {episode} out of range; the file has "
+                             f"{episodes['env_id'].size} finished episodes")
+        env_id = int(episodes["env_id"][episode])
+        episode_id = int(episodes["episode_id"][episode])
+        cfg = _config(f)
+        history = _env_history(f, env_id)
+        logged_obs = {}
+        if "observations" in f:
+            index = f["observations/index"][()]
+            for k in np.nonzero(index[:, 1] == env_id)[0]:
+                logged_obs[int(index[k, 0])] = f["observations/frames"][k]
+    upto = np.nonzero(history["episode_id"] <= episode_id)[0]
+    if upto.size == 0:
+        raise ValueError(f"{path}: no logged steps for env {env_id} episode {episode_id}")
+    last = int(upto[-1])
+    env = (make_env or _make_env)(cfg, seed=int(cfg["seed"]) + env_id)
+    obs, _ = env.reset(seed=int(cfg["seed"]) + env_id)
+    mismatches, frames, total = [], [], 0.0
+    for k in range(last + 1):
+        obs, reward, terminated, truncated, _ = env.step(np.array([history["action"][k]], np.int64))
+        step = history["step_index"][k]
+        if float(reward[0]) != float(history["reward_raw"][k]):
+            mismatches.append(f"step {step}: reward {float(reward[0])} replayed, {history['reward_raw'][k]} logged")
+        if bool(terminated[0]) != bool(history["terminated"][k]) or bool(truncated[0]) != bool(history["truncated"][k]):
+            mismatches.append(f"step {step}: episode end differs")
+        if int(step) in logged_obs and not np.array_equal(obs[0], logged_obs[int(step)]):
+            mismatches.append(f"step {step}: observation differs")
+        if history["episode_id"][k] == episode_id:
+            total += float(reward[0])
+            frames.append(np.asarray(obs[0])[-1] if np.ndim(obs[0]) == 3 else np.asarray(obs[0]))
+        if len(mismatches) >= 10:
+            break
+    env.close()
+    return ReplayResult(env_id, episode_id, int((history["episode_id"] == episode_id).sum()),
+                        total, mismatches, frames)
+
+
+def _make_env(cfg: dict, seed: int):
+    from hybridsim.train import TrainConfig, make_vector_env
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    train_cfg = TrainConfig(**{k: v for k, v in cfg.items() if k in fields})
+    train_cfg.num_envs = 1
+    train_cfg.num_minibatches = 1
+    return make_vector_env(train_cfg, seed)
+
+
+def save_frames(frames, gif: str | None = None, png_dir: str | None = None, scale: int = 3) -> list[str]:
+    from PIL import Image
+    images = [Image.fromarray(np.asarray(f, np.uint8)).resize(
+        (f.shape[1] * scale, f.shape[0] * scale), Image.NEAREST) for f in frames]
+    written = []
+    if gif:
+        images[0].save(gif, save_all=True, append_images=images[1:], duration=50, loop=0)
+        written.append(gif)
+    if png_dir:
+        out = pathlib.Path(png_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for k, image in enumerate(images):
+            image.save(out / f"frame_{k:05d}.png")
+        written.append(str(out))
+    return written
