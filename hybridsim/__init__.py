@@ -17,6 +17,15 @@ def core_include_dir() -> str:
     raise FileNotFoundError(f"hybridsim core headers not found next to {here}")
 
 
+def data_dir() -> str:
+    """Folder holding the shipped tables (installed `hybridsim/data`, or the source tree's data/)."""
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    for candidate in (_os.path.join(here, "data"), _os.path.join(_os.path.dirname(here), "data")):
+        if _os.path.isfile(_os.path.join(candidate, "games.json")):
+            return candidate
+    raise FileNotFoundError(f"hybridsim data (games.json) not found next to {here}")
+
+
 def __getattr__(name):
     # The ALE-compatible surface loads the compiled console only when first used.
     if name in ("ALEInterface", "ALEState"):

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import functools
 import json
-from importlib import resources
+import os
+
+import hybridsim
 
 
 @functools.lru_cache(maxsize=1)
 def _table() -> dict:
-    with resources.files("hybridsim.data").joinpath("games.json").open() as f:
+    with open(os.path.join(hybridsim.data_dir(), "games.json")) as f:
         return json.load(f)
 
 
