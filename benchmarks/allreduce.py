@@ -1,0 +1,43 @@
+"""Time one gradient Allreduce of the model's size across MPI ranks.
+
+    mpiexec -n 2 python benchmarks/allreduce.py [--model nature] [--repeats 50]
+
+Uses the same path as training (hybridsim.dist.MPIComm.allreduce_gradients: flatten,
+stage through host memory, one MPI Allreduce, average) and prints the median time and
+the effective bus bandwidth 2 (P-1)/P * bytes / time (the ring-allreduce volume).
+"""
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from hybridsim import dist
+from hybridsim.models import build_model
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="nature")
+    parser.add_argument("--repeats", type=int, default=50)
+    args = parser.parse_args()
+    comm = dist.init_comm()
+    model = build_model(args.model, (4, 84, 84), 18)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    n = sum(p.numel() for p in model.parameters())
+    times = []
+    for _ in range(args.repeats + 5):
+        comm.barrier()
+        start = time.perf_counter()
+        comm.allreduce_gradients(model)
+        times.append(time.perf_counter() - start)
+    median = float(np.median(times[5:]))
+    if comm.rank == 0:
+        volume = 2 * (comm.size - 1) / comm.size * n * 4
+        print(f"{args.model}: {n:,} parameters ({n * 4 / 1e6:.1f} MB), {comm.size} ranks: "
+              f"allreduce median {median * 1e3:.2f} ms, bus bandwidth {volume / median / 1e9:.2f} GB/s")
+
+
+if __name__ == "__main__":
+    main()
