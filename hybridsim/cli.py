@@ -73,6 +73,15 @@ def _cmd_replay(args) -> int:
     return 0
 
 
+def _cmd_eval(args) -> int:
+    from hybridsim import evaluate
+    r = evaluate.evaluate(args.checkpoint, episodes=args.episodes, env=args.env,
+                          num_envs=args.num_envs, seed=args.seed, greedy=args.greedy)
+    print(f"{r['game']} on {r['env']}: {r['episodes']} episodes, return {r['mean']:.2f} "
+          f"+- {r['std']:.2f} (policy trained for {r['frames_trained']:,} frames)")
+    return 0
+
+
 def _cmd_games(args) -> int:
     from hybridsim import games_table
     rows = games_table.games()
@@ -150,6 +159,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gif", default="", help="write the episode as an animated GIF")
     p.add_argument("--png-dir", default="", help="write the episode's frames as PNGs")
     p.set_defaults(func=_cmd_replay)
+    p = sub.add_parser("eval", help="score a checkpoint on hybridsim's or ale-py's environment")
+    p.add_argument("checkpoint", help="a checkpoint.pt written by hybridsim train")
+    p.add_argument("--episodes", type=int, default=10, help="episodes to play")
+    p.add_argument("--env", default="hybridsim", choices=["hybridsim", "ale-py"],
+                   help="whose environment to play on")
+    p.add_argument("--num-envs", type=int, default=4, help="environments played in parallel")
+    p.add_argument("--seed", type=int, default=12345, help="environment and sampling seed")
+    p.add_argument("--greedy", action="store_true", help="take the most likely action")
+    p.set_defaults(func=_cmd_eval)
     p = sub.add_parser("games", help="the supported games and their properties")
     p.set_defaults(func=_cmd_games)
     from hybridsim.config import add_dataclass_arguments

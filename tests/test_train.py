@@ -110,3 +110,15 @@ def test_signal_stops_with_a_checkpoint_and_resume_finishes(tmp_path):
     assert "run again with --resume" in out
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     assert 0 < state["frames"] < 100000000
+
+
+def test_eval_scores_a_checkpoint_on_ale_py(tmp_path):
+    import subprocess
+    import sys
+    Trainer(tiny_config(tmp_path, total_frames=800, log_trajectories=False,
+                        max_episode_frames=400)).train()
+    out = subprocess.run([sys.executable, "-m", "hybridsim", "eval", str(tmp_path / "checkpoint.pt"),
+                          "--episodes", "3", "--env", "ale-py", "--num-envs", "2"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "pong on ale-py: 3 episodes" in out.stdout

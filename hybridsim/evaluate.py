@@ -1,0 +1,55 @@
+"""`hybridsim eval CHECKPOINT`: score a trained policy on hybridsim's or ale-py's environment.
+
+The environment is rebuilt with the checkpoint's own settings (game, frame skip, sticky
+actions, preprocessing), so a policy trained here can be scored on ALE itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from hybridsim.models import build_model
+from hybridsim.train import TrainConfig, make_vector_env
+
+ENVS = {"hybridsim": "cpu", "ale-py": "ale-py"}
+
+
+def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: int = 4,
+             seed: int = 12345, greedy: bool = False, max_steps: int = 1_000_000) -> dict:
+    if env not in ENVS:
+        raise ValueError(f"--env must be one of {sorted(ENVS)}, got {env!r}")
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    state = torch.load(checkpoint, weights_only=False, map_location="cpu")
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    cfg = TrainConfig(**{k: v for k, v in state["config"].items() if k in fields})
+    cfg.backend, cfg.num_envs, cfg.num_minibatches, cfg.episodic_life = ENVS[env], num_envs, 1, False
+    vec = make_vector_env(cfg, seed)
+    model = build_model(cfg.model, state["obs_shape"], state["num_actions"])
+    model.load_state_dict(state["model"])
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    obs, _ = vec.reset(seed=seed)
+    returns, running = [], np.zeros(num_envs)
+    for _ in range(max_steps):
+        with torch.no_grad():
+            logits, _ = model(torch.from_numpy(obs))
+        if greedy:
+            actions = logits.argmax(-1)
+        else:
+            actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1)
+        obs, reward, terminated, truncated, _ = vec.step(actions.numpy().astype(np.int64))
+        running += reward
+        for k in np.nonzero(np.logical_or(terminated, truncated))[0]:
+            returns.append(float(running[k]))
+            running[k] = 0.0
+        if len(returns) >= episodes:
+            break
+    vec.close()
+    returns = returns[:episodes]
+    return {"env": env, "game": cfg.game, "episodes": len(returns), "returns": returns,
+            "mean": float(np.mean(returns)) if returns else float("nan"),
+            "std": float(np.std(returns)) if returns else float("nan"),
+            "frames_trained": int(state["frames"])}
