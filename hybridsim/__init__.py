@@ -8,22 +8,23 @@ import os as _os
 __version__ = "0.1.0"
 
 
-def core_include_dir() -> str:
-    """Folder holding the portable core headers: installed package data, or the source tree's cuda/."""
+def _packaged_dir(name: str, marker: str) -> str:
+    """An installed data folder (hybridsim/NAME), or the source tree's NAME/ beside the package."""
     here = _os.path.dirname(_os.path.abspath(__file__))
-    for candidate in (_os.path.join(here, "cuda"), _os.path.join(_os.path.dirname(here), "cuda")):
-        if _os.path.isfile(_os.path.join(candidate, "hs_prelude.h")):
+    for candidate in (_os.path.join(here, name), _os.path.join(_os.path.dirname(here), name)):
+        if _os.path.isfile(_os.path.join(candidate, marker)):
             return candidate
-    raise FileNotFoundError(f"hybridsim core headers not found next to {here}")
+    raise FileNotFoundError(f"hybridsim {name}/ (with {marker}) not found next to {here}")
+
+
+def core_include_dir() -> str:
+    """Folder holding the portable core headers (for g++, nvcc and NVRTC)."""
+    return _packaged_dir("cuda", "hs_prelude.h")
 
 
 def data_dir() -> str:
-    """Folder holding the shipped tables (installed `hybridsim/data`, or the source tree's data/)."""
-    here = _os.path.dirname(_os.path.abspath(__file__))
-    for candidate in (_os.path.join(here, "data"), _os.path.join(_os.path.dirname(here), "data")):
-        if _os.path.isfile(_os.path.join(candidate, "games.json")):
-            return candidate
-    raise FileNotFoundError(f"hybridsim data (games.json) not found next to {here}")
+    """Folder holding the shipped tables such as games.json."""
+    return _packaged_dir("data", "games.json")
 
 
 def __getattr__(name):

@@ -83,6 +83,13 @@ def _plots(episodes, action_counts, curves, out_dir: pathlib.Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     written = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(out_dir / name, dpi=100)
+        plt.close(fig)
+        written.append(str(out_dir / name))
+
     order = np.argsort(episodes["end_frame"])
     fig, ax = plt.subplots(figsize=(6, 4))
     if order.size:
@@ -93,28 +100,19 @@ def _plots(episodes, action_counts, curves, out_dir: pathlib.Path) -> list[str]:
         ax.legend()
     ax.set_xlabel("frame")
     ax.set_ylabel("episode return")
-    fig.tight_layout()
-    fig.savefig(out_dir / "returns.png", dpi=100)
-    written.append(str(out_dir / "returns.png"))
-    plt.close(fig)
+    save(fig, "returns.png")
     fig, ax = plt.subplots(figsize=(6, 3))
     ax.bar(np.arange(len(action_counts)), action_counts)
     ax.set_xlabel("action")
     ax.set_ylabel("count")
-    fig.tight_layout()
-    fig.savefig(out_dir / "actions.png", dpi=100)
-    written.append(str(out_dir / "actions.png"))
-    plt.close(fig)
+    save(fig, "actions.png")
     fig, ax = plt.subplots(figsize=(6, 3))
     for k, tf in enumerate(curves):
         if len(tf) > 1:
             ax.plot(tf[1:, 1], np.diff(tf[:, 1]) / np.maximum(np.diff(tf[:, 0]), 1e-9), label=f"rank {k}")
     ax.set_xlabel("frame")
     ax.set_ylabel("frames/s")
-    fig.tight_layout()
-    fig.savefig(out_dir / "throughput.png", dpi=100)
-    written.append(str(out_dir / "throughput.png"))
-    plt.close(fig)
+    save(fig, "throughput.png")
     return written
 
 
