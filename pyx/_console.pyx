@@ -1,0 +1,350 @@
+# cython: language_level=3
+"""One ALE-exact Atari 2600 environment over the portable core (cuda/ale_env.h).
+
+``Emulator`` reproduces what ``ale_py.ALEInterface`` (ale-py 0.12.1) computes for one
+loaded ROM: the same RAM, screen, rewards, lives, game-over flag and frame counters,
+frame by frame, including its load and reset sequences and its sticky actions.
+
+    Emulator(rom, game, *, cart_type="4K", ystart=34, height=210, display_format="AUTO",
+             left_controller="JOYSTICK", right_controller="JOYSTICK", swap_ports=False,
+             swap_paddles=False, hmove_blanks=True, left_difficulty="B",
+             right_difficulty="B", tv_type="COLOR", random_seed=0, frame_skip=1,
+             repeat_action_probability=0.25, max_num_frames_per_episode=0,
+             reward_min=-2**31, reward_max=2**31-1, mode=0, mode_ram_index=-1,
+             mode_select_frames=1, difficulty=0, starting_actions=(),
+             truncate_on_loss_of_life=False)
+
+  rom            bytes of the cartridge image (size must match cart_type)
+  game           game-settings id of cuda/games*.h (see GAME_IDS for the stub's ids)
+  cart_type      "2K", "4K", "F8", "F8 swapped", "F6", "E0", "FE", "F8SC", "F6SC"
+  ystart/height  Display.YStart / Display.Height (height becomes 250 on PAL if 210)
+  display_format "AUTO" (ALE's default: 60 frames of detection at load), "NTSC", "PAL"
+  *_controller   "JOYSTICK" or "PADDLES" (Controller.Left / Controller.Right)
+  swap_ports, swap_paddles, hmove_blanks, *_difficulty, tv_type: the ROM's properties
+  random_seed    ALE's random_seed (environment RNG for sticky actions); must be >= 0
+  mode, mode_ram_index, mode_select_frames: the game's setMode (select presses until
+                 RAM[mode_ram_index] == mode, then a soft reset); mode_ram_index -1 = none
+  starting_actions: ALE action ids run one frame each at the end of every reset
+
+  The constructor does what ALEInterface.loadROM does (console power-on, TV detection,
+  environment creation, reset_game).
+
+Methods (ALE names):
+  reset_game()
+  act(action_a, action_b=18, paddle_strength=1.0, paddle_strength_b=0.0) -> int reward
+      ALE action ids; player B uses 18-35 (0-17 are accepted and shifted by 18).
+      ALEInterface.act(a, s) is act(a, 18, s, 0.0).
+  game_over(with_truncation=True) -> bool
+  lives() -> int
+  frame_number() / episode_frame_number() -> int
+  get_ram(out=None) -> uint8[128]
+  get_screen(out=None) -> uint8[height, 160] palette indices (ALE getScreen)
+  get_screen_rgb(out=None) -> uint8[height, 160, 3]
+  get_screen_grayscale(out=None) -> uint8[height, 160]
+  clone_state(include_rng=False) -> bytes ; restore_state(bytes)
+      As ALE: the environment RNG travels only when include_rng; sticky actions, input
+      events and the frame buffers are not part of a state.
+  tv_standard -> "NTSC" or "PAL" ; screen_shape -> (height, 160)
+Errors raise ValueError/TypeError with the reason; nothing in here aborts the process.
+"""
+from libc.stdint cimport uint8_t, int32_t, uint32_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy, memset
+
+import numpy as np
+cimport numpy as cnp
+
+cdef extern from "ale_env.h" namespace "hs" nogil:
+    cdef struct ConsoleProps:
+        int32_t cart_type
+        int32_t ystart
+        int32_t height
+        int32_t format
+        uint8_t left_paddles
+        uint8_t right_paddles
+        uint8_t swap_ports
+        uint8_t swap_paddles
+        uint8_t hmove_blanks
+        uint8_t left_difficulty_a
+        uint8_t right_difficulty_a
+        uint8_t black_white
+    cdef struct FrameBuffers:
+        uint8_t* buf[2]
+        int32_t shown
+    cdef struct EnvConfig:
+        int32_t game
+        int32_t frame_skip
+        float repeat_action_probability
+        int32_t max_num_frames_per_episode
+        int32_t reward_min
+        int32_t reward_max
+        int32_t mode
+        int32_t mode_ram_index
+        int32_t mode_select_frames
+        int32_t difficulty
+        int32_t num_starting_actions
+        int32_t starting_actions[16]
+        uint8_t use_paddles
+        uint8_t truncate_on_loss_of_life
+        int32_t max_lives
+    cdef struct Riot:
+        uint8_t ram[128]
+    cdef struct Tia:
+        int32_t lines_last_frame
+    cdef struct Console:
+        Riot riot
+        Tia tia
+        uint8_t pal
+        int32_t height
+    cdef struct AleEnv:
+        Console console
+        int32_t frame_number
+        int32_t episode_frame_number
+    void env_load(AleEnv& e, const ConsoleProps& props, const EnvConfig& cfg, uint32_t seed,
+                  const uint8_t* rom, FrameBuffers& fbs)
+    void env_reset(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs)
+    int32_t env_act(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs, int32_t a, int32_t b,
+                    float sa, float sb)
+    bint env_terminal(const AleEnv& e)
+    bint game_terminal(int32_t game, const GameState& g)
+    int32_t env_lives(const AleEnv& e)
+    void env_restore(AleEnv& cur, const AleEnv& saved, bint with_rng)
+    cdef struct GameState:
+        int32_t score
+    int kFrameBytes
+    int GAME_PONG, GAME_BREAKOUT, GAME_SPACE_INVADERS
+
+cdef extern from "palette.h" namespace "hs" nogil:
+    const uint32_t* palette_table(int32_t tv)
+    uint8_t palette_gray(const uint32_t* table, uint8_t pixel)
+
+cdef extern from "ale_env.h" nogil:
+    """
+    static inline bool hs_game_terminal_of(const hs::AleEnv& e) {
+      return hs::game_terminal(e.cfg.game, e.game);
+    }
+    """
+    bint hs_game_terminal_of(const AleEnv& e)
+
+CART_TYPES = {"2K": (0, 2048), "4K": (1, 4096), "F8": (2, 8192), "F8 swapped": (3, 8192),
+              "F6": (4, 16384), "E0": (5, 8192), "FE": (6, 8192), "F8SC": (7, 8192),
+              "F6SC": (8, 16384)}
+GAME_IDS = {"pong": GAME_PONG, "breakout": GAME_BREAKOUT, "space_invaders": GAME_SPACE_INVADERS}
+
+cdef bytes STATE_MAGIC = b"HSENV1"
+
+
+cdef int _bool_prop(value, str name, str yes, str no) except -1:
+    if isinstance(value, bool):
+        return 1 if value else 0
+    if isinstance(value, str) and value.upper() in (yes, no):
+        return 1 if value.upper() == yes else 0
+    raise ValueError(f"{name} must be a bool or {yes!r}/{no!r}, got {value!r}")
+
+
+cdef class Emulator:
+    cdef AleEnv* env
+    cdef FrameBuffers fbs
+    cdef bytes rom
+    cdef cnp.ndarray frames
+    cdef readonly int height
+
+    def __cinit__(self):
+        self.env = <AleEnv*>malloc(sizeof(AleEnv))
+        if self.env == NULL:
+            raise MemoryError("cannot allocate the environment state")
+        memset(self.env, 0, sizeof(AleEnv))
+
+    def __dealloc__(self):
+        if self.env != NULL:
+            free(self.env)
+            self.env = NULL
+
+    def __init__(self, rom, int game, *, cart_type="4K", int ystart=34, int height=210,
+                 display_format="AUTO", left_controller="JOYSTICK", right_controller="JOYSTICK",
+                 swap_ports=False, swap_paddles=False, hmove_blanks=True, left_difficulty="B",
+                 right_difficulty="B", tv_type="COLOR", random_seed=0, int frame_skip=1,
+                 float repeat_action_probability=0.25, int max_num_frames_per_episode=0,
+                 int reward_min=-2147483648, int reward_max=2147483647, int mode=0,
+                 int mode_ram_index=-1, int mode_select_frames=1, int difficulty=0,
+                 starting_actions=(), truncate_on_loss_of_life=False):
+        cdef ConsoleProps props
+        cdef EnvConfig cfg
+        rom = bytes(rom)
+        if cart_type not in CART_TYPES:
+            raise ValueError(f"cart_type must be one of {sorted(CART_TYPES)}, got {cart_type!r}")
+        ctype, size = CART_TYPES[cart_type]
+        if len(rom) != size:
+            raise ValueError(f"a {cart_type} cartridge holds {size} bytes, the ROM has {len(rom)}")
+        if not (0 <= ystart <= 100) or not (100 <= height <= 250):
+            raise ValueError(f"display window out of range: ystart={ystart}, height={height}")
+        if display_format not in ("AUTO", "AUTO-DETECT", "NTSC", "PAL"):
+            raise ValueError(f"display_format must be AUTO, NTSC or PAL, got {display_format!r}")
+        if frame_skip < 1:
+            raise ValueError(f"frame_skip must be >= 1, got {frame_skip}")
+        if random_seed is None or int(random_seed) < 0 or int(random_seed) > 0xFFFFFFFF:
+            raise ValueError(f"random_seed must be an integer in [0, 2**32), got {random_seed!r}")
+        if not (-1 <= mode_ram_index < 128):
+            raise ValueError(f"mode_ram_index must be -1 or a RAM index 0-127, got {mode_ram_index}")
+        if not (0 <= difficulty <= 3):
+            raise ValueError(f"difficulty must be 0-3, got {difficulty}")
+        starting_actions = [int(a) for a in starting_actions]
+        if len(starting_actions) > 16 or any(not (0 <= a < 18) for a in starting_actions):
+            raise ValueError(f"starting_actions must be at most 16 player-A action ids, got {starting_actions}")
+        if game not in GAME_IDS.values():
+            raise ValueError(f"unknown game id {game}; this build knows {GAME_IDS}")
+        for name, value in (("left_controller", left_controller), ("right_controller", right_controller)):
+            if value not in ("JOYSTICK", "PADDLES"):
+                raise ValueError(f"{name} must be 'JOYSTICK' or 'PADDLES', got {value!r}")
+        props.cart_type = ctype
+        props.ystart = ystart
+        props.height = height
+        props.format = -1 if display_format.startswith("AUTO") else (1 if display_format == "PAL" else 0)
+        props.left_paddles = left_controller == "PADDLES"
+        props.right_paddles = right_controller == "PADDLES"
+        props.swap_ports = _bool_prop(swap_ports, "swap_ports", "YES", "NO")
+        props.swap_paddles = _bool_prop(swap_paddles, "swap_paddles", "YES", "NO")
+        props.hmove_blanks = _bool_prop(hmove_blanks, "hmove_blanks", "YES", "NO")
+        props.left_difficulty_a = _bool_prop(left_difficulty, "left_difficulty", "A", "B")
+        props.right_difficulty_a = _bool_prop(right_difficulty, "right_difficulty", "A", "B")
+        props.black_white = _bool_prop(tv_type, "tv_type", "BLACKWHITE", "COLOR")
+        memset(&cfg, 0, sizeof(EnvConfig))
+        cfg.game = game
+        cfg.frame_skip = frame_skip
+        cfg.repeat_action_probability = repeat_action_probability
+        cfg.max_num_frames_per_episode = max_num_frames_per_episode
+        cfg.reward_min = reward_min
+        cfg.reward_max = reward_max
+        cfg.mode = mode
+        cfg.mode_ram_index = mode_ram_index
+        cfg.mode_select_frames = mode_select_frames
+        cfg.difficulty = difficulty
+        cfg.num_starting_actions = len(starting_actions)
+        for k, a in enumerate(starting_actions):
+            cfg.starting_actions[k] = a
+        cfg.use_paddles = props.left_paddles or props.right_paddles
+        cfg.truncate_on_loss_of_life = bool(truncate_on_loss_of_life)
+        self.rom = rom
+        self.frames = np.zeros((2, kFrameBytes), dtype=np.uint8)
+        self.fbs.buf[0] = <uint8_t*>cnp.PyArray_DATA(self.frames)
+        self.fbs.buf[1] = self.fbs.buf[0] + kFrameBytes
+        self.fbs.shown = 0
+        cdef const uint8_t* rom_ptr = self.rom
+        cdef uint32_t seed = <uint32_t>int(random_seed)
+        with nogil:
+            env_load(self.env[0], props, cfg, seed, rom_ptr, self.fbs)
+        self.height = self.env.console.height
+
+    @property
+    def tv_standard(self):
+        return "PAL" if self.env.console.pal else "NTSC"
+
+    @property
+    def screen_shape(self):
+        return (self.height, 160)
+
+    def reset_game(self):
+        cdef const uint8_t* rom_ptr = self.rom
+        with nogil:
+            env_reset(self.env[0], rom_ptr, self.fbs)
+
+    def act(self, int action_a, int action_b=18, float paddle_strength=1.0,
+            float paddle_strength_b=0.0):
+        if not (0 <= action_a < 18 or action_a == 40):
+            raise ValueError(f"player A action must be an ALE action id 0-17 (or 40 RESET), got {action_a}")
+        if 0 <= action_b < 18:
+            action_b += 18
+        if not (18 <= action_b < 36 or action_b == 40):
+            raise ValueError(f"player B action must be 18-35 (or 0-17, or 40 RESET), got {action_b}")
+        cdef const uint8_t* rom_ptr = self.rom
+        cdef int32_t reward
+        with nogil:
+            reward = env_act(self.env[0], rom_ptr, self.fbs, action_a, action_b,
+                             paddle_strength, paddle_strength_b)
+        return reward
+
+    def game_over(self, with_truncation=True):
+        if with_truncation:
+            return bool(env_terminal(self.env[0]))
+        return bool(hs_game_terminal_of(self.env[0]))
+
+    def lives(self):
+        return env_lives(self.env[0])
+
+    def frame_number(self):
+        return self.env.frame_number
+
+    def episode_frame_number(self):
+        return self.env.episode_frame_number
+
+    def get_ram(self, out=None):
+        if out is None:
+            out = np.empty(128, dtype=np.uint8)
+        cdef uint8_t[::1] view = out
+        if view.shape[0] != 128:
+            raise ValueError(f"out must hold 128 bytes, got {view.shape[0]}")
+        memcpy(&view[0], self.env.console.riot.ram, 128)
+        return out
+
+    cdef const uint8_t* _screen(self):
+        return self.fbs.buf[self.fbs.shown]
+
+    def _check_out(self, out, shape):
+        if out is None:
+            return np.empty(shape, dtype=np.uint8)
+        if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or tuple(out.shape) != shape \
+                or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous uint8 array of shape {shape}")
+        return out
+
+    def get_screen(self, out=None):
+        out = self._check_out(out, (self.height, 160))
+        cdef uint8_t[:, ::1] view = out
+        memcpy(&view[0, 0], self._screen(), self.height * 160)
+        return out
+
+    def get_screen_rgb(self, out=None):
+        out = self._check_out(out, (self.height, 160, 3))
+        cdef uint8_t[:, :, ::1] view = out
+        cdef const uint32_t* table = palette_table(1 if self.env.console.pal else 0)
+        cdef const uint8_t* src = self._screen()
+        cdef int i, n = self.height * 160
+        cdef uint32_t rgb
+        cdef uint8_t* dst = &view[0, 0, 0]
+        with nogil:
+            for i in range(n):
+                rgb = table[src[i]]
+                dst[3 * i] = (rgb >> 16) & 0xFF
+                dst[3 * i + 1] = (rgb >> 8) & 0xFF
+                dst[3 * i + 2] = rgb & 0xFF
+        return out
+
+    def get_screen_grayscale(self, out=None):
+        out = self._check_out(out, (self.height, 160))
+        cdef uint8_t[:, ::1] view = out
+        cdef const uint32_t* table = palette_table(1 if self.env.console.pal else 0)
+        cdef const uint8_t* src = self._screen()
+        cdef uint8_t* dst = &view[0, 0]
+        cdef int i, n = self.height * 160
+        with nogil:
+            for i in range(n):
+                dst[i] = palette_gray(table, src[i])
+        return out
+
+    def clone_state(self, include_rng=False):
+        cdef bytes body = (<char*>self.env)[:sizeof(AleEnv)]
+        return STATE_MAGIC + (b"\x01" if include_rng else b"\x00") + body
+
+    def restore_state(self, state):
+        state = bytes(state)
+        n = len(STATE_MAGIC) + 1 + sizeof(AleEnv)
+        if len(state) != n or not state.startswith(STATE_MAGIC):
+            raise ValueError(f"not a state of this emulator build (expected {n} bytes starting {STATE_MAGIC!r})")
+        cdef AleEnv* saved = <AleEnv*>malloc(sizeof(AleEnv))
+        if saved == NULL:
+            raise MemoryError("cannot allocate a state")
+        cdef const char* raw = state
+        memcpy(saved, raw + len(STATE_MAGIC) + 1, sizeof(AleEnv))
+        cdef bint with_rng = state[len(STATE_MAGIC)] == 1
+        env_restore(self.env[0], saved[0], with_rng)
+        free(saved)

@@ -1,0 +1,59 @@
+"""The emulator against ale-py 0.12.1, frame by frame (RAM, screen, reward, lives, ...)."""
+import numpy as np
+import pytest
+
+from console_oracle import Lockstep
+
+GAMES = ["pong", "breakout", "space_invaders"]
+
+
+@pytest.mark.parametrize("sticky", [0.0, 0.25])
+@pytest.mark.parametrize("game", GAMES)
+def test_random_play_matches_ale(game, sticky):
+    run = Lockstep(game, seed=7, sticky=sticky)
+    rng = np.random.default_rng(11)
+    run.check(colour=True)
+    for f in range(1, 401):
+        run.step(run.actions[rng.integers(len(run.actions))])
+        run.check(colour=f % 50 == 0)
+        if run.ale.game_over() or f == 250:  # also a reset in the middle of an episode
+            run.reset()
+            run.check(colour=True)
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_clone_restore_round_trip(game):
+    run = Lockstep(game, seed=3, sticky=0.25)
+    rng = np.random.default_rng(5)
+    for _ in range(120):
+        run.step(run.actions[rng.integers(len(run.actions))])
+    saved_ale, saved_emu = run.ale.cloneState(), run.emu.clone_state()
+    branch = [run.actions[rng.integers(len(run.actions))] for _ in range(60)]
+    for a in branch:
+        run.step(a)
+    run.check()
+    run.ale.restoreState(saved_ale)
+    run.emu.restore_state(saved_emu)
+    run.check()
+    for a in branch[::-1]:
+        run.step(a)
+        run.check()
+
+
+def test_frame_skip_and_truncation():
+    run = Lockstep("pong", seed=1, sticky=0.25, frame_skip=4, max_frames=200)
+    rng = np.random.default_rng(2)
+    for _ in range(80):
+        run.step(run.actions[rng.integers(len(run.actions))])
+        run.check()
+        if run.ale.game_over():
+            run.reset()
+            run.check()
+
+
+def test_state_errors():
+    run = Lockstep("pong")
+    with pytest.raises(ValueError):
+        run.emu.restore_state(b"nonsense")
+    with pytest.raises(ValueError):
+        run.emu.act(99)
