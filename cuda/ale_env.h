@@ -26,15 +26,24 @@ enum : int32_t {
   kMaxStartingActions = 16
 };
 
+enum : int32_t { MODE_STEP_ACT = 0, MODE_STEP_SELECT = 1, MODE_STEP_SOFT_RESET = 2 };
+enum : int32_t { MODE_CUSTOM_NONE = 0, MODE_CUSTOM_DOUBLE_DUNK = 1 };
+
 struct EnvConfig {
   int32_t game;                   // game id for games.h
   int32_t frame_skip;             // >= 1
   float repeat_action_probability;
   int32_t max_num_frames_per_episode;  // 0 = no limit
   int32_t reward_min, reward_max;
-  int32_t mode;                   // the game mode to select on reset
-  int32_t mode_ram_index;         // RAM index (address & $7F) of the current mode; -1: none
-  int32_t mode_select_frames;     // pressSelect(n) frames per SELECT press
+  int32_t mode;                   // the game mode (ALE's setMode argument)
+  // Mode selection (the game's setMode). mode_ram < 0: the default setMode, which does
+  // nothing. Otherwise: run `before` steps, then press SELECT (held mode_hold frames)
+  // until RAM[mode_ram] is mode_value or mode_value_alt and, when mode_ram2 >= 0,
+  // RAM[mode_ram2] is mode_value2; then a soft reset. RAM indices are address & $7F.
+  int32_t mode_ram, mode_value, mode_value_alt, mode_ram2, mode_value2, mode_hold;
+  int32_t num_mode_before;
+  int32_t mode_before[4][3];      // {MODE_STEP_*, action or hold, count}
+  int32_t mode_custom;            // MODE_CUSTOM_*: a game-specific setMode instead
   int32_t difficulty;             // 0-3: bit 0 left A, bit 1 right A
   int32_t num_starting_actions;
   int32_t starting_actions[kMaxStartingActions];
@@ -178,6 +187,62 @@ HS_HD inline bool env_terminal(const AleEnv& e) {
   return game_terminal(e.cfg.game, e.game) || env_truncated(e);
 }
 
+HS_HD inline int32_t env_act(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs, int32_t a, int32_t b,
+                             float sa, float sb);
+
+HS_HD HS_INLINE bool env_mode_reached(AleEnv& e) {
+  const EnvConfig& c = e.cfg;
+  uint8_t v = console_read_ram(e.console, c.mode_ram);
+  bool first = v == (uint8_t)c.mode_value || (c.mode_value_alt >= 0 && v == (uint8_t)c.mode_value_alt);
+  if (!first) return false;
+  return c.mode_ram2 < 0 || console_read_ram(e.console, c.mode_ram2) == (uint8_t)c.mode_value2;
+}
+
+// A game's setMode as the generic recipe describes it (see EnvConfig).
+HS_HD inline void env_select_mode(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
+  for (int32_t k = 0; k < e.cfg.num_mode_before; ++k) {
+    const int32_t* step = e.cfg.mode_before[k];
+    for (int32_t n = 0; n < step[2]; ++n) {
+      if (step[0] == MODE_STEP_ACT) env_act(e, rom, fbs, step[1], B_NOOP, 1.0f, 1.0f);
+      else if (step[0] == MODE_STEP_SELECT) env_press_select(e, rom, fbs, step[1]);
+      else env_soft_reset(e, rom, fbs);
+    }
+  }
+  int32_t guard = 0;  // ALE loops forever on a mode that never shows; we give up
+  while (!env_mode_reached(e) && guard++ < 1000) env_press_select(e, rom, fbs, e.cfg.mode_hold);
+  env_soft_reset(e, rom, fbs);
+}
+
+// Double Dunk's setMode walks its option menu with the joystick (DoubleDunk.cpp):
+// SELECT, two rows down, then per option bit a row down and RIGHT/LEFT until the RAM
+// flag matches the mode bit; each move is an act() pair (move, NOOP).
+HS_HD inline void env_act_pair(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs, int32_t a) {
+  env_act(e, rom, fbs, a, B_NOOP, 1.0f, 1.0f);
+  env_act(e, rom, fbs, A_NOOP, B_NOOP, 1.0f, 1.0f);
+}
+
+HS_HD inline void env_double_dunk_down(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
+  uint8_t before = console_read_ram(e.console, 0x30);  // $B0: menu row
+  int32_t guard = 0;
+  while (before == console_read_ram(e.console, 0x30) && guard++ < 1000) env_act_pair(e, rom, fbs, A_DOWN);
+}
+
+HS_HD inline void env_double_dunk_mode(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
+  const uint8_t kBits[4] = {0x08, 0x10, 0x04, 0x20};  // option flags in $80 for mode bits 0-3
+  env_press_select(e, rom, fbs, 1);
+  env_double_dunk_down(e, rom, fbs);
+  for (int32_t k = 0; k < 4; ++k) {
+    env_double_dunk_down(e, rom, fbs);
+    bool want = (e.cfg.mode >> k) & 1;
+    int32_t guard = 0;
+    while (((console_read_ram(e.console, 0x00) & kBits[k]) != 0) != want && guard++ < 1000)
+      env_act_pair(e, rom, fbs, want ? A_RIGHT : A_LEFT);
+  }
+  env_soft_reset(e, rom, fbs);
+  env_act(e, rom, fbs, A_UPFIRE, B_NOOP, 1.0f, 1.0f);
+  env_act(e, rom, fbs, A_NOOP, B_NOOP, 1.0f, 1.0f);
+}
+
 // StellaEnvironment::reset (reset_game).
 HS_HD inline void env_reset(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
   e.episode_frame_number = 0;
@@ -186,12 +251,8 @@ HS_HD inline void env_reset(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
   env_emulate(e, rom, fbs, A_NOOP, B_NOOP, 1.0f, 1.0f, NOOP_RESET_FRAMES);
   env_soft_reset(e, rom, fbs);
   game_reset(e.cfg.game, e.game);
-  if (e.cfg.mode_ram_index >= 0) {  // the games' setMode: SELECT until the mode shows
-    int32_t guard = 0;
-    while (console_read_ram(e.console, e.cfg.mode_ram_index) != (uint8_t)e.cfg.mode && guard++ < 256)
-      env_press_select(e, rom, fbs, e.cfg.mode_select_frames);
-    env_soft_reset(e, rom, fbs);
-  }
+  if (e.cfg.mode_custom == MODE_CUSTOM_DOUBLE_DUNK) env_double_dunk_mode(e, rom, fbs);
+  else if (e.cfg.mode_ram >= 0) env_select_mode(e, rom, fbs);
   env_soft_reset(e, rom, fbs);
   for (int32_t k = 0; k < e.cfg.num_starting_actions; ++k)
     env_emulate(e, rom, fbs, e.cfg.starting_actions[k], B_NOOP, 1.0f, 1.0f, 1);

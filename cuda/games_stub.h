@@ -7,7 +7,8 @@
 
 namespace hs {
 
-enum : int32_t { GAME_PONG = 0, GAME_BREAKOUT = 1, GAME_SPACE_INVADERS = 2, GAME_NUM_STUB = 3 };
+enum : int32_t { GAME_PONG = 0, GAME_BREAKOUT = 1, GAME_SPACE_INVADERS = 2, GAME_NUM_STUB = 3,
+                 GAME_NONE = 1000 };  // GAME_NONE: no settings (reward 0, never over) for console tests
 
 struct GameState {
   int32_t score;

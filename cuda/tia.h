@@ -35,58 +35,18 @@ enum : int32_t { OB_P0 = 0, OB_P1 = 1, OB_M0 = 2, OB_M1 = 3, OB_BL = 4 };
 enum : uint8_t { M0_NORMAL = 0, M0_STRETCHED = 1, M0_HIDDEN = 2 };
 
 // Horizontal motion applied by HMOVE, by CPU cycle within the line (0-75) and motion
-// nibble (0-15). Taken from ALE's TIA (a table of measured numbers): it models early
-// and late HMOVEs. Rows 21-54 are all zero and are not stored.
-HS_CONSTANT static const int8_t kMotionEarly[21][16] = {
-    {0, -1, -2, -3, -4, -5, -6, -7, 8, 7, 6, 5, 4, 3, 2, 1},
-    {0, -1, -2, -3, -4, -5, -6, -7, 8, 7, 6, 5, 4, 3, 2, 1},
-    {0, -1, -2, -3, -4, -5, -6, -7, 8, 7, 6, 5, 4, 3, 2, 1},
-    {0, -1, -2, -3, -4, -5, -6, -7, 8, 7, 6, 5, 4, 3, 2, 1},
-    {0, -1, -2, -3, -4, -5, -6, -6, 8, 7, 6, 5, 4, 3, 2, 1},
-    {0, -1, -2, -3, -4, -5, -5, -5, 8, 7, 6, 5, 4, 3, 2, 1},
-    {0, -1, -2, -3, -4, -5, -5, -5, 8, 7, 6, 5, 4, 3, 2, 1},
-    {0, -1, -2, -3, -4, -4, -4, -4, 8, 7, 6, 5, 4, 3, 2, 1},
-    {0, -1, -2, -3, -3, -3, -3, -3, 8, 7, 6, 5, 4, 3, 2, 1},
-    {0, -1, -2, -2, -2, -2, -2, -2, 8, 7, 6, 5, 4, 3, 2, 1},
-    {0, -1, -2, -2, -2, -2, -2, -2, 8, 7, 6, 5, 4, 3, 2, 1},
-    {0, -1, -1, -1, -1, -1, -1, -1, 8, 7, 6, 5, 4, 3, 2, 1},
-    {0, 0, 0, 0, 0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1},
-    {1, 1, 1, 1, 1, 1, 1, 1, 8, 7, 6, 5, 4, 3, 2, 1},
-    {1, 1, 1, 1, 1, 1, 1, 1, 8, 7, 6, 5, 4, 3, 2, 1},
-    {2, 2, 2, 2, 2, 2, 2, 2, 8, 7, 6, 5, 4, 3, 2, 2},
-    {3, 3, 3, 3, 3, 3, 3, 3, 8, 7, 6, 5, 4, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 8, 7, 6, 5, 4, 4, 4, 4},
-    {4, 4, 4, 4, 4, 4, 4, 4, 8, 7, 6, 5, 4, 4, 4, 4},
-    {5, 5, 5, 5, 5, 5, 5, 5, 8, 7, 6, 5, 5, 5, 5, 5},
-    {6, 6, 6, 6, 6, 6, 6, 6, 8, 7, 6, 6, 6, 6, 6, 6},
-};
-HS_CONSTANT static const int8_t kMotionLate[21][16] = {  // cycles 55-75
-    {0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0},
-    {0, 0, 0, 0, 0, 0, -1, -2, 0, 0, 0, 0, 0, 0, 0, 0},
-    {0, 0, 0, 0, 0, -1, -2, -3, 0, 0, 0, 0, 0, 0, 0, 0},
-    {0, 0, 0, 0, 0, -1, -2, -3, 0, 0, 0, 0, 0, 0, 0, 0},
-    {0, 0, 0, 0, -1, -2, -3, -4, 0, 0, 0, 0, 0, 0, 0, 0},
-    {0, 0, 0, -1, -2, -3, -4, -5, 0, 0, 0, 0, 0, 0, 0, 0},
-    {0, 0, -1, -2, -3, -4, -5, -6, 0, 0, 0, 0, 0, 0, 0, 0},
-    {0, 0, -1, -2, -3, -4, -5, -6, 0, 0, 0, 0, 0, 0, 0, 0},
-    {0, -1, -2, -3, -4, -5, -6, -7, 0, 0, 0, 0, 0, 0, 0, 0},
-    {-1, -2, -3, -4, -5, -6, -7, -8, 0, 0, 0, 0, 0, 0, 0, 0},
-    {-2, -3, -4, -5, -6, -7, -8, -9, 0, 0, 0, 0, 0, 0, 0, -1},
-    {-2, -3, -4, -5, -6, -7, -8, -9, 0, 0, 0, 0, 0, 0, 0, -1},
-    {-3, -4, -5, -6, -7, -8, -9, -10, 0, 0, 0, 0, 0, 0, -1, -2},
-    {-4, -5, -6, -7, -8, -9, -10, -11, 0, 0, 0, 0, 0, -1, -2, -3},
-    {-5, -6, -7, -8, -9, -10, -11, -12, 0, 0, 0, 0, -1, -2, -3, -4},
-    {-5, -6, -7, -8, -9, -10, -11, -12, 0, 0, 0, 0, -1, -2, -3, -4},
-    {-6, -7, -8, -9, -10, -11, -12, -13, 0, 0, 0, -1, -2, -3, -4, -5},
-    {-7, -8, -9, -10, -11, -12, -13, -14, 0, 0, -1, -2, -3, -4, -5, -6},
-    {-8, -9, -10, -11, -12, -13, -14, -15, 0, -1, -2, -3, -4, -5, -6, -7},
-    {-8, -9, -10, -11, -12, -13, -14, -15, 0, -1, -2, -3, -4, -5, -6, -7},
-    {0, -1, -2, -3, -4, -5, -6, -7, 8, 7, 6, 5, 4, 3, 2, 1},  // cycle 75 behaves like HBLANK
-};
-
-HS_HD HS_INLINE int32_t tia_motion(int32_t cpu_cycle_in_line, int32_t nibble) {
-  if (cpu_cycle_in_line <= 20) return kMotionEarly[cpu_cycle_in_line][nibble];
-  if (cpu_cycle_in_line >= 55) return kMotionLate[cpu_cycle_in_line - 55][nibble];
+// nibble (0-15), reproducing ALE's 76 x 16 table of early/late HMOVE motion (checked
+// entry by entry). m is the nibble's nominal motion (0..-7 for 0-7, 8..1 for 8-15):
+// early in the line (cycles 0-20) the motion has a floor that rises with the cycle,
+// late (55-74) a ceiling of zero after an offset falling with the cycle, cycle 75 acts
+// like cycle 0, and an HMOVE in mid-line (21-54) moves nothing.
+HS_HD HS_INLINE int32_t tia_motion(int32_t cycle, int32_t nibble) {
+  const int8_t kEarlyFloor[21] = {-7, -7, -7, -7, -6, -5, -5, -4, -3, -2, -2, -1, 0, 1, 1, 2, 3, 4, 4, 5, 6};
+  const int8_t kLateOffset[20] = {6, 5, 4, 4, 3, 2, 1, 1, 0, -1, -2, -2, -3, -4, -5, -5, -6, -7, -8, -8};
+  int32_t m = nibble < 8 ? -nibble : 16 - nibble;
+  if (cycle <= 20) return m > kEarlyFloor[cycle] ? m : kEarlyFloor[cycle];
+  if (cycle == 75) return m;
+  if (cycle >= 55) { int32_t v = m + kLateOffset[cycle - 55]; return v < 0 ? v : 0; }
   return 0;
 }
 
@@ -130,11 +90,19 @@ struct Tia {
 
 // ---- object shapes (functions of the distance d = (x - position) mod 160) ----
 
-// First pixel offsets of the copies for NUSIZ modes 0-7 (one, two close, two medium,
-// three close, two wide, double, three medium, quad); -1 ends the list.
-HS_CONSTANT static const int8_t kCopyOffsets[8][3] = {
-    {0, -1, -1}, {0, 16, -1}, {0, 32, -1}, {0, 16, 32},
-    {0, 64, -1}, {0, -1, -1}, {0, 32, 64}, {0, -1, -1}};
+// Start of copy k (0-2) for NUSIZ modes 0-7 (one, two close, two medium, three close,
+// two wide, double, three medium, quad); -1 when the mode has no such copy.
+HS_HD HS_INLINE int32_t copy_offset(int32_t mode, int32_t k) {
+  if (k == 0) return 0;
+  switch (mode) {
+    case 1: return k == 1 ? 16 : -1;
+    case 2: return k == 1 ? 32 : -1;
+    case 3: return k == 1 ? 16 : 32;
+    case 4: return k == 1 ? 64 : -1;
+    case 6: return k == 1 ? 32 : 64;
+    default: return -1;
+  }
+}
 
 // Which player bit (of the shown graphics byte) is at distance d; 0 if none.
 HS_HD HS_INLINE uint8_t player_bit(int32_t mode, bool hide_first, int32_t d) {
@@ -144,7 +112,7 @@ HS_HD HS_INLINE uint8_t player_bit(int32_t mode, bool hide_first, int32_t d) {
     return (uint8_t)(0x80 >> ((d - 1) / scale));
   }
   for (int32_t k = hide_first ? 1 : 0; k < 3; ++k) {
-    int32_t start = kCopyOffsets[mode][k];
+    int32_t start = copy_offset(mode, k);
     if (start < 0) break;
     if (d >= start && d < start + 8) return (uint8_t)(0x80 >> (d - start));
   }
@@ -153,7 +121,7 @@ HS_HD HS_INLINE uint8_t player_bit(int32_t mode, bool hide_first, int32_t d) {
 
 HS_HD HS_INLINE bool missile_on(int32_t mode, int32_t width, int32_t d) {
   for (int32_t k = 0; k < 3; ++k) {
-    int32_t start = kCopyOffsets[mode][k];
+    int32_t start = copy_offset(mode, k);
     if (start < 0) break;
     if (d >= start && d < start + width) return true;
   }
@@ -418,7 +386,7 @@ HS_HD inline int32_t resp_when(int32_t mode, int32_t old_x, int32_t new_x) {
     return u < 4 + (mode == 5 ? 16 : 32) ? 1 : 0;
   }
   for (int32_t k = 0; k < 3; ++k) {
-    int32_t start = kCopyOffsets[mode][k];
+    int32_t start = copy_offset(mode, k);
     if (start < 0) break;
     if (u >= start && u < start + 4) return -1;
     if (u >= start + 4 && u < start + 12) return 1;

@@ -10,8 +10,8 @@ frame by frame, including its load and reset sequences and its sticky actions.
              swap_paddles=False, hmove_blanks=True, left_difficulty="B",
              right_difficulty="B", tv_type="COLOR", random_seed=0, frame_skip=1,
              repeat_action_probability=0.25, max_num_frames_per_episode=0,
-             reward_min=-2**31, reward_max=2**31-1, mode=0, mode_ram_index=-1,
-             mode_select_frames=1, difficulty=0, starting_actions=(),
+             reward_min=-2**31, reward_max=2**31-1, mode=0, mode_select=None,
+             difficulty=0, starting_actions=(),
              truncate_on_loss_of_life=False)
 
   rom            bytes of the cartridge image (size must match cart_type)
@@ -22,8 +22,11 @@ frame by frame, including its load and reset sequences and its sticky actions.
   *_controller   "JOYSTICK" or "PADDLES" (Controller.Left / Controller.Right)
   swap_ports, swap_paddles, hmove_blanks, *_difficulty, tv_type: the ROM's properties
   random_seed    ALE's random_seed (environment RNG for sticky actions); must be >= 0
-  mode, mode_ram_index, mode_select_frames: the game's setMode (select presses until
-                 RAM[mode_ram_index] == mode, then a soft reset); mode_ram_index -1 = none
+  mode           the game mode (ALE setMode argument)
+  mode_select    None (ALE's default setMode: nothing) or the game's recipe as a dict:
+                 ram, value[, value_alt][, ram2, value2], hold, before=[steps]; see
+                 hybridsim.console_props.mode_select_for (steps: ("act", action, n),
+                 ("select", hold), ("soft_reset",))
   starting_actions: ALE action ids run one frame each at the end of every reset
 
   The constructor does what ALEInterface.loadROM does (console power-on, TV detection,
@@ -79,8 +82,15 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
         int32_t reward_min
         int32_t reward_max
         int32_t mode
-        int32_t mode_ram_index
-        int32_t mode_select_frames
+        int32_t mode_ram
+        int32_t mode_value
+        int32_t mode_value_alt
+        int32_t mode_ram2
+        int32_t mode_value2
+        int32_t mode_hold
+        int32_t num_mode_before
+        int32_t mode_before[4][3]
+        int32_t mode_custom
         int32_t difficulty
         int32_t num_starting_actions
         int32_t starting_actions[16]
@@ -112,7 +122,7 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
     cdef struct GameState:
         int32_t score
     int kFrameBytes
-    int GAME_PONG, GAME_BREAKOUT, GAME_SPACE_INVADERS
+    int GAME_PONG, GAME_BREAKOUT, GAME_SPACE_INVADERS, GAME_NONE
 
 cdef extern from "palette.h" namespace "hs" nogil:
     const uint32_t* palette_table(int32_t tv)
@@ -129,7 +139,9 @@ cdef extern from "ale_env.h" nogil:
 CART_TYPES = {"2K": (0, 2048), "4K": (1, 4096), "F8": (2, 8192), "F8 swapped": (3, 8192),
               "F6": (4, 16384), "E0": (5, 8192), "FE": (6, 8192), "F8SC": (7, 8192),
               "F6SC": (8, 16384)}
-GAME_IDS = {"pong": GAME_PONG, "breakout": GAME_BREAKOUT, "space_invaders": GAME_SPACE_INVADERS}
+GAME_IDS = {"pong": GAME_PONG, "breakout": GAME_BREAKOUT, "space_invaders": GAME_SPACE_INVADERS,
+            "none": GAME_NONE}
+MODE_STEPS = {"act": 0, "select": 1, "soft_reset": 2}
 
 cdef bytes STATE_MAGIC = b"HSENV1"
 
@@ -140,6 +152,47 @@ cdef int _bool_prop(value, str name, str yes, str no) except -1:
     if isinstance(value, str) and value.upper() in (yes, no):
         return 1 if value.upper() == yes else 0
     raise ValueError(f"{name} must be a bool or {yes!r}/{no!r}, got {value!r}")
+
+
+cdef int _set_mode_select(EnvConfig* cfg, spec) except -1:
+    cfg.mode_ram = -1
+    cfg.mode_value_alt = -1
+    cfg.mode_ram2 = -1
+    cfg.num_mode_before = 0
+    cfg.mode_custom = 0
+    if spec is None:
+        return 0
+    if spec == {"custom": "double_dunk"}:
+        cfg.mode_custom = 1
+        return 0
+    if not isinstance(spec, dict) or "ram" not in spec or "value" not in spec:
+        raise ValueError(f"mode_select must be None, {{'custom': 'double_dunk'}} or a dict with 'ram' "
+                         f"and 'value', got {spec!r}")
+    unknown = set(spec) - {"ram", "value", "value_alt", "ram2", "value2", "hold", "before"}
+    if unknown:
+        raise ValueError(f"mode_select has unknown keys {sorted(unknown)}")
+    cfg.mode_ram = int(spec["ram"]) & 0x7F
+    cfg.mode_value = int(spec["value"])
+    cfg.mode_value_alt = int(spec.get("value_alt", -1))
+    cfg.mode_ram2 = int(spec["ram2"]) & 0x7F if spec.get("ram2") is not None else -1
+    cfg.mode_value2 = int(spec.get("value2", 0))
+    cfg.mode_hold = int(spec.get("hold", 1))
+    before = list(spec.get("before", ()))
+    if len(before) > 4:
+        raise ValueError(f"mode_select['before'] holds at most 4 steps, got {len(before)}")
+    for k, step in enumerate(before):
+        kind = step[0]
+        if kind not in MODE_STEPS:
+            raise ValueError(f"mode_select step kind must be one of {sorted(MODE_STEPS)}, got {kind!r}")
+        cfg.mode_before[k][0] = MODE_STEPS[kind]
+        if kind == "act":
+            cfg.mode_before[k][1], cfg.mode_before[k][2] = int(step[1]), int(step[2])
+        elif kind == "select":
+            cfg.mode_before[k][1], cfg.mode_before[k][2] = int(step[1]), 1
+        else:
+            cfg.mode_before[k][1], cfg.mode_before[k][2] = 0, 1
+    cfg.num_mode_before = len(before)
+    return 0
 
 
 cdef class Emulator:
@@ -166,7 +219,7 @@ cdef class Emulator:
                  right_difficulty="B", tv_type="COLOR", random_seed=0, int frame_skip=1,
                  float repeat_action_probability=0.25, int max_num_frames_per_episode=0,
                  int reward_min=-2147483648, int reward_max=2147483647, int mode=0,
-                 int mode_ram_index=-1, int mode_select_frames=1, int difficulty=0,
+                 mode_select=None, int difficulty=0,
                  starting_actions=(), truncate_on_loss_of_life=False):
         cdef ConsoleProps props
         cdef EnvConfig cfg
@@ -184,13 +237,11 @@ cdef class Emulator:
             raise ValueError(f"frame_skip must be >= 1, got {frame_skip}")
         if random_seed is None or int(random_seed) < 0 or int(random_seed) > 0xFFFFFFFF:
             raise ValueError(f"random_seed must be an integer in [0, 2**32), got {random_seed!r}")
-        if not (-1 <= mode_ram_index < 128):
-            raise ValueError(f"mode_ram_index must be -1 or a RAM index 0-127, got {mode_ram_index}")
         if not (0 <= difficulty <= 3):
             raise ValueError(f"difficulty must be 0-3, got {difficulty}")
         starting_actions = [int(a) for a in starting_actions]
-        if len(starting_actions) > 16 or any(not (0 <= a < 18) for a in starting_actions):
-            raise ValueError(f"starting_actions must be at most 16 player-A action ids, got {starting_actions}")
+        if len(starting_actions) > 16 or any(not (0 <= a < 18 or a == 40) for a in starting_actions):
+            raise ValueError(f"starting_actions must be at most 16 player-A action ids (0-17, 40), got {starting_actions}")
         if game not in GAME_IDS.values():
             raise ValueError(f"unknown game id {game}; this build knows {GAME_IDS}")
         for name, value in (("left_controller", left_controller), ("right_controller", right_controller)):
@@ -216,8 +267,7 @@ cdef class Emulator:
         cfg.reward_min = reward_min
         cfg.reward_max = reward_max
         cfg.mode = mode
-        cfg.mode_ram_index = mode_ram_index
-        cfg.mode_select_frames = mode_select_frames
+        _set_mode_select(&cfg, mode_select)
         cfg.difficulty = difficulty
         cfg.num_starting_actions = len(starting_actions)
         for k, a in enumerate(starting_actions):

@@ -14,10 +14,10 @@ from hybridsim._console import GAME_IDS, Emulator  # noqa: E402
 # Per-ROM properties and mode selection the emulator takes from its caller.
 PROPS = {
     "pong": dict(cart_type="2K", left_controller="PADDLES", right_controller="PADDLES",
-                 swap_paddles=True, mode_ram_index=0x96 & 0x7F, mode_select_frames=2),
+                 swap_paddles=True, mode_select=dict(ram=0x96, value=0, hold=2)),
     "breakout": dict(cart_type="2K", left_controller="PADDLES",
-                     mode_ram_index=0xB2 & 0x7F, mode_select_frames=1),
-    "space_invaders": dict(cart_type="4K", mode_ram_index=0xDC & 0x7F, mode_select_frames=2),
+                     mode_select=dict(ram=0xB2, value=0, hold=1)),
+    "space_invaders": dict(cart_type="4K", mode_select=dict(ram=0xDC, value=0, hold=2)),
 }
 
 
