@@ -185,8 +185,9 @@ HS_HD HS_INLINE int32_t wrap_distance(int32_t x, int32_t pos) {
 
 // ---- drawing ----
 
-// Draws `count` pixels of the current line starting at visible pixel x.
-HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
+// Reference renderer: every object tested at every pixel. Slow and obvious; the tests
+// compare tia_draw_span against it.
+HS_HD inline void tia_draw_span_reference(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
   uint8_t* out = fb + t.fb_pos;
   if (t.vblank & 0x02) {
     for (int32_t k = 0; k < count; ++k) out[k] = 0;
@@ -211,6 +212,87 @@ HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
     t.collisions |= collision_bits(e);
     out[k] = t.color[pick_colour((uint8_t)(e | t.pf_prio_score), x < 80)];
   }
+}
+
+// Marks the pixels of [x0, x0 + count) covered by [start, start + width) (mod 160) in e.
+HS_HD HS_INLINE void mark_range(uint8_t* e, int32_t x0, int32_t count, int32_t start, int32_t width,
+                                uint8_t bit) {
+  // The object's range may wrap past pixel 159; test both unwrapped images.
+  for (int32_t base = start - 160; base <= start; base += 160) {
+    int32_t lo = base > x0 ? base : x0;
+    int32_t hi = base + width < x0 + count ? base + width : x0 + count;
+    for (int32_t x = lo; x < hi; ++x) e[x - x0] |= bit;
+  }
+}
+
+// Player pixels: copy k of a player starts at pos + offset; each graphics bit covers
+// `scale` pixels, and double/quad players start one pixel late (ALE).
+HS_HD HS_INLINE void mark_player(uint8_t* e, int32_t x0, int32_t count, int32_t pos, int32_t mode,
+                                 bool hide_first, uint8_t graphics, uint8_t bit) {
+  if (graphics == 0) return;
+  const bool wide = mode == 5 || mode == 7;
+  const int32_t scale = mode == 5 ? 2 : (mode == 7 ? 4 : 1);
+  for (int32_t k = hide_first ? 1 : 0; k < 3; ++k) {
+    int32_t offset = copy_offset(mode, k);
+    if (offset < 0) break;
+    int32_t start = pos + offset + (wide ? 1 : 0);
+    for (int32_t base = start - 160; base <= start; base += 160) {
+      int32_t lo = base > x0 ? base : x0;
+      int32_t hi = base + 8 * scale < x0 + count ? base + 8 * scale : x0 + count;
+      for (int32_t x = lo; x < hi; ++x)
+        if (graphics & (0x80 >> ((x - base) / scale))) e[x - x0] |= bit;
+    }
+  }
+}
+
+// Draws `count` pixels of the current line starting at visible pixel x (same output and
+// collisions as tia_draw_span_reference, object by object instead of pixel by pixel).
+HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
+  uint8_t* out = fb + t.fb_pos;
+  if (t.vblank & 0x02) {
+    for (int32_t k = 0; k < count; ++k) out[k] = 0;
+    return;
+  }
+  // Playfield: one bit per 4-pixel block.
+  const bool reflect = t.pf_reflect_shape != 0;
+  const bool any_movable = (t.grp_shown[0] | t.grp_shown[1]) != 0 ||
+                           (t.enabled & (OBJ_M0 | OBJ_M1 | OBJ_BL)) != 0;
+  if (!any_movable) {  // background and playfield only: no collisions possible
+    const bool score = (t.pf_prio_score & (PF_SCORE | PF_PRIORITY)) == PF_SCORE;
+    for (int32_t k = 0; k < count; ++k) {
+      int32_t px = x + k;
+      bool on = (t.pf & playfield_bit(reflect, px & ~3)) != 0;
+      out[k] = on ? (score ? t.color[px < 80 ? 2 : 3] : t.color[1]) : t.color[0];
+    }
+    return;
+  }
+  uint8_t e[SCREEN_WIDTH];
+  for (int32_t k = 0; k < count; ++k) e[k] = (t.pf & playfield_bit(reflect, (x + k) & ~3)) ? OBJ_PF : 0;
+  const int32_t mode0 = t.nusiz[0] & 7, mode1 = t.nusiz[1] & 7;
+  if (t.enabled & OBJ_BL) mark_range(e, x, count, t.pos[OB_BL], 1 << ((t.ctrlpf >> 4) & 3), OBJ_BL);
+  mark_player(e, x, count, t.pos[OB_P0], mode0, t.p_hide_first[0] != 0, t.grp_shown[0], OBJ_P0);
+  mark_player(e, x, count, t.pos[OB_P1], mode1, t.p_hide_first[1] != 0, t.grp_shown[1], OBJ_P1);
+  for (int32_t m = 0; m < 2; ++m) {
+    if (!(t.enabled & (m ? OBJ_M1 : OBJ_M0))) continue;
+    if (m == 0 && t.m0_shape == M0_HIDDEN) continue;
+    int32_t size = (t.nusiz[m] >> 4) & 3;
+    if (m == 0 && t.m0_shape == M0_STRETCHED) size |= 1;
+    int32_t mode = m ? mode1 : mode0;
+    for (int32_t k = 0; k < 3; ++k) {
+      int32_t offset = copy_offset(mode, k);
+      if (offset < 0) break;
+      mark_range(e, x, count, t.pos[OB_M0 + m] + offset, 1 << size, m ? OBJ_M1 : OBJ_M0);
+    }
+  }
+  const uint8_t prio = t.pf_prio_score;
+  uint16_t hits = 0;
+  for (int32_t k = 0; k < count; ++k) {
+    uint8_t v = e[k];
+    if (v == 0) { out[k] = t.color[0]; continue; }
+    if (v & (v - 1)) hits |= collision_bits(v);  // two or more objects overlap
+    out[k] = t.color[pick_colour((uint8_t)(v | prio), x + k < 80)];
+  }
+  t.collisions |= hits;
 }
 
 // End of a scanline: shapes that ALE re-derives once per line.
