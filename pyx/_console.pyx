@@ -12,7 +12,7 @@ frame by frame, including its load and reset sequences and its sticky actions.
              repeat_action_probability=0.25, max_num_frames_per_episode=0,
              reward_min=-2**31, reward_max=2**31-1, mode=0, mode_select=None,
              difficulty=0, starting_actions=(),
-             truncate_on_loss_of_life=False)
+             truncate_on_loss_of_life=False, color_averaging=False)
 
   rom            bytes of the cartridge image (size must match cart_type)
   game           game-settings id of cuda/games*.h (see GAME_IDS for the stub's ids)
@@ -237,12 +237,46 @@ cdef int _set_mode_select(EnvConfig* cfg, spec) except -1:
     return 0
 
 
+_BLEND_CACHE = {}
+
+
+def palette_rgb(tv="NTSC"):
+    """ALE's 256-entry palette (0xRRGGBB) as a uint32 array."""
+    cdef const uint32_t* table = palette_table(1 if tv == "PAL" else 0)
+    return np.array([table[i] for i in range(256)], dtype=np.uint32)
+
+
+def phosphor_tables(tv="NTSC"):
+    """ALE's colour_averaging tables (PhosphorBlend, blend ratio 77%): the blended RGB of
+    every pair of even palette entries, and the nearest even entry (L1 distance, first
+    wins) for every RGB on a 4-step grid. Odd pixel values (PAL colour loss) are not
+    defined by ALE; they map as their even neighbour here."""
+    if tv in _BLEND_CACHE:
+        return _BLEND_CACHE[tv]
+    pal = palette_rgb(tv).astype(np.int64)
+    rgb = np.stack([(pal >> 16) & 0xFF, (pal >> 8) & 0xFF, pal & 0xFF], axis=1)[0::2]  # 128 x 3
+    hi = np.maximum(rgb[:, None, :], rgb[None, :, :])
+    lo = np.minimum(rgb[:, None, :], rgb[None, :, :])
+    blend = np.minimum(((hi - lo) * 77) // 100 + lo, 255)  # [current, previous, channel]
+    grid = np.arange(0, 256, 4)
+    nearest = np.empty((64, 64, 64), dtype=np.uint8)
+    for ri, r in enumerate(grid):
+        dist = (np.abs(rgb[:, 0] - r)[None, None, :] + np.abs(rgb[None, None, :, 1] - grid[:, None, None])
+                + np.abs(rgb[None, None, :, 2] - grid[None, :, None]))
+        nearest[ri] = (np.argmin(dist, axis=2) * 2).astype(np.uint8)
+    avg_index = nearest[blend[..., 0] >> 2, blend[..., 1] >> 2, blend[..., 2] >> 2]  # 128 x 128
+    _BLEND_CACHE[tv] = avg_index
+    return avg_index
+
+
 cdef class Emulator:
     cdef AleEnv* env
     cdef FrameBuffers fbs
     cdef bytes rom
     cdef cnp.ndarray frames
     cdef readonly int height
+    cdef object blend
+    cdef object _blended
 
     def __cinit__(self):
         self.env = <AleEnv*>malloc(sizeof(AleEnv))
@@ -262,7 +296,7 @@ cdef class Emulator:
                  float repeat_action_probability=0.25, int max_num_frames_per_episode=0,
                  int reward_min=-2147483648, int reward_max=2147483647, int mode=0,
                  mode_select=None, int difficulty=0,
-                 starting_actions=(), truncate_on_loss_of_life=False):
+                 starting_actions=(), truncate_on_loss_of_life=False, color_averaging=False):
         cdef ConsoleProps props
         cdef EnvConfig cfg
         rom = bytes(rom)
@@ -326,6 +360,7 @@ cdef class Emulator:
         with nogil:
             env_load(self.env[0], props, cfg, seed, rom_ptr, self.fbs)
         self.height = self.env.console.height
+        self.blend = phosphor_tables(self.tv_standard) if color_averaging else None
 
     @property
     def tv_standard(self):
@@ -389,17 +424,29 @@ cdef class Emulator:
             raise ValueError(f"out must be a C-contiguous uint8 array of shape {shape}")
         return out
 
+    cdef const uint8_t* _indices(self):
+        """The screen ALE reports: the last frame, or with colour averaging the blend of
+        the last two frame buffers (ALE's phosphor blend, mapped back to palette indices)."""
+        if self.blend is None:
+            return self._screen()
+        n = self.height * 160
+        cur = self.frames[self.fbs.shown, :n] >> 1
+        prev = self.frames[self.fbs.shown ^ 1, :n] >> 1
+        self._blended = np.ascontiguousarray(self.blend[cur, prev])
+        cdef uint8_t[::1] view = self._blended
+        return &view[0]
+
     def get_screen(self, out=None):
         out = self._check_out(out, (self.height, 160))
         cdef uint8_t[:, ::1] view = out
-        memcpy(&view[0, 0], self._screen(), self.height * 160)
+        memcpy(&view[0, 0], self._indices(), self.height * 160)
         return out
 
     def get_screen_rgb(self, out=None):
         out = self._check_out(out, (self.height, 160, 3))
         cdef uint8_t[:, :, ::1] view = out
         cdef const uint32_t* table = palette_table(1 if self.env.console.pal else 0)
-        cdef const uint8_t* src = self._screen()
+        cdef const uint8_t* src = self._indices()
         cdef int i, n = self.height * 160
         cdef uint32_t rgb
         cdef uint8_t* dst = &view[0, 0, 0]
@@ -415,7 +462,7 @@ cdef class Emulator:
         out = self._check_out(out, (self.height, 160))
         cdef uint8_t[:, ::1] view = out
         cdef const uint32_t* table = palette_table(1 if self.env.console.pal else 0)
-        cdef const uint8_t* src = self._screen()
+        cdef const uint8_t* src = self._indices()
         cdef uint8_t* dst = &view[0, 0]
         cdef int i, n = self.height * 160
         with nogil:

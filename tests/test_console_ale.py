@@ -57,3 +57,29 @@ def test_state_errors():
         run.emu.restore_state(b"nonsense")
     with pytest.raises(ValueError):
         run.emu.act(99)
+
+
+@pytest.mark.parametrize("game", ["space_invaders", "pong"])
+def test_color_averaging_matches_ale(game):
+    from hybridsim._console import GAME_IDS, Emulator
+    from console_oracle import PROPS, ale_py
+
+    ale = ale_py.ALEInterface()
+    ale.setLoggerMode(ale_py.LoggerMode.Error)
+    ale.setFloat("repeat_action_probability", 0.0)
+    ale.setBool("color_averaging", True)
+    path = ale_py.roms.get_rom_path(game)
+    ale.loadROM(path)
+    with open(path, "rb") as f:
+        emu = Emulator(f.read(), GAME_IDS[game], repeat_action_probability=0.0, color_averaging=True,
+                       **PROPS[game])
+    actions = [int(a.value) for a in ale.getMinimalActionSet()]
+    rng = np.random.default_rng(3)
+    for frame in range(120):
+        a = actions[rng.integers(len(actions))]
+        ale.act(ale_py.Action(a))
+        emu.act(a)
+        assert np.array_equal(ale.getScreen(), emu.get_screen()), f"frame {frame}: averaged screen"
+        if frame % 30 == 0:
+            assert np.array_equal(ale.getScreenRGB(), emu.get_screen_rgb()), f"frame {frame}: RGB"
+            assert np.array_equal(ale.getScreenGrayscale(), emu.get_screen_grayscale()), f"frame {frame}"
