@@ -64,6 +64,7 @@ struct Tia {
   int32_t fb_pos;                // next frame-buffer byte to draw
   int32_t ystart, height;        // Display.YStart, Display.Height
   int32_t last_hmove_clock;
+  int32_t last_access_clock;     // latest TIA access whose drawing was deferred
   int32_t dump_released_cycle;   // paddle capacitors started charging (CPU cycles)
   uint32_t cosmic_counter;
   uint32_t pf;                   // PF0 | PF1 | PF2 as 20 bits (PF0 in bits 0-3)
@@ -393,6 +394,7 @@ HS_HD inline void tia_reset(Tia& t, uint8_t* fb_a, uint8_t* fb_b, uint32_t cycle
   t.pf_reflect_shape = 0;
   t.m0_shape = M0_NORMAL;
   t.last_hmove_clock = 0;
+  t.last_access_clock = (int32_t)(cycles * 3);
   t.hmove_blank_pending = 0;
   t.cosmic_ark = 0;
   t.cosmic_counter = 0;
@@ -423,6 +425,7 @@ HS_HD inline void tia_cycles_rebased(Tia& t, uint32_t cycles) {
   t.drawn_until_clock -= clocks;
   t.vsync_end_clock = (int32_t)((uint32_t)t.vsync_end_clock - (uint32_t)clocks);
   t.last_hmove_clock = (int32_t)((uint32_t)t.last_hmove_clock - (uint32_t)clocks);
+  t.last_access_clock -= clocks;
 }
 
 // Clock position within the current line (ALE measures from the frame's start).
@@ -491,7 +494,10 @@ struct TiaInputs {
 
 HS_HD inline uint8_t tia_peek(Tia& t, uint8_t* fb, uint16_t addr, uint32_t cycles, uint8_t data_bus,
                               const TiaInputs& in) {
-  tia_catch_up(t, fb, (int32_t)(cycles * 3));
+  // ALE draws up to every TIA access. Only collision reads depend on the picture, so other
+  // reads just remember the clock (the drawing is the same whenever it is done).
+  if ((addr & 0x0F) < 0x08) tia_catch_up(t, fb, (int32_t)(cycles * 3));
+  else t.last_access_clock = (int32_t)(cycles * 3);
   uint8_t noise = data_bus & 0x3F;  // undriven bits keep the last bus value
   uint16_t c = t.collisions;
   auto pair = [c, noise](uint16_t hi, uint16_t lo) -> uint8_t {
@@ -549,10 +555,15 @@ HS_HD inline TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8_t 
   const uint32_t reg = addr & 0x3F;
   const int32_t clock = (int32_t)(cycles * 3);
   const int32_t line_clock = tia_line_clock(t, clock);
-  tia_catch_up(t, fb, clock + tia_write_delay(reg, line_clock));
-
   // A frame that runs past the scanline limit ends at the next TIA write.
-  if ((clock - t.frame_start_clock) / H_CLOCKS > t.max_lines) {
+  const bool runaway = (clock - t.frame_start_clock) / H_CLOCKS > t.max_lines;
+  // Writes that change nothing drawn (WSYNC, RSYNC, audio, motion registers, HMCLR)
+  // defer ALE's catch-up drawing; the next access draws the same pixels.
+  const bool invisible = reg == 0x02 || reg == 0x03 || (reg >= 0x15 && reg <= 0x1A) ||
+                         (reg >= 0x20 && reg <= 0x24) || reg == 0x2B;
+  if (invisible && !runaway) t.last_access_clock = clock;
+  else tia_catch_up(t, fb, clock + tia_write_delay(reg, line_clock));
+  if (runaway) {
     res.stop = 1;
     t.partial_frame = 0;
   }
@@ -730,6 +741,7 @@ HS_HD inline void tia_start_frame(Tia& t, uint32_t cycles_before_rebase) {
 
 // After the CPU ran: count lines; a frame that never reached VSYNC is shown greyed.
 HS_HD inline void tia_finish_frame(Tia& t, uint8_t* fb, uint32_t cycles) {
+  tia_catch_up(t, fb, t.last_access_clock);  // drawing deferred by the last accesses
   uint32_t total = cycles * 3 - (uint32_t)t.frame_start_clock;
   t.lines_this_frame = (int32_t)(total / H_CLOCKS);
   if (t.partial_frame) {
