@@ -210,6 +210,7 @@ HS_HD inline void env_select_mode(AleEnv& e, const uint8_t* rom, FrameBuffers& f
   }
   int32_t guard = 0;  // ALE loops forever on a mode that never shows; we give up
   while (!env_mode_reached(e) && guard++ < 1000) env_press_select(e, rom, fbs, e.cfg.mode_hold);
+  game_set_mode(e.cfg.game, e.game, e.cfg.mode, e.console.riot.ram);
   env_soft_reset(e, rom, fbs);
 }
 
@@ -238,6 +239,7 @@ HS_HD inline void env_double_dunk_mode(AleEnv& e, const uint8_t* rom, FrameBuffe
     while (((console_read_ram(e.console, 0x00) & kBits[k]) != 0) != want && guard++ < 1000)
       env_act_pair(e, rom, fbs, want ? A_RIGHT : A_LEFT);
   }
+  game_set_mode(e.cfg.game, e.game, e.cfg.mode, e.console.riot.ram);
   env_soft_reset(e, rom, fbs);
   env_act(e, rom, fbs, A_UPFIRE, B_NOOP, 1.0f, 1.0f);
   env_act(e, rom, fbs, A_NOOP, B_NOOP, 1.0f, 1.0f);
@@ -253,6 +255,7 @@ HS_HD inline void env_reset(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
   game_reset(e.cfg.game, e.game);
   if (e.cfg.mode_custom == MODE_CUSTOM_DOUBLE_DUNK) env_double_dunk_mode(e, rom, fbs);
   else if (e.cfg.mode_ram >= 0) env_select_mode(e, rom, fbs);
+  else game_set_mode(e.cfg.game, e.game, e.cfg.mode, e.console.riot.ram);  // default setMode
   env_soft_reset(e, rom, fbs);
   for (int32_t k = 0; k < e.cfg.num_starting_actions; ++k)
     env_emulate(e, rom, fbs, e.cfg.starting_actions[k], B_NOOP, 1.0f, 1.0f, 1);

@@ -62,6 +62,12 @@ HS_HD inline void game_step(int32_t game, GameState& g, const uint8_t* ram128, i
   g.score = score;
 }
 
+// Effects of ALE's setMode on the settings' memory (games.h: after the SELECT presses,
+// before the soft reset that ends mode selection). None for the stub's games.
+HS_HD inline void game_set_mode(int32_t game, GameState& g, int32_t mode, const uint8_t* ram128) {
+  (void)game; (void)g; (void)mode; (void)ram128;
+}
+
 HS_HD inline int32_t game_lives(int32_t game, const GameState& g) {
   if (game == GAME_PONG) return 0;
   return g.terminal ? 0 : g.lives;
