@@ -338,6 +338,8 @@ HS_HD inline void env_restore(AleEnv& cur, const AleEnv& saved, bool with_rng) {
   cur.paddle_b_strength = keep.paddle_b_strength;
   cur.last_reward = keep.last_reward;
   if (!with_rng) cur.env_rng = keep.env_rng;
+  // ALE serialises the DPC's fractional music clock as an integer count of 1e-8.
+  cur.console.cart.dpc_fraction = (double)(int32_t)(uint32_t)(saved.console.cart.dpc_fraction * 100000000.0) / 100000000.0;
 }
 
 }  // namespace hs

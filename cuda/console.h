@@ -149,7 +149,7 @@ struct ConsoleBus {
   HS_HD HS_INLINE uint8_t peek(uint16_t addr) {
     uint16_t a = addr & 0x1FFF;
     uint8_t v;
-    if (a & 0x1000) v = cart_peek(c->cart, rom, addr);
+    if (a & 0x1000) v = cart_peek(c->cart, rom, addr, c->cycles);
     else if (!(a & 0x0080)) v = tia_peek(c->tia, fb, addr, c->cycles, c->data_bus, inputs);
     else if (!(a & 0x0200)) v = c->riot.ram[a & 0x7F];
     else if ((a & 0x07) == 2) v = console_read_switches(*c);
@@ -189,6 +189,7 @@ HS_HD inline uint8_t console_read_ram(Console& c, int32_t index) {
 HS_HD inline void console_system_reset(Console& c, const uint8_t* rom, FrameBuffers& fbs) {
   riot_cycles_rebased(c.riot, c.cycles);
   tia_cycles_rebased(c.tia, c.cycles);
+  cart_cycles_rebased(c.cart, c.cycles);
   c.cycles = 0;
   riot_reset(c.riot, c.system_rng);
   tia_set_display(c.tia, c.ystart, c.height);
@@ -210,6 +211,7 @@ HS_HD inline int32_t console_run_frame(Console& c, const uint8_t* rom, FrameBuff
     fbs.shown ^= 1;  // draw into the older buffer
     tia_start_frame(c.tia, c.cycles);
     riot_cycles_rebased(c.riot, c.cycles);
+    cart_cycles_rebased(c.cart, c.cycles);
     c.cycles = 0;
   }
   c.tia.partial_frame = 1;

@@ -101,7 +101,7 @@ def ale_cart_type(rom: bytes) -> str:
 
 
 SUPPORTED = {"2K": 2048, "4K": 4096, "F8": 8192, "F8 swapped": 8192, "F6": 16384, "E0": 8192,
-             "FE": 8192, "F8SC": 8192, "F6SC": 16384}
+             "FE": 8192, "F8SC": 8192, "F6SC": 16384, "DPC": 10240}  # DPC: program + display
 
 
 def detect_cart_type(rom: bytes, cart_type: str = "AUTO-DETECT"):

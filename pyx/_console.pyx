@@ -16,7 +16,7 @@ frame by frame, including its load and reset sequences and its sticky actions.
 
   rom            bytes of the cartridge image (size must match cart_type)
   game           game-settings id of cuda/games*.h (see GAME_IDS for the stub's ids)
-  cart_type      "2K", "4K", "F8", "F8 swapped", "F6", "E0", "FE", "F8SC", "F6SC"
+  cart_type      "2K", "4K", "F8", "F8 swapped", "F6", "E0", "FE", "F8SC", "F6SC", "DPC"
   ystart/height  Display.YStart / Display.Height (height becomes 250 on PAL if 210)
   display_format "AUTO" (ALE's default: 60 frames of detection at load), "NTSC", "PAL"
   *_controller   "JOYSTICK" or "PADDLES" (Controller.Left / Controller.Right)
@@ -175,7 +175,7 @@ cdef extern from "ale_env.h" nogil:
 
 CART_TYPES = {"2K": (0, 2048), "4K": (1, 4096), "F8": (2, 8192), "F8 swapped": (3, 8192),
               "F6": (4, 16384), "E0": (5, 8192), "FE": (6, 8192), "F8SC": (7, 8192),
-              "F6SC": (8, 16384)}
+              "F6SC": (8, 16384), "DPC": (9, 10240)}
 GAME_IDS = {"pong": GAME_PONG, "breakout": GAME_BREAKOUT, "space_invaders": GAME_SPACE_INVADERS,
             "none": GAME_NONE}
 MODE_STEPS = {"act": 0, "select": 1, "soft_reset": 2}

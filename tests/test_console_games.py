@@ -4,7 +4,7 @@ The emulator runs without game settings (game "none"), so only what the console
 computes is compared: all 128 RAM bytes, the screen and the frame counters, every
 frame, through ALE's own resets when its game ends. Each case exercises a mapper or a
 TIA property: F8 with HMOVE blanks off (ms_pacman), E0 (montezuma_revenge), FE
-(robotank), F6 (road_runner), YStart 40 (qbert), PAL detection and colour loss
+(robotank), F6 (road_runner), DPC (pitfall2), YStart 40 (qbert), PAL detection and colour loss
 (keystone_kapers), RESET as a starting action, and mode selection recipes.
 """
 import numpy as np
@@ -27,6 +27,7 @@ CASES = {
     "keystone_kapers": dict(starting_actions=(40,)),
     "beam_rider": dict(starting_actions=(3,)),
     "double_dunk": dict(mode_select={"custom": "double_dunk"}, starting_actions=(10,)),
+    "pitfall2": dict(starting_actions=(2,)),  # DPC cartridge
 }
 
 
@@ -98,4 +99,35 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError):
         Emulator(rom, 12345, cart_type="2K")
     with pytest.raises(ValueError):
-        detect_cart_type(b"\0" * 10495)  # DPC is not implemented
+        detect_cart_type(b"\0" * 12288)  # FASC is not implemented
+
+
+def test_dpc_clone_restore_matches_ale():
+    """ALE stores the DPC's fractional music clock to 1e-8; restoring must round alike."""
+    ale = ale_py.ALEInterface()
+    ale.setLoggerMode(ale_py.LoggerMode.Error)
+    ale.setFloat("repeat_action_probability", 0.0)
+    path = ale_py.roms.get_rom_path("pitfall2")
+    ale.loadROM(path)
+    with open(path, "rb") as f:
+        cart, image = detect_cart_type(f.read())
+    emu = Emulator(image, GAME_IDS["none"], cart_type=cart, repeat_action_probability=0.0,
+                   starting_actions=(2,))
+    actions = [int(a.value) for a in ale.getMinimalActionSet()]
+    rng = np.random.default_rng(8)
+    for _ in range(100):
+        a = actions[rng.integers(len(actions))]
+        ale.act(ale_py.Action(a))
+        emu.act(a)
+    s1, s2 = ale.cloneState(), emu.clone_state()
+    for _ in range(50):
+        ale.act(ale_py.Action(0))
+        emu.act(0)
+    ale.restoreState(s1)
+    emu.restore_state(s2)
+    for frame in range(300):
+        a = actions[rng.integers(len(actions))]
+        ale.act(ale_py.Action(a))
+        emu.act(a)
+        assert np.array_equal(ale.getRAM(), emu.get_ram()), f"frame {frame} after restore: RAM"
+        assert np.array_equal(ale.getScreen(), emu.get_screen()), f"frame {frame} after restore: screen"
