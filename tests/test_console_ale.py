@@ -83,3 +83,55 @@ def test_color_averaging_matches_ale(game):
         if frame % 30 == 0:
             assert np.array_equal(ale.getScreenRGB(), emu.get_screen_rgb()), f"frame {frame}: RGB"
             assert np.array_equal(ale.getScreenGrayscale(), emu.get_screen_grayscale()), f"frame {frame}"
+
+
+def test_truncation_on_life_loss_and_reward_clamp():
+    from hybridsim._console import GAME_IDS, Emulator
+    from console_oracle import PROPS, ale_py
+
+    ale = ale_py.ALEInterface()
+    ale.setLoggerMode(ale_py.LoggerMode.Error)
+    ale.setFloat("repeat_action_probability", 0.25)
+    ale.setInt("random_seed", 4)
+    ale.setBool("truncate_on_loss_of_life", True)
+    ale.setInt("reward_min", -1)
+    ale.setInt("reward_max", 1)
+    ale.setInt("frame_skip", 3)
+    path = ale_py.roms.get_rom_path("space_invaders")
+    ale.loadROM(path)
+    with open(path, "rb") as f:
+        emu = Emulator(f.read(), GAME_IDS["space_invaders"], random_seed=4, repeat_action_probability=0.25,
+                       truncate_on_loss_of_life=True, reward_min=-1, reward_max=1, frame_skip=3,
+                       **PROPS["space_invaders"])
+    actions = [int(a.value) for a in ale.getMinimalActionSet()]
+    rng = np.random.default_rng(6)
+    resets = 0
+    for frame in range(700):
+        a = actions[rng.integers(len(actions))]
+        assert ale.act(ale_py.Action(a)) == emu.act(a), f"step {frame}: reward"
+        assert ale.game_over() == emu.game_over(), f"step {frame}: game_over"
+        assert ale.lives() == emu.lives()
+        assert np.array_equal(ale.getRAM(), emu.get_ram()), f"step {frame}: RAM"
+        if ale.game_over():
+            resets += 1
+            ale.reset_game()
+            emu.reset_game()
+    assert resets > 0
+
+
+def test_clone_with_rng_restores_sticky_draws():
+    from console_oracle import Lockstep
+
+    run = Lockstep("breakout", seed=12, sticky=0.25)
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        run.step(run.actions[rng.integers(len(run.actions))])
+    s1, s2 = run.ale.cloneState(include_rng=True), run.emu.clone_state(include_rng=True)
+    branch = [run.actions[rng.integers(len(run.actions))] for _ in range(40)]
+    for a in branch:
+        run.step(a)
+    run.ale.restoreState(s1)
+    run.emu.restore_state(s2)
+    for a in branch:
+        run.step(a)
+        run.check()
