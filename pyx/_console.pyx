@@ -49,10 +49,19 @@ Methods (ALE names):
       events and the frame buffers are not part of a state.
   tv_standard -> "NTSC" or "PAL" ; screen_shape -> (height, 160)
 Errors raise ValueError/TypeError with the reason; nothing in here aborts the process.
+
+VectorEmulator(rom, game, num_envs, seeds=None, num_threads=0, **same keywords)
+  n independent environments stepped together (OpenMP when built with it; num_threads
+  0 = OpenMP's default). act(actions int32[n], paddle_strength=1.0) -> int32[n] rewards;
+  game_over() -> bool[n]; lives() -> int32[n]; reset(mask=None) resets the masked
+  environments (all if None); get_ram(out=None) -> uint8[n, 128];
+  get_screen(out=None) -> uint8[n, height, 160]. Each environment behaves exactly as an
+  Emulator built with the same arguments and its seed.
 """
 from libc.stdint cimport uint8_t, int32_t, uint32_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
+from cython.parallel cimport prange
 
 import numpy as np
 cimport numpy as cnp
@@ -487,3 +496,104 @@ cdef class Emulator:
         cdef bint with_rng = state[len(STATE_MAGIC)] == 1
         env_restore(self.env[0], saved[0], with_rng)
         free(saved)
+
+
+
+cdef class VectorEmulator:
+    """n environments stepped in parallel (see the module docstring)."""
+    cdef list envs
+    cdef AleEnv** ptrs
+    cdef FrameBuffers** fbs  # each Emulator's own buffers (the objects stay alive in envs)
+    cdef bytes rom
+    cdef readonly int num_envs
+    cdef readonly int height
+    cdef int num_threads
+
+    def __cinit__(self):
+        self.ptrs = NULL
+        self.fbs = NULL
+
+    def __dealloc__(self):
+        free(self.ptrs)
+        free(self.fbs)
+
+    def __init__(self, rom, int game, int num_envs, seeds=None, int num_threads=0, **kwargs):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if num_threads < 0:
+            raise ValueError(f"num_threads must be >= 0 (0: OpenMP default), got {num_threads}")
+        if seeds is None:
+            seeds = list(range(num_envs))
+        seeds = [int(x) for x in seeds]
+        if len(seeds) != num_envs:
+            raise ValueError(f"seeds must hold num_envs={num_envs} values, got {len(seeds)}")
+        if kwargs.get("color_averaging"):
+            raise ValueError("color_averaging is not supported by VectorEmulator")
+        self.envs = [Emulator(rom, game, random_seed=seed, **kwargs) for seed in seeds]
+        self.num_envs = num_envs
+        self.num_threads = num_threads
+        self.height = (<Emulator>self.envs[0]).height
+        self.rom = (<Emulator>self.envs[0]).rom
+        self.ptrs = <AleEnv**>malloc(num_envs * sizeof(AleEnv*))
+        self.fbs = <FrameBuffers**>malloc(num_envs * sizeof(FrameBuffers*))
+        if self.ptrs == NULL or self.fbs == NULL:
+            raise MemoryError("cannot allocate the environment table")
+        cdef Emulator e
+        for k in range(num_envs):
+            e = self.envs[k]
+            self.ptrs[k] = e.env
+            self.fbs[k] = &e.fbs
+
+    def act(self, actions, float paddle_strength=1.0):
+        cdef int32_t[::1] acts = np.ascontiguousarray(actions, dtype=np.int32)
+        if acts.shape[0] != self.num_envs:
+            raise ValueError(f"actions must hold {self.num_envs} values, got {acts.shape[0]}")
+        for a in np.asarray(acts):
+            if not (0 <= a < 18):
+                raise ValueError(f"actions must be ALE player-A action ids 0-17, got {a}")
+        rewards = np.empty(self.num_envs, dtype=np.int32)
+        cdef int32_t[::1] out = rewards
+        cdef const uint8_t* rom_ptr = self.rom
+        cdef int k, n = self.num_envs
+        if self.num_threads > 0:
+            for k in prange(n, nogil=True, schedule="dynamic", num_threads=self.num_threads):
+                out[k] = env_act(self.ptrs[k][0], rom_ptr, self.fbs[k][0], acts[k], 18, paddle_strength, 0.0)
+        else:
+            for k in prange(n, nogil=True, schedule="dynamic"):
+                out[k] = env_act(self.ptrs[k][0], rom_ptr, self.fbs[k][0], acts[k], 18, paddle_strength, 0.0)
+        return rewards
+
+    def reset(self, mask=None):
+        cdef uint8_t[::1] which = (np.ones(self.num_envs, dtype=np.uint8) if mask is None
+                                   else np.ascontiguousarray(mask, dtype=np.uint8))
+        if which.shape[0] != self.num_envs:
+            raise ValueError(f"mask must hold {self.num_envs} values, got {which.shape[0]}")
+        cdef const uint8_t* rom_ptr = self.rom
+        cdef int k, n = self.num_envs
+        for k in prange(n, nogil=True, schedule="dynamic"):
+            if which[k]:
+                env_reset(self.ptrs[k][0], rom_ptr, self.fbs[k][0])
+
+    def game_over(self):
+        return np.array([bool(env_terminal(self.ptrs[k][0])) for k in range(self.num_envs)])
+
+    def lives(self):
+        return np.array([env_lives(self.ptrs[k][0]) for k in range(self.num_envs)], dtype=np.int32)
+
+    def get_ram(self, out=None):
+        if out is None:
+            out = np.empty((self.num_envs, 128), dtype=np.uint8)
+        for k in range(self.num_envs):
+            (<Emulator>self.envs[k]).get_ram(out[k])
+        return out
+
+    def get_screen(self, out=None):
+        if out is None:
+            out = np.empty((self.num_envs, self.height, 160), dtype=np.uint8)
+        for k in range(self.num_envs):
+            (<Emulator>self.envs[k]).get_screen(out[k])
+        return out
+
+    def emulator(self, int k):
+        """Environment k as an Emulator (shares its state)."""
+        return self.envs[k]

@@ -135,3 +135,31 @@ def test_clone_with_rng_restores_sticky_draws():
     for a in branch:
         run.step(a)
         run.check()
+
+
+def test_vector_emulator_matches_single_emulators():
+    from hybridsim._console import GAME_IDS, Emulator, VectorEmulator
+    from console_oracle import PROPS, ale_py
+
+    with open(ale_py.roms.get_rom_path("breakout"), "rb") as f:
+        rom = f.read()
+    seeds = [3, 4, 5, 6]
+    vec = VectorEmulator(rom, GAME_IDS["breakout"], 4, seeds=seeds, num_threads=2,
+                         repeat_action_probability=0.25, **PROPS["breakout"])
+    singles = [Emulator(rom, GAME_IDS["breakout"], random_seed=s, repeat_action_probability=0.25,
+                        **PROPS["breakout"]) for s in seeds]
+    rng = np.random.default_rng(0)
+    for step in range(200):
+        actions = rng.integers(0, 4, size=4).astype(np.int32)
+        rewards = vec.act(actions)
+        assert list(rewards) == [e.act(int(a)) for e, a in zip(singles, actions)]
+        assert np.array_equal(vec.get_ram(), np.stack([e.get_ram() for e in singles]))
+        assert np.array_equal(vec.get_screen(), np.stack([e.get_screen() for e in singles]))
+        over = vec.game_over()
+        assert list(over) == [e.game_over() for e in singles]
+        if step == 120 or over.any():
+            mask = over | (step == 120)
+            vec.reset(mask)
+            for e, m in zip(singles, mask):
+                if m:
+                    e.reset_game()
