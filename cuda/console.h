@@ -149,7 +149,14 @@ struct ConsoleBus {
   HS_HD HS_INLINE uint8_t peek(uint16_t addr) {
     uint16_t a = addr & 0x1FFF;
     uint8_t v;
-    if (a & 0x1000) v = cart_peek(c->cart, rom, addr, c->cycles);
+    if (a & 0x1000) {
+      const int32_t type = c->cart.type;
+      if (type == CART_4K) v = rom[a & 0x0FFF];  // the common mappers without hot spots here
+      else if (type == CART_2K) v = rom[a & 0x07FF];
+      else if ((type == CART_F8 || type == CART_F8_SWAPPED) && (a & 0x0FFF) < 0x0FF8)
+        v = rom[(uint32_t)c->cart.bank * 4096u + (a & 0x0FFF)];
+      else v = cart_peek(c->cart, rom, addr, c->cycles);
+    }
     else if (!(a & 0x0080)) v = tia_peek(c->tia, fb, addr, c->cycles, c->data_bus, inputs);
     else if (!(a & 0x0200)) v = c->riot.ram[a & 0x7F];
     else if ((a & 0x07) == 2) v = console_read_switches(*c);

@@ -142,6 +142,24 @@ HS_HD HS_INLINE uint32_t playfield_bit(bool reflect, int32_t x) {
   return 0x1000u << ((h - 48) / 4);
 }
 
+// The 40 playfield blocks (4 pixels each) of a line as bits 0-39: the same pixels as
+// playfield_bit, computed once per span. Left half: PF0 bits 0-3, PF1 bits 7-0, PF2
+// bits 0-7 (pf bits 0-3, 11-4, 12-19); the right half repeats it or mirrors it.
+HS_HD HS_INLINE uint32_t reverse_bits32(uint32_t v) {
+  v = ((v >> 1) & 0x55555555u) | ((v & 0x55555555u) << 1);
+  v = ((v >> 2) & 0x33333333u) | ((v & 0x33333333u) << 2);
+  v = ((v >> 4) & 0x0F0F0F0Fu) | ((v & 0x0F0F0F0Fu) << 4);
+  v = ((v >> 8) & 0x00FF00FFu) | ((v & 0x00FF00FFu) << 8);
+  return (v >> 16) | (v << 16);
+}
+
+HS_HD HS_INLINE uint64_t playfield_blocks(uint32_t pf, bool reflect) {
+  uint32_t pf1_reversed = reverse_bits32((pf >> 4) & 0xFFu) >> 24;
+  uint32_t left = (pf & 0xFu) | (pf1_reversed << 4) | (pf & 0xFF000u);
+  uint32_t right = reflect ? reverse_bits32(left) >> 12 : left;
+  return (uint64_t)left | ((uint64_t)right << 20);
+}
+
 HS_HD HS_INLINE uint16_t collision_bits(uint8_t e) {
   auto both = [e](uint8_t a, uint8_t b) { return (e & a) && (e & b); };
   uint16_t c = 0;
@@ -258,17 +276,35 @@ HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
   const bool reflect = t.pf_reflect_shape != 0;
   const bool any_movable = (t.grp_shown[0] | t.grp_shown[1]) != 0 ||
                            (t.enabled & (OBJ_M0 | OBJ_M1 | OBJ_BL)) != 0;
+  const uint64_t blocks = t.pf ? playfield_blocks(t.pf, reflect) : 0;
   if (!any_movable) {  // background and playfield only: no collisions possible
     const bool score = (t.pf_prio_score & (PF_SCORE | PF_PRIORITY)) == PF_SCORE;
-    for (int32_t k = 0; k < count; ++k) {
+    const uint8_t bk = t.color[0];
+    if (blocks == 0) {
+      for (int32_t k = 0; k < count; ++k) out[k] = bk;
+      return;
+    }
+    for (int32_t k = 0; k < count;) {  // block by block (80 is a block boundary)
       int32_t px = x + k;
-      bool on = (t.pf & playfield_bit(reflect, px & ~3)) != 0;
-      out[k] = on ? (score ? t.color[px < 80 ? 2 : 3] : t.color[1]) : t.color[0];
+      int32_t run = 4 - (px & 3);
+      if (run > count - k) run = count - k;
+      const uint8_t c = ((blocks >> (px >> 2)) & 1) ? (score ? t.color[px < 80 ? 2 : 3] : t.color[1]) : bk;
+      for (int32_t j = 0; j < run; ++j) out[k + j] = c;
+      k += run;
     }
     return;
   }
   uint8_t e[SCREEN_WIDTH];
-  for (int32_t k = 0; k < count; ++k) e[k] = (t.pf & playfield_bit(reflect, (x + k) & ~3)) ? OBJ_PF : 0;
+  if (blocks == 0) {
+    for (int32_t k = 0; k < count; ++k) e[k] = 0;
+  } else for (int32_t k = 0; k < count;) {  // block by block
+    int32_t px = x + k;
+    int32_t run = 4 - (px & 3);
+    if (run > count - k) run = count - k;
+    const uint8_t v = ((blocks >> (px >> 2)) & 1) ? OBJ_PF : 0;
+    for (int32_t j = 0; j < run; ++j) e[k + j] = v;
+    k += run;
+  }
   const int32_t mode0 = t.nusiz[0] & 7, mode1 = t.nusiz[1] & 7;
   if (t.enabled & OBJ_BL) mark_range(e, x, count, t.pos[OB_BL], 1 << ((t.ctrlpf >> 4) & 3), OBJ_BL);
   mark_player(e, x, count, t.pos[OB_P0], mode0, t.p_hide_first[0] != 0, t.grp_shown[0], OBJ_P0);
@@ -554,9 +590,10 @@ HS_HD inline TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8_t 
   res.stop = 0;
   const uint32_t reg = addr & 0x3F;
   const int32_t clock = (int32_t)(cycles * 3);
-  const int32_t line_clock = tia_line_clock(t, clock);
+  const int32_t since_frame_start = clock - t.frame_start_clock;  // never negative
+  const int32_t line_clock = since_frame_start % H_CLOCKS;
   // A frame that runs past the scanline limit ends at the next TIA write.
-  const bool runaway = (clock - t.frame_start_clock) / H_CLOCKS > t.max_lines;
+  const bool runaway = since_frame_start >= (t.max_lines + 1) * H_CLOCKS;
   // Writes that change nothing drawn (WSYNC, RSYNC, audio, motion registers, HMCLR)
   // defer ALE's catch-up drawing; the next access draws the same pixels.
   const bool invisible = reg == 0x02 || reg == 0x03 || (reg >= 0x15 && reg <= 0x1A) ||
