@@ -23,7 +23,7 @@ enum : int32_t {
   PADDLE_DEFAULT = (PADDLE_MIN + PADDLE_MAX) / 2,
   RESET_FRAMES = 4,        // a soft reset holds RESET this many frames
   NOOP_RESET_FRAMES = 60,  // ALE's fixed no-op frames after a system reset
-  kMaxStartingActions = 16
+  kMaxStartingRuns = 16    // starting actions as (action, repeat) runs: ALE has up to 486
 };
 
 enum : int32_t { MODE_STEP_ACT = 0, MODE_STEP_SELECT = 1, MODE_STEP_SOFT_RESET = 2 };
@@ -45,8 +45,8 @@ struct EnvConfig {
   int32_t mode_before[4][3];      // {MODE_STEP_*, action or hold, count}
   int32_t mode_custom;            // MODE_CUSTOM_*: a game-specific setMode instead
   int32_t difficulty;             // 0-3: bit 0 left A, bit 1 right A
-  int32_t num_starting_actions;
-  int32_t starting_actions[kMaxStartingActions];
+  int32_t num_starting_runs;
+  int32_t starting_runs[kMaxStartingRuns][2];  // {action, frames}: one emulate per frame
   uint8_t use_paddles;            // Controller.Left or .Right is PADDLES
   uint8_t truncate_on_loss_of_life;
   uint8_t pad_[2];
@@ -257,8 +257,9 @@ HS_HD inline void env_reset(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
   else if (e.cfg.mode_ram >= 0) env_select_mode(e, rom, fbs);
   else game_set_mode(e.cfg.game, e.game, e.cfg.mode, e.console.riot.ram);  // default setMode
   env_soft_reset(e, rom, fbs);
-  for (int32_t k = 0; k < e.cfg.num_starting_actions; ++k)
-    env_emulate(e, rom, fbs, e.cfg.starting_actions[k], B_NOOP, 1.0f, 1.0f, 1);
+  for (int32_t k = 0; k < e.cfg.num_starting_runs; ++k)
+    for (int32_t n = 0; n < e.cfg.starting_runs[k][1]; ++n)
+      env_emulate(e, rom, fbs, e.cfg.starting_runs[k][0], B_NOOP, 1.0f, 1.0f, 1);
 }
 
 // ALEInterface::loadROM: console construction, environment construction, reset.

@@ -101,8 +101,8 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
         int32_t mode_before[4][3]
         int32_t mode_custom
         int32_t difficulty
-        int32_t num_starting_actions
-        int32_t starting_actions[16]
+        int32_t num_starting_runs
+        int32_t starting_runs[16][2]
         uint8_t use_paddles
         uint8_t truncate_on_loss_of_life
         int32_t max_lives
@@ -325,8 +325,16 @@ cdef class Emulator:
         if not (0 <= difficulty <= 3):
             raise ValueError(f"difficulty must be 0-3, got {difficulty}")
         starting_actions = [int(a) for a in starting_actions]
-        if len(starting_actions) > 16 or any(not (0 <= a < 18 or a == 40) for a in starting_actions):
-            raise ValueError(f"starting_actions must be at most 16 player-A action ids (0-17, 40), got {starting_actions}")
+        if any(not (0 <= a < 18 or a == 40) for a in starting_actions):
+            raise ValueError(f"starting_actions must be player-A action ids (0-17, 40), got {starting_actions}")
+        runs = []  # (action, frames); no negative indexing: wraparound is off in this build
+        for a in starting_actions:
+            if runs and runs[len(runs) - 1][0] == a:
+                runs[len(runs) - 1][1] += 1
+            else:
+                runs.append([a, 1])
+        if len(runs) > 16:
+            raise ValueError(f"starting_actions may change action at most 16 times, got {len(runs)} runs")
         if game not in GAME_IDS.values():
             raise ValueError(f"unknown game id {game}; this build knows {GAME_IDS}")
         for name, value in (("left_controller", left_controller), ("right_controller", right_controller)):
@@ -354,9 +362,10 @@ cdef class Emulator:
         cfg.mode = mode
         _set_mode_select(&cfg, mode_select)
         cfg.difficulty = difficulty
-        cfg.num_starting_actions = len(starting_actions)
-        for k, a in enumerate(starting_actions):
-            cfg.starting_actions[k] = a
+        cfg.num_starting_runs = len(runs)
+        for k, (a, n) in enumerate(runs):
+            cfg.starting_runs[k][0] = a
+            cfg.starting_runs[k][1] = n
         cfg.use_paddles = props.left_paddles or props.right_paddles
         cfg.truncate_on_loss_of_life = bool(truncate_on_loss_of_life)
         self.rom = rom

@@ -28,6 +28,11 @@ CASES = {
     "beam_rider": dict(starting_actions=(3,)),
     "double_dunk": dict(mode_select={"custom": "double_dunk"}, starting_actions=(10,)),
     "pitfall2": dict(starting_actions=(2,)),  # DPC cartridge
+    "kaboom": dict(left_controller="PADDLES", starting_actions=(1,)),  # left paddle only
+    "carnival": dict(ystart=26, height=214),
+    # 60 NOOP + 2 FIRE starting actions, mode selection on a paddle game
+    "casino": dict(left_controller="PADDLES", mode_select=dict(ram=0xD4, value=0, hold=2),
+                   starting_actions=[0] * 60 + [1, 1]),
 }
 
 
@@ -47,8 +52,9 @@ def run_lockstep(game, frames, sticky, seed=5, **overrides):
     for frame in range(frames + 1):
         if frame:
             a = actions[rng.integers(len(actions))]
-            ale.act(ale_py.Action(a))
-            emu.act(a)
+            strength = float(rng.choice([1.0, 0.37]))  # paddle speed (ignored by joysticks)
+            ale.act(ale_py.Action(a), strength)
+            emu.act(a, paddle_strength=strength)
         r1, r2 = ale.getRAM(), emu.get_ram()
         if not np.array_equal(r1, r2):
             i = int(np.nonzero(r1 != r2)[0][0])
