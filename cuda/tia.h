@@ -371,13 +371,15 @@ HS_HD inline void tia_catch_up(Tia& t, uint8_t* fb, int32_t clock) {
       todo -= skip;
     }
     int32_t span_start = t.fb_pos;
+    const bool room = t.fb_pos + H_CLOCKS <= kFrameBytes;  // false only for impossible windows
+    if (!room) todo = 0;
     if (todo != 0) {
       tia_draw_span(t, fb, in_line - H_BLANK, todo);
       t.fb_pos += todo;
     }
     // HMOVE blanks: ALE blacks out from this span's start to pixel 8 while the flag is
     // up; a span that reaches pixel 8 lowers it.
-    if (t.hmove_blank_pending && in_line < H_BLANK + 8) {
+    if (t.hmove_blank_pending && in_line < H_BLANK + 8 && room) {
       int32_t blanks = H_BLANK + 8 - in_line;
       for (int32_t k = 0; k < blanks; ++k) fb[span_start + k] = 0;
       if (todo + in_line >= H_BLANK + 8) t.hmove_blank_pending = 0;

@@ -189,7 +189,7 @@ GAME_IDS = {"pong": GAME_PONG, "breakout": GAME_BREAKOUT, "space_invaders": GAME
             "none": GAME_NONE}
 MODE_STEPS = {"act": 0, "select": 1, "soft_reset": 2}
 
-cdef bytes STATE_MAGIC = b"HSENV1"
+cdef bytes STATE_MAGIC = b"HSENV2"
 
 
 def tia_render_selftest(uint32_t seed=1, int trials=100000):
@@ -237,6 +237,8 @@ cdef int _set_mode_select(EnvConfig* cfg, spec) except -1:
             raise ValueError(f"mode_select step kind must be one of {sorted(MODE_STEPS)}, got {kind!r}")
         cfg.mode_before[k][0] = MODE_STEPS[kind]
         if kind == "act":
+            if not (0 <= int(step[1]) < 18) or int(step[2]) < 0:
+                raise ValueError(f"mode_select act step needs an action 0-17 and a count >= 0, got {step!r}")
             cfg.mode_before[k][1], cfg.mode_before[k][2] = int(step[1]), int(step[2])
         elif kind == "select":
             cfg.mode_before[k][1], cfg.mode_before[k][2] = int(step[1]), 1
@@ -286,6 +288,7 @@ cdef class Emulator:
     cdef readonly int height
     cdef object blend
     cdef object _blended
+    cdef bytes fingerprint
 
     def __cinit__(self):
         self.env = <AleEnv*>malloc(sizeof(AleEnv))
@@ -312,10 +315,11 @@ cdef class Emulator:
         if cart_type not in CART_TYPES:
             raise ValueError(f"cart_type must be one of {sorted(CART_TYPES)}, got {cart_type!r}")
         ctype, size = CART_TYPES[cart_type]
-        if len(rom) != size:
+        if len(rom) != size and not (cart_type == "DPC" and len(rom) > size):
             raise ValueError(f"a {cart_type} cartridge holds {size} bytes, the ROM has {len(rom)}")
-        if not (0 <= ystart <= 100) or not (100 <= height <= 250):
-            raise ValueError(f"display window out of range: ystart={ystart}, height={height}")
+        if not (0 <= ystart <= 100) or not (100 <= height <= 250) or ystart + height > 290:
+            raise ValueError(f"display window out of range (0-100, 100-250, sum <= 290): "
+                             f"ystart={ystart}, height={height}")
         if display_format not in ("AUTO", "AUTO-DETECT", "NTSC", "PAL"):
             raise ValueError(f"display_format must be AUTO, NTSC or PAL, got {display_format!r}")
         if frame_skip < 1:
@@ -379,6 +383,11 @@ cdef class Emulator:
             env_load(self.env[0], props, cfg, seed, rom_ptr, self.fbs)
         self.height = self.env.console.height
         self.blend = phosphor_tables(self.tv_standard) if color_averaging else None
+        # A state only fits the same ROM, mapper, display window and TV standard (ALE
+        # checks the ROM's md5 likewise); restore_state refuses anything else.
+        import hashlib
+        self.fingerprint = hashlib.md5(rom + repr((cart_type, ystart, height, self.tv_standard,
+                                                    sizeof(AleEnv))).encode()).digest()
 
     @property
     def tv_standard(self):
@@ -489,20 +498,24 @@ cdef class Emulator:
         return out
 
     def clone_state(self, include_rng=False):
+        """Bytes: magic, ROM/config fingerprint (16), include_rng flag (1), AleEnv."""
         cdef bytes body = (<char*>self.env)[:sizeof(AleEnv)]
-        return STATE_MAGIC + (b"\x01" if include_rng else b"\x00") + body
+        return STATE_MAGIC + self.fingerprint + (b"\x01" if include_rng else b"\x00") + body
 
     def restore_state(self, state):
         state = bytes(state)
-        n = len(STATE_MAGIC) + 1 + sizeof(AleEnv)
+        cdef Py_ssize_t head = len(STATE_MAGIC) + 16 + 1
+        n = head + sizeof(AleEnv)
         if len(state) != n or not state.startswith(STATE_MAGIC):
             raise ValueError(f"not a state of this emulator build (expected {n} bytes starting {STATE_MAGIC!r})")
+        if state[len(STATE_MAGIC):len(STATE_MAGIC) + 16] != self.fingerprint:
+            raise ValueError("state was saved by an emulator with another ROM, mapper, display window or TV standard")
         cdef AleEnv* saved = <AleEnv*>malloc(sizeof(AleEnv))
         if saved == NULL:
             raise MemoryError("cannot allocate a state")
         cdef const char* raw = state
-        memcpy(saved, raw + len(STATE_MAGIC) + 1, sizeof(AleEnv))
-        cdef bint with_rng = state[len(STATE_MAGIC)] == 1
+        memcpy(saved, raw + head, sizeof(AleEnv))
+        cdef bint with_rng = state[head - 1] == 1
         env_restore(self.env[0], saved[0], with_rng)
         free(saved)
 

@@ -163,3 +163,15 @@ def test_vector_emulator_matches_single_emulators():
             for e, m in zip(singles, mask):
                 if m:
                     e.reset_game()
+
+
+def test_restore_refuses_foreign_states():
+    from console_oracle import Lockstep
+
+    pong, breakout = Lockstep("pong"), Lockstep("breakout")
+    with pytest.raises(ValueError):
+        breakout.emu.restore_state(pong.emu.clone_state())
+    state = pong.emu.clone_state()
+    with pytest.raises(ValueError):
+        pong.emu.restore_state(state[:-1])
+    pong.emu.restore_state(state)  # its own state is fine
