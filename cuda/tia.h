@@ -220,6 +220,11 @@ HS_HD inline void tia_draw_span_reference(Tia& t, uint8_t* fb, int32_t x, int32_
   const bool m0_can = (t.enabled & OBJ_M0) && t.m0_shape != M0_HIDDEN;
   const bool m1_can = (t.enabled & OBJ_M1) != 0;
   const bool bl_can = (t.enabled & OBJ_BL) != 0;
+  // With no movable object enabled ALE takes its playfield-only path, where score mode
+  // applies even under priority.
+  const bool pf_only = !m0_can && !m1_can && !bl_can && (t.grp_shown[0] | t.grp_shown[1]) == 0 &&
+                       !((t.enabled & OBJ_M0) && t.m0_shape == M0_HIDDEN);
+  const uint8_t prio_score = pf_only && (t.pf_prio_score & PF_SCORE) ? (uint8_t)PF_SCORE : t.pf_prio_score;
   for (int32_t k = 0; k < count; ++k, ++x) {
     uint8_t e = 0;
     if (t.pf & playfield_bit(t.pf_reflect_shape != 0, x)) e |= OBJ_PF;
@@ -229,7 +234,7 @@ HS_HD inline void tia_draw_span_reference(Tia& t, uint8_t* fb, int32_t x, int32_
     if (t.grp_shown[0] & player_bit(mode0, t.p_hide_first[0] != 0, wrap_distance(x, t.pos[OB_P0]))) e |= OBJ_P0;
     if (m0_can && missile_on(mode0, m0_width, wrap_distance(x, t.pos[OB_M0]))) e |= OBJ_M0;
     t.collisions |= collision_bits(e);
-    out[k] = t.color[pick_colour((uint8_t)(e | t.pf_prio_score), x < 80)];
+    out[k] = t.color[pick_colour((uint8_t)(e | prio_score), x < 80)];
   }
 }
 
@@ -278,7 +283,9 @@ HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
                            (t.enabled & (OBJ_M0 | OBJ_M1 | OBJ_BL)) != 0;
   const uint64_t blocks = t.pf ? playfield_blocks(t.pf, reflect) : 0;
   if (!any_movable) {  // background and playfield only: no collisions possible
-    const bool score = (t.pf_prio_score & (PF_SCORE | PF_PRIORITY)) == PF_SCORE;
+    // ALE's playfield-only path colours a score-mode playfield by half even when the
+    // priority bit is set (its general path would use COLUPF then).
+    const bool score = (t.pf_prio_score & PF_SCORE) != 0;
     const uint8_t bk = t.color[0];
     if (blocks == 0) {
       for (int32_t k = 0; k < count; ++k) out[k] = bk;
@@ -332,6 +339,70 @@ HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
   t.collisions |= hits;
 }
 
+// ALE's renderer stores 4 pixels at a time on some paths and can write up to 3 pixels
+// past the end of a span (to the next 4-pixel boundary). Those pixels are normally
+// redrawn by the next span; they stay only when the frame stops there. This reproduces
+// what ALE leaves in them: which path ALE takes depends on the enabled objects and the
+// priority/score bits; the 4-pixel store happens when the last aligned group of the span
+// is all playfield/background (for object paths: no object shape covers it).
+HS_HD inline void tia_draw_overrun(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
+  const int32_t end = x + count;  // visible pixel after the span
+  const int32_t group = end & ~3;
+  if ((end & 3) == 0 || group < x || (t.vblank & 0x02)) return;
+  const uint8_t objects = t.enabled & (OBJ_P0 | OBJ_M0 | OBJ_P1 | OBJ_M1 | OBJ_BL | OBJ_PF);
+  const uint8_t key = (uint8_t)(objects | t.pf_prio_score);
+  const uint8_t score = key & PF_SCORE;
+  const bool pf_on = (t.pf & playfield_bit(t.pf_reflect_shape != 0, group)) != 0;
+  auto shape_at = [&](uint8_t obj, int32_t px) -> bool {  // ALE's mask, graphics ignored
+    switch (obj) {
+      case OBJ_P0: return player_bit(t.nusiz[0] & 7, t.p_hide_first[0] != 0, wrap_distance(px, t.pos[OB_P0])) != 0;
+      case OBJ_P1: return player_bit(t.nusiz[1] & 7, t.p_hide_first[1] != 0, wrap_distance(px, t.pos[OB_P1])) != 0;
+      case OBJ_M0: {
+        if (t.m0_shape == M0_HIDDEN) return false;
+        int32_t size = (t.nusiz[0] >> 4) & 3;
+        if (t.m0_shape == M0_STRETCHED) size |= 1;
+        return missile_on(t.nusiz[0] & 7, 1 << size, wrap_distance(px, t.pos[OB_M0]));
+      }
+      case OBJ_M1: return missile_on(t.nusiz[1] & 7, 1 << ((t.nusiz[1] >> 4) & 3), wrap_distance(px, t.pos[OB_M1]));
+      default: return wrap_distance(px, t.pos[OB_BL]) < (1 << ((t.ctrlpf >> 4) & 3));  // ball
+    }
+  };
+  auto group_clear = [&](uint8_t movable) -> bool {
+    for (uint8_t bit = OBJ_P0; bit <= OBJ_BL; bit = (uint8_t)(bit << 1))
+      if (movable & bit)
+        for (int32_t k = 0; k < 4; ++k)
+          if (shape_at(bit, group + k)) return false;
+    return true;
+  };
+  uint8_t colour;
+  const uint8_t movable = objects & (uint8_t)~OBJ_PF;
+  if (objects == 0) {
+    return;  // plain background: ALE fills exactly
+  } else if (objects == OBJ_PF) {
+    colour = pf_on ? (score ? t.color[group < 80 ? 2 : 3] : t.color[1]) : t.color[0];
+  } else {
+    // The object paths ALE special-cases (others draw pixel by pixel, exactly).
+    const bool has_pf = (objects & OBJ_PF) != 0;
+    bool special = false;
+    if (has_pf) {
+      special = !score && (movable == OBJ_P0 || movable == OBJ_P1 || movable == OBJ_BL);
+    } else {
+      switch (movable) {
+        case OBJ_P0: case OBJ_P1: case OBJ_P0 | OBJ_P1: case OBJ_M0: case OBJ_M1: case OBJ_BL:
+        case OBJ_M0 | OBJ_M1: case OBJ_BL | OBJ_M0: case OBJ_BL | OBJ_M1: case OBJ_BL | OBJ_P1:
+          special = true;
+          break;
+        default:
+          break;
+      }
+    }
+    if (!special || !group_clear(movable)) return;
+    colour = ((objects & OBJ_PF) && pf_on) ? t.color[1] : t.color[0];
+  }
+  uint8_t* out = fb + t.fb_pos;  // fb_pos already points just past the span
+  for (int32_t k = 0; k < group + 4 - end; ++k) out[k] = colour;
+}
+
 // End of a scanline: shapes that ALE re-derives once per line.
 HS_HD inline void tia_line_done(Tia& t) {
   t.pf_reflect_shape = t.ctrlpf & 0x01;
@@ -376,6 +447,7 @@ HS_HD inline void tia_catch_up(Tia& t, uint8_t* fb, int32_t clock) {
     if (todo != 0) {
       tia_draw_span(t, fb, in_line - H_BLANK, todo);
       t.fb_pos += todo;
+      tia_draw_overrun(t, fb, in_line - H_BLANK, todo);
     }
     // HMOVE blanks: ALE blacks out from this span's start to pixel 8 while the flag is
     // up; a span that reaches pixel 8 lowers it.
