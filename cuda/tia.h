@@ -291,26 +291,35 @@ HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
       for (int32_t k = 0; k < count; ++k) out[k] = bk;
       return;
     }
-    for (int32_t k = 0; k < count;) {  // block by block (80 is a block boundary)
+    // Colour of each 4-pixel block (80 is a block boundary), written block by block.
+    const uint8_t pf_left = score ? t.color[2] : t.color[1], pf_right = score ? t.color[3] : t.color[1];
+    int32_t k = 0;
+    while (k < count && ((x + k) & 3)) {  // head up to a block boundary
       int32_t px = x + k;
-      int32_t run = 4 - (px & 3);
-      if (run > count - k) run = count - k;
-      const uint8_t c = ((blocks >> (px >> 2)) & 1) ? (score ? t.color[px < 80 ? 2 : 3] : t.color[1]) : bk;
-      for (int32_t j = 0; j < run; ++j) out[k + j] = c;
-      k += run;
+      out[k++] = ((blocks >> (px >> 2)) & 1) ? (px < 80 ? pf_left : pf_right) : bk;
+    }
+    for (; k + 4 <= count; k += 4) {  // whole blocks
+      int32_t px = x + k;
+      const uint8_t c = ((blocks >> (px >> 2)) & 1) ? (px < 80 ? pf_left : pf_right) : bk;
+      out[k] = c; out[k + 1] = c; out[k + 2] = c; out[k + 3] = c;
+    }
+    for (; k < count; ++k) {  // tail
+      int32_t px = x + k;
+      out[k] = ((blocks >> (px >> 2)) & 1) ? (px < 80 ? pf_left : pf_right) : bk;
     }
     return;
   }
   uint8_t e[SCREEN_WIDTH];
   if (blocks == 0) {
     for (int32_t k = 0; k < count; ++k) e[k] = 0;
-  } else for (int32_t k = 0; k < count;) {  // block by block
-    int32_t px = x + k;
-    int32_t run = 4 - (px & 3);
-    if (run > count - k) run = count - k;
-    const uint8_t v = ((blocks >> (px >> 2)) & 1) ? OBJ_PF : 0;
-    for (int32_t j = 0; j < run; ++j) e[k + j] = v;
-    k += run;
+  } else {
+    int32_t k = 0;
+    for (; k < count && ((x + k) & 3); ++k) e[k] = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
+    for (; k + 4 <= count; k += 4) {
+      const uint8_t v = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
+      e[k] = v; e[k + 1] = v; e[k + 2] = v; e[k + 3] = v;
+    }
+    for (; k < count; ++k) e[k] = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
   }
   const int32_t mode0 = t.nusiz[0] & 7, mode1 = t.nusiz[1] & 7;
   if (t.enabled & OBJ_BL) mark_range(e, x, count, t.pos[OB_BL], 1 << ((t.ctrlpf >> 4) & 3), OBJ_BL);
