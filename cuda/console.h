@@ -63,6 +63,7 @@ struct ConsoleProps {
   uint8_t swap_ports, swap_paddles, hmove_blanks;
   uint8_t left_difficulty_a, right_difficulty_a;  // Console.*Difficulty == A
   uint8_t black_white;      // Console.TelevisionType == BLACKWHITE
+  uint32_t system_seed;     // ALE's "system_random_seed" setting (default kSystemSeed)
 };
 
 // Frame buffers kept by the caller; `shown` indexes the one holding the last frame.
@@ -242,7 +243,7 @@ HS_HD inline void console_power_on(Console& c, const ConsoleProps& p, const uint
                                    FrameBuffers& fbs) {
   uint8_t* raw = (uint8_t*)&c;
   for (uint32_t k = 0; k < (uint32_t)sizeof(Console); ++k) raw[k] = 0;
-  mt_seed(c.system_rng, kSystemSeed);
+  mt_seed(c.system_rng, p.system_seed);
   riot_power_on(c.riot, c.system_rng);
   tia_power_on(c.tia);
   cart_init(c.cart, p.cart_type);

@@ -12,7 +12,8 @@ frame by frame, including its load and reset sequences and its sticky actions.
              repeat_action_probability=0.25, max_num_frames_per_episode=0,
              reward_min=-2**31, reward_max=2**31-1, mode=0, mode_select=None,
              difficulty=0, starting_actions=(),
-             truncate_on_loss_of_life=False, color_averaging=False)
+             truncate_on_loss_of_life=False, color_averaging=False,
+             system_random_seed=4753849)
 
   rom            bytes of the cartridge image (size must match cart_type)
   game           game-settings id of cuda/games*.h (see GAME_IDS for the stub's ids)
@@ -22,6 +23,8 @@ frame by frame, including its load and reset sequences and its sticky actions.
   *_controller   "JOYSTICK" or "PADDLES" (Controller.Left / Controller.Right)
   swap_ports, swap_paddles, hmove_blanks, *_difficulty, tv_type: the ROM's properties
   random_seed    ALE's random_seed (environment RNG for sticky actions); must be >= 0
+  system_random_seed: ALE's system_random_seed (RIOT RAM/timer and cartridge RAM at
+                 power-on; ALE's default 4753849)
   mode           the game mode (ALE setMode argument)
   mode_select    None (ALE's default setMode: nothing) or the game's recipe as a dict:
                  ram, value[, value_alt][, ram2, value2], hold, before=[steps]; see
@@ -80,6 +83,7 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
         uint8_t left_difficulty_a
         uint8_t right_difficulty_a
         uint8_t black_white
+        uint32_t system_seed
     cdef struct FrameBuffers:
         uint8_t* buf[2]
         int32_t shown
@@ -308,7 +312,8 @@ cdef class Emulator:
                  float repeat_action_probability=0.25, int max_num_frames_per_episode=0,
                  int reward_min=-2147483648, int reward_max=2147483647, int mode=0,
                  mode_select=None, int difficulty=0,
-                 starting_actions=(), truncate_on_loss_of_life=False, color_averaging=False):
+                 starting_actions=(), truncate_on_loss_of_life=False, color_averaging=False,
+                 system_random_seed=4753849):
         cdef ConsoleProps props
         cdef EnvConfig cfg
         rom = bytes(rom)
@@ -356,6 +361,9 @@ cdef class Emulator:
         props.left_difficulty_a = _bool_prop(left_difficulty, "left_difficulty", "A", "B")
         props.right_difficulty_a = _bool_prop(right_difficulty, "right_difficulty", "A", "B")
         props.black_white = _bool_prop(tv_type, "tv_type", "BLACKWHITE", "COLOR")
+        if not (0 <= int(system_random_seed) <= 0xFFFFFFFF):
+            raise ValueError(f"system_random_seed must be in [0, 2**32), got {system_random_seed!r}")
+        props.system_seed = <uint32_t>int(system_random_seed)
         memset(&cfg, 0, sizeof(EnvConfig))
         cfg.game = game
         cfg.frame_skip = frame_skip

@@ -175,3 +175,33 @@ def test_restore_refuses_foreign_states():
     with pytest.raises(ValueError):
         pong.emu.restore_state(state[:-1])
     pong.emu.restore_state(state)  # its own state is fine
+
+
+@pytest.mark.parametrize("seed", [4753849, 99])
+def test_system_random_seed_fills_ram_like_ale(tmp_path, seed):
+    """ALE's system RNG fills RIOT RAM at power-on and starts the timer at each reset. A ROM
+    that never writes RAM (except the timer value it finds at reset) shows both; saved as
+    seaquest.bin ALE applies Seaquest's settings (no mode selection), and only the state
+    after loadROM is compared (Seaquest's settings may call the game over at once)."""
+    from hybridsim.asm6502 import Assembler
+    from hybridsim._console import GAME_IDS, Emulator
+    from console_oracle import ale_py
+    from romgen import cartridge_4k, emit_end_frame
+
+    asm = Assembler(0xF000)
+    asm.label("reset")
+    asm.op("LDA", "abs", 0x284)  # INTIM as the reset left it
+    asm.op("STA", "zp", 0x90)
+    asm.label("frame")
+    emit_end_frame(asm)
+    asm.op("JMP", "abs", "frame")
+    rom = cartridge_4k(asm, "reset")
+    path = tmp_path / "seaquest.bin"
+    path.write_bytes(rom)
+    ale = ale_py.ALEInterface()
+    ale.setLoggerMode(ale_py.LoggerMode.Error)
+    ale.setInt("system_random_seed", seed)
+    ale.loadROM(str(path))
+    emu = Emulator(rom, GAME_IDS["none"], cart_type="4K", system_random_seed=seed)
+    assert np.array_equal(ale.getRAM(), emu.get_ram())
+    assert np.array_equal(ale.getScreen(), emu.get_screen())
