@@ -51,6 +51,7 @@ struct EnvConfig {
   uint8_t truncate_on_loss_of_life;
   uint8_t pad_[2];
   int32_t max_lives;              // lives() right after the environment is created
+  int32_t paddle_min, paddle_max; // ALE's paddle_min/paddle_max settings (PADDLE_MIN/MAX)
 };
 
 struct AleEnv {
@@ -86,9 +87,12 @@ HS_HD inline void env_set_paddles(AleEnv& e, int32_t left, int32_t right) {
   e.console.controls.paddle_resistance[1] = right;
 }
 
-HS_HD HS_INLINE int32_t clamp_paddle(int32_t v) {
-  return v < PADDLE_MIN ? PADDLE_MIN : (v > PADDLE_MAX ? PADDLE_MAX : v);
+HS_HD HS_INLINE int32_t clamp_paddle(const EnvConfig& c, int32_t v) {
+  return v < c.paddle_min ? c.paddle_min : (v > c.paddle_max ? c.paddle_max : v);
 }
+
+// ALEState::resetPaddles: both paddles at the middle of the range.
+HS_HD HS_INLINE int32_t paddle_centre(const EnvConfig& c) { return (c.paddle_min + c.paddle_max) / 2; }
 
 // Joystick bits of a player action (0-17; player B's are given minus 18).
 HS_HD HS_INLINE uint8_t joystick_bits(int32_t a) {
@@ -123,7 +127,7 @@ HS_HD inline void env_apply_paddles(AleEnv& e, int32_t a, float sa, int32_t b, f
   env_release_keys(e);
   int32_t da = paddle_delta(a, sa);
   int32_t db = paddle_delta(b - B_NOOP, sb);
-  env_set_paddles(e, clamp_paddle(e.left_paddle + da), clamp_paddle(e.right_paddle + db));
+  env_set_paddles(e, clamp_paddle(e.cfg, e.left_paddle + da), clamp_paddle(e.cfg, e.right_paddle + db));
   Controls& ev = e.console.controls;
   if (a == ACTION_RESET || b == ACTION_RESET) ev.reset = 1;
   if (joystick_bits(a) & JOY_FIRE) ev.paddle_fire[0] = 1;
@@ -248,7 +252,7 @@ HS_HD inline void env_double_dunk_mode(AleEnv& e, const uint8_t* rom, FrameBuffe
 // StellaEnvironment::reset (reset_game).
 HS_HD inline void env_reset(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
   e.episode_frame_number = 0;
-  env_set_paddles(e, PADDLE_DEFAULT, PADDLE_DEFAULT);
+  env_set_paddles(e, paddle_centre(e.cfg), paddle_centre(e.cfg));
   console_system_reset(e.console, rom, fbs);
   env_emulate(e, rom, fbs, A_NOOP, B_NOOP, 1.0f, 1.0f, NOOP_RESET_FRAMES);
   env_soft_reset(e, rom, fbs);
@@ -268,8 +272,12 @@ HS_HD inline void env_load(AleEnv& e, const ConsoleProps& props, const EnvConfig
   uint8_t* raw = (uint8_t*)&e;
   for (uint32_t k = 0; k < (uint32_t)sizeof(AleEnv); ++k) raw[k] = 0;
   e.cfg = cfg;
+  // ALE applies paddle_min/paddle_max only to games with paddles; others keep the
+  // defaults (which only set the unused paddle events).
+  if (!e.cfg.use_paddles || e.cfg.paddle_min < 0) e.cfg.paddle_min = PADDLE_MIN;
+  if (!e.cfg.use_paddles || e.cfg.paddle_max < 0) e.cfg.paddle_max = PADDLE_MAX;
   console_power_on(e.console, props, rom, fbs);
-  if (e.cfg.use_paddles) env_set_paddles(e, PADDLE_DEFAULT, PADDLE_DEFAULT);
+  if (e.cfg.use_paddles) env_set_paddles(e, paddle_centre(e.cfg), paddle_centre(e.cfg));
   mt_seed(e.env_rng, seed);
   game_reset(e.cfg.game, e.game);
   e.cfg.max_lives = game_lives(e.cfg.game, e.game);

@@ -13,7 +13,7 @@ frame by frame, including its load and reset sequences and its sticky actions.
              reward_min=-2**31, reward_max=2**31-1, mode=0, mode_select=None,
              difficulty=0, starting_actions=(),
              truncate_on_loss_of_life=False, color_averaging=False,
-             system_random_seed=4753849)
+             system_random_seed=4753849, paddle_min=-1, paddle_max=-1)
 
   rom            bytes of the cartridge image (size must match cart_type)
   game           game-settings id of cuda/games*.h (see GAME_IDS for the stub's ids)
@@ -37,6 +37,8 @@ frame by frame, including its load and reset sequences and its sticky actions.
 
 Methods (ALE names):
   reset_game()
+  set_mode(mode, mode_select=None)   next reset_game selects this mode (ALE setMode)
+  set_difficulty(d)                  difficulty switches from the next frame on
   act(action_a, action_b=18, paddle_strength=1.0, paddle_strength_b=0.0) -> int reward
       ALE action ids; player B uses 18-35 (0-17 are accepted and shifted by 18).
       ALEInterface.act(a, s) is act(a, 18, s, 0.0).
@@ -110,6 +112,8 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
         uint8_t use_paddles
         uint8_t truncate_on_loss_of_life
         int32_t max_lives
+        int32_t paddle_min
+        int32_t paddle_max
     cdef struct Riot:
         uint8_t ram[128]
     cdef struct Tia:
@@ -121,6 +125,7 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
         int32_t height
     cdef struct AleEnv:
         Console console
+        EnvConfig cfg
         int32_t frame_number
         int32_t episode_frame_number
     void env_load(AleEnv& e, const ConsoleProps& props, const EnvConfig& cfg, uint32_t seed,
@@ -313,7 +318,7 @@ cdef class Emulator:
                  int reward_min=-2147483648, int reward_max=2147483647, int mode=0,
                  mode_select=None, int difficulty=0,
                  starting_actions=(), truncate_on_loss_of_life=False, color_averaging=False,
-                 system_random_seed=4753849):
+                 system_random_seed=4753849, int paddle_min=-1, int paddle_max=-1):
         cdef ConsoleProps props
         cdef EnvConfig cfg
         rom = bytes(rom)
@@ -380,6 +385,11 @@ cdef class Emulator:
             cfg.starting_runs[k][1] = n
         cfg.use_paddles = props.left_paddles or props.right_paddles
         cfg.truncate_on_loss_of_life = bool(truncate_on_loss_of_life)
+        if (paddle_min >= 0 and paddle_max >= 0 and paddle_min > paddle_max) or paddle_min < -1 or paddle_max < -1:
+            raise ValueError(f"paddle_min/paddle_max must be -1 (ALE's default) or 0 <= min <= max, "
+                             f"got {paddle_min}, {paddle_max}")
+        cfg.paddle_min = paddle_min
+        cfg.paddle_max = paddle_max
         self.rom = rom
         self.frames = np.zeros((2, kFrameBytes), dtype=np.uint8)
         self.fbs.buf[0] = <uint8_t*>cnp.PyArray_DATA(self.frames)
@@ -404,6 +414,20 @@ cdef class Emulator:
     @property
     def screen_shape(self):
         return (self.height, 160)
+
+    def set_mode(self, int mode, mode_select=None):
+        """ALE's setMode: the mode (and its selection recipe) used from the next reset_game."""
+        cdef EnvConfig cfg = self.env.cfg
+        cfg.mode = mode
+        _set_mode_select(&cfg, mode_select)
+        self.env.cfg = cfg
+
+    def set_difficulty(self, int difficulty):
+        """ALE's setDifficulty: difficulty switches (bit 0 left A, bit 1 right A), applied
+        with the inputs of the next emulated frame."""
+        if not (0 <= difficulty <= 3):
+            raise ValueError(f"difficulty must be 0-3, got {difficulty}")
+        self.env.cfg.difficulty = difficulty
 
     def reset_game(self):
         cdef const uint8_t* rom_ptr = self.rom

@@ -205,3 +205,36 @@ def test_system_random_seed_fills_ram_like_ale(tmp_path, seed):
     emu = Emulator(rom, GAME_IDS["none"], cart_type="4K", system_random_seed=seed)
     assert np.array_equal(ale.getRAM(), emu.get_ram())
     assert np.array_equal(ale.getScreen(), emu.get_screen())
+
+
+def test_paddle_limits_mode_and_difficulty_match_ale():
+    """paddle_min/paddle_max settings, setDifficulty mid-episode and setMode + reset_game."""
+    from hybridsim._console import GAME_IDS, Emulator
+    from console_oracle import PROPS, ale_py
+
+    ale = ale_py.ALEInterface()
+    ale.setLoggerMode(ale_py.LoggerMode.Error)
+    ale.setFloat("repeat_action_probability", 0.0)
+    ale.setInt("paddle_min", 100000)
+    ale.setInt("paddle_max", 500000)
+    path = ale_py.roms.get_rom_path("pong")
+    ale.loadROM(path)
+    with open(path, "rb") as f:
+        emu = Emulator(f.read(), GAME_IDS["pong"], repeat_action_probability=0.0, paddle_min=100000,
+                       paddle_max=500000, **PROPS["pong"])
+    rng = np.random.default_rng(2)
+    actions = [0, 1, 3, 4, 11, 12]
+    for frame in range(400):
+        if frame == 100:
+            ale.setDifficulty(3)
+            emu.set_difficulty(3)
+        if frame == 250:
+            ale.setMode(1)
+            ale.reset_game()
+            emu.set_mode(1, dict(ram=0x96, value=1, hold=2))
+            emu.reset_game()
+        a = actions[rng.integers(len(actions))]
+        assert ale.act(ale_py.Action(a)) == emu.act(a)
+        assert np.array_equal(ale.getRAM(), emu.get_ram()), f"frame {frame}: RAM"
+        assert np.array_equal(ale.getScreen(), emu.get_screen()), f"frame {frame}: screen"
+        assert ale.getEpisodeFrameNumber() == emu.episode_frame_number()
