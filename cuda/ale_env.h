@@ -1,0 +1,354 @@
+// ale_env.h: ALE's environment layer (StellaEnvironment, ALEState; ale-py 0.12.1) over
+// the console: load and reset sequences, act with frame skip and sticky actions drawn
+// from the environment RNG, paddles, reward clamping, frame counters, truncation.
+// Facts: ALE_FACTS.md and ALE's environment/stella_environment.cpp, ale_state.cpp.
+#pragma once
+#include "console.h"
+#include "games_stub.h"  // becomes games.h once the game settings land
+
+namespace hs {
+
+// ALE action ids (common/Constants.h).
+enum : int32_t {
+  A_NOOP = 0, A_FIRE = 1, A_UP = 2, A_RIGHT = 3, A_LEFT = 4, A_DOWN = 5, A_UPRIGHT = 6,
+  A_UPLEFT = 7, A_DOWNRIGHT = 8, A_DOWNLEFT = 9, A_UPFIRE = 10, A_RIGHTFIRE = 11,
+  A_LEFTFIRE = 12, A_DOWNFIRE = 13, A_UPRIGHTFIRE = 14, A_UPLEFTFIRE = 15,
+  A_DOWNRIGHTFIRE = 16, A_DOWNLEFTFIRE = 17, B_NOOP = 18, ACTION_RESET = 40
+};
+
+enum : int32_t {
+  PADDLE_MIN = 27450,      // ALE's paddle resistance range (ale_state.hpp)
+  PADDLE_MAX = 790196,
+  PADDLE_DELTA = 23000,    // per frame of LEFT/RIGHT at strength 1
+  PADDLE_DEFAULT = (PADDLE_MIN + PADDLE_MAX) / 2,
+  RESET_FRAMES = 4,        // a soft reset holds RESET this many frames
+  NOOP_RESET_FRAMES = 60,  // ALE's fixed no-op frames after a system reset
+  kMaxStartingRuns = 16    // starting actions as (action, repeat) runs: ALE has up to 486
+};
+
+enum : int32_t { MODE_STEP_ACT = 0, MODE_STEP_SELECT = 1, MODE_STEP_SOFT_RESET = 2 };
+enum : int32_t { MODE_CUSTOM_NONE = 0, MODE_CUSTOM_DOUBLE_DUNK = 1 };
+
+struct EnvConfig {
+  int32_t game;                   // game id for games.h
+  int32_t frame_skip;             // >= 1
+  float repeat_action_probability;
+  int32_t max_num_frames_per_episode;  // 0 = no limit
+  int32_t reward_min, reward_max;
+  int32_t mode;                   // the game mode (ALE's setMode argument)
+  // Mode selection (the game's setMode). mode_ram < 0: the default setMode, which does
+  // nothing. Otherwise: run `before` steps, then press SELECT (held mode_hold frames)
+  // until RAM[mode_ram] is mode_value or mode_value_alt and, when mode_ram2 >= 0,
+  // RAM[mode_ram2] is mode_value2; then a soft reset. RAM indices are address & $7F.
+  int32_t mode_ram, mode_value, mode_value_alt, mode_ram2, mode_value2, mode_hold;
+  int32_t num_mode_before;
+  int32_t mode_before[4][3];      // {MODE_STEP_*, action or hold, count}
+  int32_t mode_custom;            // MODE_CUSTOM_*: a game-specific setMode instead
+  int32_t difficulty;             // 0-3: bit 0 left A, bit 1 right A
+  int32_t num_starting_runs;
+  int32_t starting_runs[kMaxStartingRuns][2];  // {action, frames}: one emulate per frame
+  uint8_t use_paddles;            // Controller.Left or .Right is PADDLES
+  uint8_t truncate_on_loss_of_life;
+  uint8_t pad_[2];
+  int32_t max_lives;              // lives() right after the environment is created
+  int32_t paddle_min, paddle_max; // ALE's paddle_min/paddle_max settings (PADDLE_MIN/MAX)
+};
+
+struct AleEnv {
+  Console console;
+  MT19937 env_rng;
+  GameState game;
+  EnvConfig cfg;
+  int32_t frame_number;
+  int32_t episode_frame_number;
+  int32_t left_paddle, right_paddle;   // ALEState paddle positions (resistances)
+  int32_t player_a_action, player_b_action;  // the sticky actions
+  float paddle_a_strength, paddle_b_strength;
+  int32_t last_reward;
+};
+
+// ---- events (ALEState) ----
+
+HS_HD inline void env_release_keys(AleEnv& e) {
+  Controls& ev = e.console.controls;
+  ev.reset = ev.select = 0;
+  ev.joy[0] = ev.joy[1] = 0;
+  ev.paddle_fire[0] = ev.paddle_fire[1] = 0;
+  ev.left_a = (uint8_t)(e.cfg.difficulty & 1);
+  ev.left_b = (uint8_t)!(e.cfg.difficulty & 1);
+  ev.right_a = (uint8_t)((e.cfg.difficulty >> 1) & 1);
+  ev.right_b = (uint8_t)!((e.cfg.difficulty >> 1) & 1);
+}
+
+HS_HD inline void env_set_paddles(AleEnv& e, int32_t left, int32_t right) {
+  e.left_paddle = left;
+  e.right_paddle = right;
+  e.console.controls.paddle_resistance[0] = left;
+  e.console.controls.paddle_resistance[1] = right;
+}
+
+HS_HD HS_INLINE int32_t clamp_paddle(const EnvConfig& c, int32_t v) {
+  return v < c.paddle_min ? c.paddle_min : (v > c.paddle_max ? c.paddle_max : v);
+}
+
+// ALEState::resetPaddles: both paddles at the middle of the range.
+HS_HD HS_INLINE int32_t paddle_centre(const EnvConfig& c) { return (c.paddle_min + c.paddle_max) / 2; }
+
+// Joystick bits of a player action (0-17; player B's are given minus 18).
+HS_HD HS_INLINE uint8_t joystick_bits(int32_t a) {
+  // NOOP FIRE UP RIGHT LEFT DOWN UR UL DR DL UF RF LF DF URF ULF DRF DLF
+  const uint8_t kBits[18] = {
+      0, JOY_FIRE, JOY_UP, JOY_RIGHT, JOY_LEFT, JOY_DOWN,
+      JOY_UP | JOY_RIGHT, JOY_UP | JOY_LEFT, JOY_DOWN | JOY_RIGHT, JOY_DOWN | JOY_LEFT,
+      JOY_UP | JOY_FIRE, JOY_RIGHT | JOY_FIRE, JOY_LEFT | JOY_FIRE, JOY_DOWN | JOY_FIRE,
+      JOY_UP | JOY_RIGHT | JOY_FIRE, JOY_UP | JOY_LEFT | JOY_FIRE,
+      JOY_DOWN | JOY_RIGHT | JOY_FIRE, JOY_DOWN | JOY_LEFT | JOY_FIRE};
+  return (a >= 0 && a < 18) ? kBits[a] : (uint8_t)0;
+}
+
+HS_HD inline void env_apply_joysticks(AleEnv& e, int32_t a, int32_t b) {
+  env_release_keys(e);
+  Controls& ev = e.console.controls;
+  if (a == ACTION_RESET || b == ACTION_RESET) ev.reset = 1;
+  ev.joy[0] = joystick_bits(a);
+  ev.joy[1] = joystick_bits(b - B_NOOP);
+}
+
+// Paddle delta of an action: RIGHT turns the resistance down (ALE's sign).
+HS_HD HS_INLINE int32_t paddle_delta(int32_t action, float strength) {
+  uint8_t bits = joystick_bits(action);
+  float magnitude = (float)PADDLE_DELTA * (strength < 0.0f ? -strength : strength);
+  if (bits & JOY_RIGHT) return (int32_t)(-magnitude);
+  if (bits & JOY_LEFT) return (int32_t)magnitude;
+  return 0;
+}
+
+HS_HD inline void env_apply_paddles(AleEnv& e, int32_t a, float sa, int32_t b, float sb) {
+  env_release_keys(e);
+  int32_t da = paddle_delta(a, sa);
+  int32_t db = paddle_delta(b - B_NOOP, sb);
+  env_set_paddles(e, clamp_paddle(e.cfg, e.left_paddle + da), clamp_paddle(e.cfg, e.right_paddle + db));
+  Controls& ev = e.console.controls;
+  if (a == ACTION_RESET || b == ACTION_RESET) ev.reset = 1;
+  if (joystick_bits(a) & JOY_FIRE) ev.paddle_fire[0] = 1;
+  if (joystick_bits(b - B_NOOP) & JOY_FIRE) ev.paddle_fire[1] = 1;
+}
+
+// ---- emulation (StellaEnvironment::emulate) ----
+
+HS_HD inline void env_game_step(AleEnv& e) {
+  int32_t reward = 0;
+  game_step(e.cfg.game, e.game, e.console.riot.ram, &reward);
+  e.last_reward = reward;
+}
+
+HS_HD inline void env_emulate(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs, int32_t a, int32_t b,
+                              float sa, float sb, int32_t frames) {
+  if (e.cfg.use_paddles) {
+    for (int32_t k = 0; k < frames; ++k) {
+      env_apply_paddles(e, a, sa, b, sb);
+      console_run_frame(e.console, rom, fbs);
+      env_game_step(e);
+    }
+  } else {
+    env_apply_joysticks(e, a, b);
+    for (int32_t k = 0; k < frames; ++k) {
+      console_run_frame(e.console, rom, fbs);
+      env_game_step(e);
+    }
+  }
+  // processRAM peeks $80-$FF through the bus: the last byte read stays on it.
+  e.console.data_bus = e.console.riot.ram[127];
+}
+
+HS_HD inline void env_soft_reset(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
+  env_emulate(e, rom, fbs, ACTION_RESET, B_NOOP, 1.0f, 1.0f, RESET_FRAMES);
+  e.player_a_action = A_NOOP;
+  e.player_b_action = B_NOOP;
+}
+
+// StellaEnvironment::pressSelect: SELECT held for n frames (no settings step), then one
+// ordinary no-op frame, which ALE counts as an agent frame.
+HS_HD inline void env_press_select(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs, int32_t n) {
+  env_release_keys(e);
+  e.console.controls.select = 1;
+  for (int32_t k = 0; k < n; ++k) console_run_frame(e.console, rom, fbs);
+  env_emulate(e, rom, fbs, A_NOOP, B_NOOP, 1.0f, 1.0f, 1);
+  e.frame_number += 1;
+  e.episode_frame_number += 1;
+}
+
+HS_HD inline bool env_truncated(const AleEnv& e) {
+  bool t = false;
+  if (e.cfg.max_num_frames_per_episode > 0)
+    t = t || e.episode_frame_number >= e.cfg.max_num_frames_per_episode;
+  if (e.cfg.truncate_on_loss_of_life)
+    t = t || game_lives(e.cfg.game, e.game) < e.cfg.max_lives;
+  return t;
+}
+
+HS_HD inline bool env_terminal(const AleEnv& e) {
+  return game_terminal(e.cfg.game, e.game) || env_truncated(e);
+}
+
+HS_HD inline int32_t env_act(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs, int32_t a, int32_t b,
+                             float sa, float sb);
+
+HS_HD HS_INLINE bool env_mode_reached(AleEnv& e) {
+  const EnvConfig& c = e.cfg;
+  uint8_t v = console_read_ram(e.console, c.mode_ram);
+  bool first = v == (uint8_t)c.mode_value || (c.mode_value_alt >= 0 && v == (uint8_t)c.mode_value_alt);
+  if (!first) return false;
+  return c.mode_ram2 < 0 || console_read_ram(e.console, c.mode_ram2) == (uint8_t)c.mode_value2;
+}
+
+// A game's setMode as the generic recipe describes it (see EnvConfig).
+HS_HD inline void env_select_mode(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
+  for (int32_t k = 0; k < e.cfg.num_mode_before; ++k) {
+    const int32_t* step = e.cfg.mode_before[k];
+    for (int32_t n = 0; n < step[2]; ++n) {
+      if (step[0] == MODE_STEP_ACT) env_act(e, rom, fbs, step[1], B_NOOP, 1.0f, 1.0f);
+      else if (step[0] == MODE_STEP_SELECT) env_press_select(e, rom, fbs, step[1]);
+      else env_soft_reset(e, rom, fbs);
+    }
+  }
+  int32_t guard = 0;  // ALE loops forever on a mode that never shows; we give up
+  while (!env_mode_reached(e) && guard++ < 1000) env_press_select(e, rom, fbs, e.cfg.mode_hold);
+  game_set_mode(e.cfg.game, e.game, e.cfg.mode, e.console.riot.ram);
+  env_soft_reset(e, rom, fbs);
+}
+
+// Double Dunk's setMode walks its option menu with the joystick (DoubleDunk.cpp):
+// SELECT, two rows down, then per option bit a row down and RIGHT/LEFT until the RAM
+// flag matches the mode bit; each move is an act() pair (move, NOOP).
+HS_HD inline void env_act_pair(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs, int32_t a) {
+  env_act(e, rom, fbs, a, B_NOOP, 1.0f, 1.0f);
+  env_act(e, rom, fbs, A_NOOP, B_NOOP, 1.0f, 1.0f);
+}
+
+HS_HD inline void env_double_dunk_down(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
+  uint8_t before = console_read_ram(e.console, 0x30);  // $B0: menu row
+  int32_t guard = 0;
+  while (before == console_read_ram(e.console, 0x30) && guard++ < 1000) env_act_pair(e, rom, fbs, A_DOWN);
+}
+
+HS_HD inline void env_double_dunk_mode(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
+  const uint8_t kBits[4] = {0x08, 0x10, 0x04, 0x20};  // option flags in $80 for mode bits 0-3
+  env_press_select(e, rom, fbs, 1);
+  env_double_dunk_down(e, rom, fbs);
+  for (int32_t k = 0; k < 4; ++k) {
+    env_double_dunk_down(e, rom, fbs);
+    bool want = (e.cfg.mode >> k) & 1;
+    int32_t guard = 0;
+    while (((console_read_ram(e.console, 0x00) & kBits[k]) != 0) != want && guard++ < 1000)
+      env_act_pair(e, rom, fbs, want ? A_RIGHT : A_LEFT);
+  }
+  game_set_mode(e.cfg.game, e.game, e.cfg.mode, e.console.riot.ram);
+  env_soft_reset(e, rom, fbs);
+  env_act(e, rom, fbs, A_UPFIRE, B_NOOP, 1.0f, 1.0f);
+  env_act(e, rom, fbs, A_NOOP, B_NOOP, 1.0f, 1.0f);
+}
+
+// StellaEnvironment::reset (reset_game).
+HS_HD inline void env_reset(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
+  e.episode_frame_number = 0;
+  env_set_paddles(e, paddle_centre(e.cfg), paddle_centre(e.cfg));
+  console_system_reset(e.console, rom, fbs);
+  env_emulate(e, rom, fbs, A_NOOP, B_NOOP, 1.0f, 1.0f, NOOP_RESET_FRAMES);
+  env_soft_reset(e, rom, fbs);
+  game_reset(e.cfg.game, e.game);
+  if (e.cfg.mode_custom == MODE_CUSTOM_DOUBLE_DUNK) env_double_dunk_mode(e, rom, fbs);
+  else if (e.cfg.mode_ram >= 0) env_select_mode(e, rom, fbs);
+  else game_set_mode(e.cfg.game, e.game, e.cfg.mode, e.console.riot.ram);  // default setMode
+  env_soft_reset(e, rom, fbs);
+  for (int32_t k = 0; k < e.cfg.num_starting_runs; ++k)
+    for (int32_t n = 0; n < e.cfg.starting_runs[k][1]; ++n)
+      env_emulate(e, rom, fbs, e.cfg.starting_runs[k][0], B_NOOP, 1.0f, 1.0f, 1);
+}
+
+// ALEInterface::loadROM: console construction, environment construction, reset.
+HS_HD inline void env_load(AleEnv& e, const ConsoleProps& props, const EnvConfig& cfg, uint32_t seed,
+                           const uint8_t* rom, FrameBuffers& fbs) {
+  uint8_t* raw = (uint8_t*)&e;
+  for (uint32_t k = 0; k < (uint32_t)sizeof(AleEnv); ++k) raw[k] = 0;
+  e.cfg = cfg;
+  // ALE applies paddle_min/paddle_max only to games with paddles; others keep the
+  // defaults (which only set the unused paddle events).
+  if (!e.cfg.use_paddles || e.cfg.paddle_min < 0) e.cfg.paddle_min = PADDLE_MIN;
+  if (!e.cfg.use_paddles || e.cfg.paddle_max < 0) e.cfg.paddle_max = PADDLE_MAX;
+  console_power_on(e.console, props, rom, fbs);
+  if (e.cfg.use_paddles) env_set_paddles(e, paddle_centre(e.cfg), paddle_centre(e.cfg));
+  mt_seed(e.env_rng, seed);
+  game_reset(e.cfg.game, e.game);
+  e.cfg.max_lives = game_lives(e.cfg.game, e.game);
+  e.player_a_action = A_NOOP;
+  e.player_b_action = B_NOOP;
+  e.paddle_a_strength = 1.0f;  // ALE leaves these unset until the first act
+  e.paddle_b_strength = 1.0f;
+  env_reset(e, rom, fbs);
+}
+
+// StellaEnvironment::act. Actions use ALE ids (player B: 18-35, or 40 = RESET).
+HS_HD inline int32_t env_act(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs, int32_t a, int32_t b,
+                             float sa, float sb) {
+  int32_t sum = 0;
+  for (int32_t k = 0; k < e.cfg.frame_skip; ++k) {
+    if (mt_next_double(e.env_rng) >= (double)e.cfg.repeat_action_probability) {
+      e.player_a_action = a;
+      e.paddle_a_strength = sa;
+    }
+    if (mt_next_double(e.env_rng) >= (double)e.cfg.repeat_action_probability) {
+      e.player_b_action = b;
+      e.paddle_b_strength = sb;
+    }
+    if (env_terminal(e)) continue;  // oneStepAct returns 0 once the episode is over
+    int32_t pa = e.player_a_action, pb = e.player_b_action;
+    // Illegal actions become NOOP (every action is legal in ALE's settings); so does RESET.
+    if (pa == ACTION_RESET) pa = A_NOOP;
+    if (pb == ACTION_RESET) pb = B_NOOP;
+    env_emulate(e, rom, fbs, pa, pb, e.paddle_a_strength, e.paddle_b_strength, 1);
+    e.frame_number += 1;
+    e.episode_frame_number += 1;
+    sum += e.last_reward;
+  }
+  if (sum < e.cfg.reward_min) sum = e.cfg.reward_min;
+  if (sum > e.cfg.reward_max) sum = e.cfg.reward_max;
+  return sum;
+}
+
+HS_HD inline int32_t env_lives(const AleEnv& e) { return game_lives(e.cfg.game, e.game); }
+
+}  // namespace hs
+
+namespace hs {
+
+// ALE's restoreState: what ALE serialises comes back; what it does not save (the TIA's
+// per-line shape selections and drawing position, input events, the sticky actions, the
+// bus value, the environment RNG unless it was saved) keeps its current value.
+HS_HD inline void env_restore(AleEnv& cur, const AleEnv& saved, bool with_rng) {
+  AleEnv keep = cur;
+  cur = saved;
+  Tia& t = cur.console.tia;
+  const Tia& k = keep.console.tia;
+  t.p_hide_first[0] = k.p_hide_first[0];
+  t.p_hide_first[1] = k.p_hide_first[1];
+  t.pf_reflect_shape = k.pf_reflect_shape;
+  t.m0_shape = k.m0_shape;
+  t.fb_pos = k.fb_pos;
+  t.partial_frame = k.partial_frame;
+  t.frame_greyed = k.frame_greyed;
+  cur.console.data_bus = keep.console.data_bus;
+  cur.console.switches = keep.console.switches;
+  cur.console.controls = keep.console.controls;
+  cur.cfg = keep.cfg;
+  cur.player_a_action = keep.player_a_action;
+  cur.player_b_action = keep.player_b_action;
+  cur.paddle_a_strength = keep.paddle_a_strength;
+  cur.paddle_b_strength = keep.paddle_b_strength;
+  cur.last_reward = keep.last_reward;
+  if (!with_rng) cur.env_rng = keep.env_rng;
+  // ALE serialises the DPC's fractional music clock as an integer count of 1e-8.
+  cur.console.cart.dpc_fraction = (double)(int32_t)(uint32_t)(saved.console.cart.dpc_fraction * 100000000.0) / 100000000.0;
+}
+
+}  // namespace hs

@@ -1,0 +1,284 @@
+// console.h: the Atari 2600 as ALE (ale-py 0.12.1) assembles it: 6507 CPU, TIA, RIOT and
+// cartridge on a 13-bit bus, the controllers and console switches, and the frame loop.
+// Facts: ALE_FACTS.md, ALE's emucore/System, Console, Switches, Joystick, Paddles.
+//
+// The state (struct Console) is plain data. The ROM and the two frame buffers live
+// outside it: ALE draws each frame into the buffer not shown last, and a frame that ends
+// early leaves the older picture below the point it reached, so callers keep two.
+#pragma once
+#include "cart.h"
+#include "m6502.h"
+#include "mt19937.h"
+#include "riot.h"
+#include "tia.h"
+
+namespace hs {
+
+enum : uint32_t { kSystemSeed = 4753849u };  // ALE's fixed "system_random_seed"
+enum : uint32_t { kMaxInstructionsPerFrame = 25000u };
+
+// Controller port wiring (Console.cxx): a port holds a joystick or a pair of paddles and
+// reads the events of one "jack" (0: player A / paddles 0-1, 1: player B / paddles 2-3).
+enum : uint8_t { PORT_JOYSTICK = 0, PORT_PADDLES = 1 };
+
+// Joystick event bits in Controls::joy.
+enum : uint8_t { JOY_UP = 0x01, JOY_DOWN = 0x02, JOY_LEFT = 0x04, JOY_RIGHT = 0x08, JOY_FIRE = 0x10 };
+
+// Input events as ALE's Event object holds them (set by the environment before a frame).
+struct Controls {
+  int32_t paddle_resistance[4];  // 0 until the environment sets it
+  uint8_t joy[2];                // JOY_* bits pressed, per jack
+  uint8_t paddle_fire[4];
+  uint8_t reset, select;
+  uint8_t left_a, left_b, right_a, right_b;  // difficulty switch events
+  uint8_t pad_[2];
+};
+
+struct Console {
+  M6502 cpu;
+  Riot riot;
+  Tia tia;
+  Cart cart;
+  MT19937 system_rng;
+  Controls controls;
+  uint32_t cycles;         // CPU cycles since the last rebase (each frame start)
+  uint8_t data_bus;        // last value on the bus (TIA reads keep its low 6 bits)
+  uint8_t stop;            // the TIA ended the CPU's run
+  uint8_t switches;        // SWCHB latch (Switches.cxx keeps difficulty/colour state)
+  uint8_t pal;             // detected or forced TV standard
+  uint8_t port_type[2];    // PORT_* for the left and right port
+  uint8_t port_jack[2];    // which events each port reads (SwapPorts exchanges them)
+  uint8_t swap_paddles;    // Controller.SwapPaddles
+  uint8_t hmove_blanks;    // Emulation.HmoveBlanks
+  uint8_t pad_[2];
+  int32_t ystart, height;  // Display.YStart / Display.Height (height already 250 for PAL)
+};
+
+// Per-ROM properties (DefProps.hxx) the console needs.
+struct ConsoleProps {
+  int32_t cart_type;        // CART_*
+  int32_t ystart, height;   // 34 / 210 by default
+  int32_t format;           // -1 auto-detect (ALE's default), 0 NTSC, 1 PAL
+  uint8_t left_paddles, right_paddles;  // Controller.Left/Right == PADDLES
+  uint8_t swap_ports, swap_paddles, hmove_blanks;
+  uint8_t left_difficulty_a, right_difficulty_a;  // Console.*Difficulty == A
+  uint8_t black_white;      // Console.TelevisionType == BLACKWHITE
+  uint32_t system_seed;     // ALE's "system_random_seed" setting (default kSystemSeed)
+};
+
+// Frame buffers kept by the caller; `shown` indexes the one holding the last frame.
+struct FrameBuffers {
+  uint8_t* buf[2];
+  int32_t shown;
+};
+
+// ---- controller pins ----
+
+// Digital pin of a port (pins 1-4 feed SWCHA, pin 6 the fire input); true = high.
+HS_HD inline bool port_digital(const Console& c, int32_t port, int32_t pin) {
+  const Controls& ev = c.controls;
+  int32_t jack = c.port_jack[port];
+  if (c.port_type[port] == PORT_JOYSTICK) {
+    uint8_t j = ev.joy[jack];
+    switch (pin) {
+      case 1: return !(j & JOY_UP);
+      case 2: return !(j & JOY_DOWN);
+      case 3: return !(j & JOY_LEFT);
+      case 4: return !(j & JOY_RIGHT);
+      case 6: return !(j & JOY_FIRE);
+      default: return true;
+    }
+  }
+  // Paddles: pin 4 is the first paddle's button and pin 3 the second's, unless swapped.
+  int32_t base = jack * 2;
+  if (pin == 3) return ev.paddle_fire[base + (c.swap_paddles ? 0 : 1)] == 0;
+  if (pin == 4) return ev.paddle_fire[base + (c.swap_paddles ? 1 : 0)] == 0;
+  return true;
+}
+
+// Analog pin resistance (pin 9 -> INPT0/2, pin 5 -> INPT1/3).
+HS_HD inline int32_t port_analog(const Console& c, int32_t port, int32_t pin) {
+  if (c.port_type[port] == PORT_JOYSTICK) return 0x7FFFFFFF;  // not connected
+  int32_t base = c.port_jack[port] * 2;
+  int32_t which = (pin == 9) ? (c.swap_paddles ? 1 : 0) : (c.swap_paddles ? 0 : 1);
+  return c.controls.paddle_resistance[base + which];
+}
+
+HS_HD inline uint8_t console_swcha(const Console& c) {
+  uint8_t v = 0;
+  for (int32_t pin = 1; pin <= 4; ++pin) {
+    if (port_digital(c, 0, pin)) v |= (uint8_t)(0x10 << (pin - 1));
+    if (port_digital(c, 1, pin)) v |= (uint8_t)(0x01 << (pin - 1));
+  }
+  return v;
+}
+
+HS_HD inline TiaInputs console_tia_inputs(const Console& c) {
+  TiaInputs in;
+  in.resistance[0] = port_analog(c, 0, 9);
+  in.resistance[1] = port_analog(c, 0, 5);
+  in.resistance[2] = port_analog(c, 1, 9);
+  in.resistance[3] = port_analog(c, 1, 5);
+  in.fire[0] = port_digital(c, 0, 6) ? 1 : 0;
+  in.fire[1] = port_digital(c, 1, 6) ? 1 : 0;
+  in.pad_[0] = in.pad_[1] = 0;
+  return in;
+}
+
+// SWCHB as Switches::read computes it: events update the latch, which then reads back.
+HS_HD inline uint8_t console_read_switches(Console& c) {
+  const Controls& ev = c.controls;
+  uint8_t s = c.switches;
+  if (ev.right_a) s |= 0x80; else if (ev.right_b) s &= (uint8_t)~0x80;
+  if (ev.left_a) s |= 0x40; else if (ev.left_b) s &= (uint8_t)~0x40;
+  if (ev.select) s &= (uint8_t)~0x02; else s |= 0x02;
+  if (ev.reset) s &= (uint8_t)~0x01; else s |= 0x01;
+  c.switches = s;
+  return s;
+}
+
+// ---- the bus ----
+
+struct ConsoleBus {
+  Console* c;
+  const uint8_t* rom;
+  uint8_t* fb;
+  TiaInputs inputs;
+  uint8_t swcha;
+
+  // Address decoding on A12, A7 and A9 (13-bit bus); devices see the full address.
+  HS_HD HS_INLINE uint8_t peek(uint16_t addr) {
+    uint16_t a = addr & 0x1FFF;
+    uint8_t v;
+    if (a & 0x1000) {
+      const int32_t type = c->cart.type;
+      if (type == CART_4K) v = rom[a & 0x0FFF];  // the common mappers without hot spots here
+      else if (type == CART_2K) v = rom[a & 0x07FF];
+      else if ((type == CART_F8 || type == CART_F8_SWAPPED) && (a & 0x0FFF) < 0x0FF8)
+        v = rom[(uint32_t)c->cart.bank * 4096u + (a & 0x0FFF)];
+      else v = cart_peek(c->cart, rom, addr, c->cycles);
+    }
+    else if (!(a & 0x0080)) v = tia_peek(c->tia, fb, addr, c->cycles, c->data_bus, inputs);
+    else if (!(a & 0x0200)) v = c->riot.ram[a & 0x7F];
+    else if ((a & 0x07) == 2) v = console_read_switches(*c);
+    else v = riot_peek(c->riot, addr, c->cycles, swcha, 0);
+    c->data_bus = v;
+    return v;
+  }
+  HS_HD HS_INLINE void poke(uint16_t addr, uint8_t value, bool last_access_was_read) {
+    uint16_t a = addr & 0x1FFF;
+    if (a & 0x1000) {
+      cart_poke(c->cart, addr, value);
+    } else if (!(a & 0x0080)) {
+      TiaPokeResult r = tia_poke(c->tia, fb, addr, value, c->cycles, last_access_was_read);
+      c->cycles += r.extra_cycles;
+      if (r.stop) c->stop = 1;
+    } else if (!(a & 0x0200)) {
+      c->riot.ram[a & 0x7F] = value;
+    } else {
+      riot_poke(c->riot, addr, value, c->cycles);
+    }
+    c->data_bus = value;
+  }
+  HS_HD HS_INLINE void add_cycles(uint32_t n) { c->cycles += n; }
+  HS_HD HS_INLINE bool stop_requested() const { return c->stop != 0; }
+};
+
+// Reads memory as the game-settings code does (System::peek: also sets the data bus).
+HS_HD inline uint8_t console_read_ram(Console& c, int32_t index) {
+  uint8_t v = c.riot.ram[index & 0x7F];
+  c.data_bus = v;
+  return v;
+}
+
+// ---- lifecycle ----
+
+// System::reset: rebase the counter, reset RIOT (one RNG draw), TIA, cartridge, then CPU.
+HS_HD inline void console_system_reset(Console& c, const uint8_t* rom, FrameBuffers& fbs) {
+  riot_cycles_rebased(c.riot, c.cycles);
+  tia_cycles_rebased(c.tia, c.cycles);
+  cart_cycles_rebased(c.cart, c.cycles);
+  c.cycles = 0;
+  riot_reset(c.riot, c.system_rng);
+  tia_set_display(c.tia, c.ystart, c.height);
+  tia_reset(c.tia, fbs.buf[0], fbs.buf[1], 0, c.pal != 0, c.hmove_blanks != 0);
+  cart_reset(c.cart, c.system_rng);
+  ConsoleBus bus;
+  bus.c = &c;
+  bus.rom = rom;
+  bus.fb = fbs.buf[fbs.shown];
+  bus.inputs = console_tia_inputs(c);
+  bus.swcha = console_swcha(c);
+  m6502_reset(c.cpu, bus);
+}
+
+// One TIA::update: run the CPU until the frame ends (VSYNC, scanline limit) or 25,000
+// instructions. Returns the number of scanlines of the frame.
+HS_HD inline int32_t console_run_frame(Console& c, const uint8_t* rom, FrameBuffers& fbs) {
+  if (!c.tia.partial_frame) {
+    fbs.shown ^= 1;  // draw into the older buffer
+    tia_start_frame(c.tia, c.cycles);
+    riot_cycles_rebased(c.riot, c.cycles);
+    cart_cycles_rebased(c.cart, c.cycles);
+    c.cycles = 0;
+  }
+  c.tia.partial_frame = 1;
+  c.stop = 0;
+  ConsoleBus bus;
+  bus.c = &c;
+  bus.rom = rom;
+  bus.fb = fbs.buf[fbs.shown];
+  bus.inputs = console_tia_inputs(c);
+  bus.swcha = console_swcha(c);
+  m6502_run(c.cpu, bus, kMaxInstructionsPerFrame);
+  tia_finish_frame(c.tia, bus.fb, c.cycles);
+  return c.tia.lines_this_frame;
+}
+
+// Console construction as ALE does it (Console.cxx): RIOT RAM from the system RNG, then,
+// when the format is auto-detected, a reset and 60 frames with no input, counting frames
+// 30-59 of more than 285 lines (15 or more: PAL); then the final reset. Controls must be
+// zero (ALE's events before the environment exists).
+HS_HD inline void console_power_on(Console& c, const ConsoleProps& p, const uint8_t* rom,
+                                   FrameBuffers& fbs) {
+  uint8_t* raw = (uint8_t*)&c;
+  for (uint32_t k = 0; k < (uint32_t)sizeof(Console); ++k) raw[k] = 0;
+  mt_seed(c.system_rng, p.system_seed);
+  riot_power_on(c.riot, c.system_rng);
+  tia_power_on(c.tia);
+  cart_init(c.cart, p.cart_type);
+  c.port_type[0] = p.left_paddles ? PORT_PADDLES : PORT_JOYSTICK;
+  c.port_type[1] = p.right_paddles ? PORT_PADDLES : PORT_JOYSTICK;
+  c.port_jack[0] = 0;
+  c.port_jack[1] = 1;
+  if (p.swap_ports) {  // the left property's controller is plugged into the right port
+    uint8_t t = c.port_type[0]; c.port_type[0] = c.port_type[1]; c.port_type[1] = t;
+    c.port_jack[0] = 1;
+    c.port_jack[1] = 0;
+  }
+  c.swap_paddles = p.swap_paddles;
+  c.hmove_blanks = p.hmove_blanks;
+  c.switches = 0xFF;
+  if (!p.right_difficulty_a) c.switches &= (uint8_t)~0x80;
+  if (!p.left_difficulty_a) c.switches &= (uint8_t)~0x40;
+  if (p.black_white) c.switches &= (uint8_t)~0x08;
+  c.ystart = p.ystart;
+  c.height = p.height;
+  fbs.shown = 0;
+  if (p.format < 0) {
+    c.pal = 0;  // the detection run uses NTSC settings
+    console_system_reset(c, rom, fbs);
+    int32_t pal_frames = 0;
+    for (int32_t i = 0; i < 60; ++i) {
+      int32_t lines = console_run_frame(c, rom, fbs);
+      if (i >= 30 && lines > 285) ++pal_frames;
+    }
+    c.pal = pal_frames >= 15 ? 1 : 0;
+  } else {
+    c.pal = (uint8_t)p.format;
+  }
+  if (c.pal && c.height == 210) c.height = 250;
+  console_system_reset(c, rom, fbs);
+}
+
+}  // namespace hs

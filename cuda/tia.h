@@ -1,0 +1,883 @@
+// tia.h: the TIA video chip as ALE (ale-py 0.12.1, a Stella 2.x TIA) draws it.
+// Facts: ALE_FACTS.md and ALE's emucore/TIA.cxx. The model is ALE's, not silicon's:
+// registers take effect when the CPU writes them (plus fixed write delays), pixels are
+// drawn lazily up to the current colour clock before each TIA access, object shapes are
+// fixed at the moment an object is positioned or resized, and a handful of game-specific
+// positioning quirks are reproduced. Audio registers are accepted and ignored (ALE's
+// audio is not observable through its API).
+//
+// Clocks are colour clocks (3 per CPU cycle) measured from the system cycle counter,
+// which the TIA rebases to zero at each frame start, so every "clock" below is relative.
+// The frame buffer is outside the state (160 x kFrameRows bytes, palette indices).
+#pragma once
+#include "hs_prelude.h"
+
+namespace hs {
+
+enum : int32_t {
+  H_CLOCKS = 228,       // colour clocks per scanline
+  H_BLANK = 68,         // colour clocks of horizontal blank
+  SCREEN_WIDTH = 160,   // visible pixels per scanline
+  kFrameRows = 300,     // rows of ALE's frame buffers (display may start early after a reset)
+  kFrameBytes = SCREEN_WIDTH * kFrameRows,
+};
+
+// Object bits of the pixel "enabled" set (ALE's encoding, also used for collisions).
+enum : uint8_t {
+  OBJ_P0 = 0x01, OBJ_M0 = 0x02, OBJ_P1 = 0x04, OBJ_M1 = 0x08, OBJ_BL = 0x10, OBJ_PF = 0x20,
+  PF_SCORE = 0x40, PF_PRIORITY = 0x80
+};
+
+// Object indices for positions and motion registers.
+enum : int32_t { OB_P0 = 0, OB_P1 = 1, OB_M0 = 2, OB_M1 = 3, OB_BL = 4 };
+
+// Missile 0 shape modes for ALE's "Cosmic Ark" star effect.
+enum : uint8_t { M0_NORMAL = 0, M0_STRETCHED = 1, M0_HIDDEN = 2 };
+
+// Horizontal motion applied by HMOVE, by CPU cycle within the line (0-75) and motion
+// nibble (0-15), reproducing ALE's 76 x 16 table of early/late HMOVE motion (checked
+// entry by entry). m is the nibble's nominal motion (0..-7 for 0-7, 8..1 for 8-15):
+// early in the line (cycles 0-20) the motion has a floor that rises with the cycle,
+// late (55-74) a ceiling of zero after an offset falling with the cycle, cycle 75 acts
+// like cycle 0, and an HMOVE in mid-line (21-54) moves nothing.
+HS_HD HS_INLINE int32_t tia_motion(int32_t cycle, int32_t nibble) {
+  const int8_t kEarlyFloor[21] = {-7, -7, -7, -7, -6, -5, -5, -4, -3, -2, -2, -1, 0, 1, 1, 2, 3, 4, 4, 5, 6};
+  const int8_t kLateOffset[20] = {6, 5, 4, 4, 3, 2, 1, 1, 0, -1, -2, -2, -3, -4, -5, -5, -6, -7, -8, -8};
+  int32_t m = nibble < 8 ? -nibble : 16 - nibble;
+  if (cycle <= 20) return m > kEarlyFloor[cycle] ? m : kEarlyFloor[cycle];
+  if (cycle == 75) return m;
+  if (cycle >= 55) { int32_t v = m + kLateOffset[cycle - 55]; return v < 0 ? v : 0; }
+  return 0;
+}
+
+struct Tia {
+  // frame timing (colour clocks, relative to the system counter)
+  int32_t frame_start_clock;     // clock of the frame's first colour clock (<= 0)
+  int32_t display_start_clock;   // first drawn clock (YStart lines in)
+  int32_t display_stop_clock;    // end of the last drawn line
+  int32_t drawn_until_clock;     // pixels are drawn up to here
+  int32_t clocks_left_in_line;   // of the line being drawn
+  int32_t vsync_end_clock;       // VSYNC off at or after this ends the frame
+  int32_t lines_last_frame;
+  int32_t lines_this_frame;
+  int32_t max_lines;             // runaway frame limit (NTSC 290, PAL 342)
+  int32_t fb_pos;                // next frame-buffer byte to draw
+  int32_t ystart, height;        // Display.YStart, Display.Height
+  int32_t last_hmove_clock;
+  int32_t last_access_clock;     // latest TIA access whose drawing was deferred
+  int32_t dump_released_cycle;   // paddle capacitors started charging (CPU cycles)
+  uint32_t cosmic_counter;
+  uint32_t pf;                   // PF0 | PF1 | PF2 as 20 bits (PF0 in bits 0-3)
+  int16_t pos[5];                // P0, P1, M0, M1, BL: pixel 0-159
+  uint16_t collisions;           // 15 latches, ALE's bit order
+  int8_t hm[5];                  // motion nibbles 0-15
+  uint8_t color[4];              // BK, PF, P0, P1 (already & 0xFE, colour-loss bit added)
+  uint8_t vsync, vblank, nusiz[2], ctrlpf, pf_prio_score;
+  uint8_t refp[2], grp[2], grp_delayed[2], grp_shown[2];
+  uint8_t enam[2], enabl, enabl_delayed, vdel[3], resmp[2];
+  uint8_t enabled;               // OBJ_* bits of objects that can show
+  uint8_t p_hide_first[2];       // RESPx this line: the first copy is not drawn
+  uint8_t pf_reflect_shape;      // reflection used for the rest of this line
+  uint8_t m0_shape;              // M0_NORMAL / M0_STRETCHED / M0_HIDDEN
+  uint8_t hmove_blank_pending;
+  uint8_t cosmic_ark;
+  uint8_t dump_active;           // VBLANK bit 7: paddle inputs grounded
+  uint8_t partial_frame;         // the last frame stopped without VSYNC
+  uint8_t frame_greyed;
+  uint8_t colour_loss;           // PAL
+  uint8_t hmove_blanks_allowed;  // Emulation.HmoveBlanks
+  uint8_t pad_[3];
+};
+
+// ---- object shapes (functions of the distance d = (x - position) mod 160) ----
+
+// Start of copy k (0-2) for NUSIZ modes 0-7 (one, two close, two medium, three close,
+// two wide, double, three medium, quad); -1 when the mode has no such copy.
+HS_HD HS_INLINE int32_t copy_offset(int32_t mode, int32_t k) {
+  if (k == 0) return 0;
+  switch (mode) {
+    case 1: return k == 1 ? 16 : -1;
+    case 2: return k == 1 ? 32 : -1;
+    case 3: return k == 1 ? 16 : 32;
+    case 4: return k == 1 ? 64 : -1;
+    case 6: return k == 1 ? 32 : 64;
+    default: return -1;
+  }
+}
+
+// Which player bit (of the shown graphics byte) is at distance d; 0 if none.
+HS_HD HS_INLINE uint8_t player_bit(int32_t mode, bool hide_first, int32_t d) {
+  if (mode == 5 || mode == 7) {  // double / quad width start one pixel late (ALE)
+    int32_t scale = mode == 5 ? 2 : 4;
+    if (hide_first || d < 1 || d > 8 * scale) return 0;
+    return (uint8_t)(0x80 >> ((d - 1) / scale));
+  }
+  for (int32_t k = hide_first ? 1 : 0; k < 3; ++k) {
+    int32_t start = copy_offset(mode, k);
+    if (start < 0) break;
+    if (d >= start && d < start + 8) return (uint8_t)(0x80 >> (d - start));
+  }
+  return 0;
+}
+
+HS_HD HS_INLINE bool missile_on(int32_t mode, int32_t width, int32_t d) {
+  for (int32_t k = 0; k < 3; ++k) {
+    int32_t start = copy_offset(mode, k);
+    if (start < 0) break;
+    if (d >= start && d < start + width) return true;
+  }
+  return false;
+}
+
+// Playfield bit (of the 20-bit pf) shown at pixel x; `reflect` mirrors the right half.
+HS_HD HS_INLINE uint32_t playfield_bit(bool reflect, int32_t x) {
+  int32_t h = x < 80 ? x : x - 80;
+  if (x >= 80 && reflect) {  // right half mirrored: PF2 reversed, PF1 reversed, PF0 reversed
+    if (h < 32) return 0x80000u >> (h / 4);
+    if (h < 64) return 0x10u << ((h - 32) / 4);
+    return 0x8u >> ((h - 64) / 4);
+  }
+  if (h < 16) return 1u << (h / 4);
+  if (h < 48) return 0x800u >> ((h - 16) / 4);
+  return 0x1000u << ((h - 48) / 4);
+}
+
+// The 40 playfield blocks (4 pixels each) of a line as bits 0-39: the same pixels as
+// playfield_bit, computed once per span. Left half: PF0 bits 0-3, PF1 bits 7-0, PF2
+// bits 0-7 (pf bits 0-3, 11-4, 12-19); the right half repeats it or mirrors it.
+HS_HD HS_INLINE uint32_t reverse_bits32(uint32_t v) {
+  v = ((v >> 1) & 0x55555555u) | ((v & 0x55555555u) << 1);
+  v = ((v >> 2) & 0x33333333u) | ((v & 0x33333333u) << 2);
+  v = ((v >> 4) & 0x0F0F0F0Fu) | ((v & 0x0F0F0F0Fu) << 4);
+  v = ((v >> 8) & 0x00FF00FFu) | ((v & 0x00FF00FFu) << 8);
+  return (v >> 16) | (v << 16);
+}
+
+HS_HD HS_INLINE uint64_t playfield_blocks(uint32_t pf, bool reflect) {
+  uint32_t pf1_reversed = reverse_bits32((pf >> 4) & 0xFFu) >> 24;
+  uint32_t left = (pf & 0xFu) | (pf1_reversed << 4) | (pf & 0xFF000u);
+  uint32_t right = reflect ? reverse_bits32(left) >> 12 : left;
+  return (uint64_t)left | ((uint64_t)right << 20);
+}
+
+HS_HD HS_INLINE uint16_t collision_bits(uint8_t e) {
+  auto both = [e](uint8_t a, uint8_t b) { return (e & a) && (e & b); };
+  uint16_t c = 0;
+  if (both(OBJ_M0, OBJ_P1)) c |= 0x0001;
+  if (both(OBJ_M0, OBJ_P0)) c |= 0x0002;
+  if (both(OBJ_M1, OBJ_P0)) c |= 0x0004;
+  if (both(OBJ_M1, OBJ_P1)) c |= 0x0008;
+  if (both(OBJ_P0, OBJ_PF)) c |= 0x0010;
+  if (both(OBJ_P0, OBJ_BL)) c |= 0x0020;
+  if (both(OBJ_P1, OBJ_PF)) c |= 0x0040;
+  if (both(OBJ_P1, OBJ_BL)) c |= 0x0080;
+  if (both(OBJ_M0, OBJ_PF)) c |= 0x0100;
+  if (both(OBJ_M0, OBJ_BL)) c |= 0x0200;
+  if (both(OBJ_M1, OBJ_PF)) c |= 0x0400;
+  if (both(OBJ_M1, OBJ_BL)) c |= 0x0800;
+  if (both(OBJ_BL, OBJ_PF)) c |= 0x1000;
+  if (both(OBJ_P0, OBJ_P1)) c |= 0x2000;
+  if (both(OBJ_M0, OBJ_M1)) c |= 0x4000;
+  return c;
+}
+
+// Which colour register (0 BK, 1 PF, 2 P0, 3 P1) shows, as ALE's priority encoder picks.
+HS_HD HS_INLINE uint8_t pick_colour(uint8_t e, bool left_half) {
+  uint8_t c = 0;
+  if (e & PF_PRIORITY) {  // playfield and ball in front of the players
+    if (e & (OBJ_P1 | OBJ_M1)) c = 3;
+    if (e & (OBJ_P0 | OBJ_M0)) c = 2;
+    if (e & (OBJ_BL | OBJ_PF)) c = 1;  // score mode is ignored under priority
+    return c;
+  }
+  if (e & OBJ_BL) c = 1;
+  if (e & OBJ_PF) c = (e & PF_SCORE) ? (left_half ? 2 : 3) : 1;
+  if (e & (OBJ_P1 | OBJ_M1)) c = (c != 2) ? 3 : 2;  // a score-coloured PF keeps P0's colour
+  if (e & (OBJ_P0 | OBJ_M0)) c = 2;
+  return c;
+}
+
+HS_HD HS_INLINE int32_t wrap_distance(int32_t x, int32_t pos) {
+  int32_t d = x - pos;
+  return d < 0 ? d + 160 : d;
+}
+
+// ---- drawing ----
+
+// Reference renderer: every object tested at every pixel. Slow and obvious; the tests
+// compare tia_draw_span against it.
+HS_HD inline void tia_draw_span_reference(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
+  uint8_t* out = fb + t.fb_pos;
+  if (t.vblank & 0x02) {
+    for (int32_t k = 0; k < count; ++k) out[k] = 0;
+    return;
+  }
+  const int32_t mode0 = t.nusiz[0] & 7, mode1 = t.nusiz[1] & 7;
+  const int32_t m0_width = (t.m0_shape == M0_STRETCHED) ? (1 << (((t.nusiz[0] >> 4) & 3) | 1))
+                                                          : (1 << ((t.nusiz[0] >> 4) & 3));
+  const int32_t m1_width = 1 << ((t.nusiz[1] >> 4) & 3);
+  const int32_t bl_width = 1 << ((t.ctrlpf >> 4) & 3);
+  const bool m0_can = (t.enabled & OBJ_M0) && t.m0_shape != M0_HIDDEN;
+  const bool m1_can = (t.enabled & OBJ_M1) != 0;
+  const bool bl_can = (t.enabled & OBJ_BL) != 0;
+  // With no movable object enabled ALE takes its playfield-only path, where score mode
+  // applies even under priority.
+  const bool pf_only = !m0_can && !m1_can && !bl_can && (t.grp_shown[0] | t.grp_shown[1]) == 0 &&
+                       !((t.enabled & OBJ_M0) && t.m0_shape == M0_HIDDEN);
+  const uint8_t prio_score = pf_only && (t.pf_prio_score & PF_SCORE) ? (uint8_t)PF_SCORE : t.pf_prio_score;
+  for (int32_t k = 0; k < count; ++k, ++x) {
+    uint8_t e = 0;
+    if (t.pf & playfield_bit(t.pf_reflect_shape != 0, x)) e |= OBJ_PF;
+    if (bl_can && wrap_distance(x, t.pos[OB_BL]) < bl_width) e |= OBJ_BL;
+    if (t.grp_shown[1] & player_bit(mode1, t.p_hide_first[1] != 0, wrap_distance(x, t.pos[OB_P1]))) e |= OBJ_P1;
+    if (m1_can && missile_on(mode1, m1_width, wrap_distance(x, t.pos[OB_M1]))) e |= OBJ_M1;
+    if (t.grp_shown[0] & player_bit(mode0, t.p_hide_first[0] != 0, wrap_distance(x, t.pos[OB_P0]))) e |= OBJ_P0;
+    if (m0_can && missile_on(mode0, m0_width, wrap_distance(x, t.pos[OB_M0]))) e |= OBJ_M0;
+    t.collisions |= collision_bits(e);
+    out[k] = t.color[pick_colour((uint8_t)(e | prio_score), x < 80)];
+  }
+}
+
+// Marks the pixels of [x0, x0 + count) covered by [start, start + width) (mod 160) in e.
+HS_HD HS_INLINE void mark_range(uint8_t* e, int32_t x0, int32_t count, int32_t start, int32_t width,
+                                uint8_t bit) {
+  // The object's range may wrap past pixel 159; test both unwrapped images.
+  for (int32_t base = start - 160; base <= start; base += 160) {
+    int32_t lo = base > x0 ? base : x0;
+    int32_t hi = base + width < x0 + count ? base + width : x0 + count;
+    for (int32_t x = lo; x < hi; ++x) e[x - x0] |= bit;
+  }
+}
+
+// Player pixels: copy k of a player starts at pos + offset; each graphics bit covers
+// `scale` pixels, and double/quad players start one pixel late (ALE).
+HS_HD HS_INLINE void mark_player(uint8_t* e, int32_t x0, int32_t count, int32_t pos, int32_t mode,
+                                 bool hide_first, uint8_t graphics, uint8_t bit) {
+  if (graphics == 0) return;
+  const bool wide = mode == 5 || mode == 7;
+  const int32_t scale = mode == 5 ? 2 : (mode == 7 ? 4 : 1);
+  for (int32_t k = hide_first ? 1 : 0; k < 3; ++k) {
+    int32_t offset = copy_offset(mode, k);
+    if (offset < 0) break;
+    int32_t start = pos + offset + (wide ? 1 : 0);
+    for (int32_t base = start - 160; base <= start; base += 160) {
+      int32_t lo = base > x0 ? base : x0;
+      int32_t hi = base + 8 * scale < x0 + count ? base + 8 * scale : x0 + count;
+      for (int32_t x = lo; x < hi; ++x)
+        if (graphics & (0x80 >> ((x - base) / scale))) e[x - x0] |= bit;
+    }
+  }
+}
+
+// Draws `count` pixels of the current line starting at visible pixel x (same output and
+// collisions as tia_draw_span_reference, object by object instead of pixel by pixel).
+HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
+  uint8_t* out = fb + t.fb_pos;
+  if (t.vblank & 0x02) {
+    for (int32_t k = 0; k < count; ++k) out[k] = 0;
+    return;
+  }
+  // Playfield: one bit per 4-pixel block.
+  const bool reflect = t.pf_reflect_shape != 0;
+  const bool any_movable = (t.grp_shown[0] | t.grp_shown[1]) != 0 ||
+                           (t.enabled & (OBJ_M0 | OBJ_M1 | OBJ_BL)) != 0;
+  const uint64_t blocks = t.pf ? playfield_blocks(t.pf, reflect) : 0;
+  if (!any_movable) {  // background and playfield only: no collisions possible
+    // ALE's playfield-only path colours a score-mode playfield by half even when the
+    // priority bit is set (its general path would use COLUPF then).
+    const bool score = (t.pf_prio_score & PF_SCORE) != 0;
+    const uint8_t bk = t.color[0];
+    if (blocks == 0) {
+      for (int32_t k = 0; k < count; ++k) out[k] = bk;
+      return;
+    }
+    // Colour of each 4-pixel block (80 is a block boundary), written block by block.
+    const uint8_t pf_left = score ? t.color[2] : t.color[1], pf_right = score ? t.color[3] : t.color[1];
+    int32_t k = 0;
+    while (k < count && ((x + k) & 3)) {  // head up to a block boundary
+      int32_t px = x + k;
+      out[k++] = ((blocks >> (px >> 2)) & 1) ? (px < 80 ? pf_left : pf_right) : bk;
+    }
+    for (; k + 4 <= count; k += 4) {  // whole blocks
+      int32_t px = x + k;
+      const uint8_t c = ((blocks >> (px >> 2)) & 1) ? (px < 80 ? pf_left : pf_right) : bk;
+      out[k] = c; out[k + 1] = c; out[k + 2] = c; out[k + 3] = c;
+    }
+    for (; k < count; ++k) {  // tail
+      int32_t px = x + k;
+      out[k] = ((blocks >> (px >> 2)) & 1) ? (px < 80 ? pf_left : pf_right) : bk;
+    }
+    return;
+  }
+  uint8_t e[SCREEN_WIDTH];
+  if (blocks == 0) {
+    for (int32_t k = 0; k < count; ++k) e[k] = 0;
+  } else {
+    int32_t k = 0;
+    for (; k < count && ((x + k) & 3); ++k) e[k] = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
+    for (; k + 4 <= count; k += 4) {
+      const uint8_t v = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
+      e[k] = v; e[k + 1] = v; e[k + 2] = v; e[k + 3] = v;
+    }
+    for (; k < count; ++k) e[k] = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
+  }
+  const int32_t mode0 = t.nusiz[0] & 7, mode1 = t.nusiz[1] & 7;
+  if (t.enabled & OBJ_BL) mark_range(e, x, count, t.pos[OB_BL], 1 << ((t.ctrlpf >> 4) & 3), OBJ_BL);
+  mark_player(e, x, count, t.pos[OB_P0], mode0, t.p_hide_first[0] != 0, t.grp_shown[0], OBJ_P0);
+  mark_player(e, x, count, t.pos[OB_P1], mode1, t.p_hide_first[1] != 0, t.grp_shown[1], OBJ_P1);
+  for (int32_t m = 0; m < 2; ++m) {
+    if (!(t.enabled & (m ? OBJ_M1 : OBJ_M0))) continue;
+    if (m == 0 && t.m0_shape == M0_HIDDEN) continue;
+    int32_t size = (t.nusiz[m] >> 4) & 3;
+    if (m == 0 && t.m0_shape == M0_STRETCHED) size |= 1;
+    int32_t mode = m ? mode1 : mode0;
+    for (int32_t k = 0; k < 3; ++k) {
+      int32_t offset = copy_offset(mode, k);
+      if (offset < 0) break;
+      mark_range(e, x, count, t.pos[OB_M0 + m] + offset, 1 << size, m ? OBJ_M1 : OBJ_M0);
+    }
+  }
+  const uint8_t prio = t.pf_prio_score;
+  uint16_t hits = 0;
+  for (int32_t k = 0; k < count; ++k) {
+    uint8_t v = e[k];
+    if (v == 0) { out[k] = t.color[0]; continue; }
+    if (v & (v - 1)) hits |= collision_bits(v);  // two or more objects overlap
+    out[k] = t.color[pick_colour((uint8_t)(v | prio), x + k < 80)];
+  }
+  t.collisions |= hits;
+}
+
+// ALE's renderer stores 4 pixels at a time on some paths and can write up to 3 pixels
+// past the end of a span (to the next 4-pixel boundary). Those pixels are normally
+// redrawn by the next span; they stay only when the frame stops there. This reproduces
+// what ALE leaves in them: which path ALE takes depends on the enabled objects and the
+// priority/score bits; the 4-pixel store happens when the last aligned group of the span
+// is all playfield/background (for object paths: no object shape covers it).
+HS_HD inline void tia_draw_overrun(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
+  const int32_t end = x + count;  // visible pixel after the span
+  const int32_t group = end & ~3;
+  if ((end & 3) == 0 || group < x || (t.vblank & 0x02)) return;
+  const uint8_t objects = t.enabled & (OBJ_P0 | OBJ_M0 | OBJ_P1 | OBJ_M1 | OBJ_BL | OBJ_PF);
+  const uint8_t key = (uint8_t)(objects | t.pf_prio_score);
+  const uint8_t score = key & PF_SCORE;
+  const bool pf_on = (t.pf & playfield_bit(t.pf_reflect_shape != 0, group)) != 0;
+  auto shape_at = [&](uint8_t obj, int32_t px) -> bool {  // ALE's mask, graphics ignored
+    switch (obj) {
+      case OBJ_P0: return player_bit(t.nusiz[0] & 7, t.p_hide_first[0] != 0, wrap_distance(px, t.pos[OB_P0])) != 0;
+      case OBJ_P1: return player_bit(t.nusiz[1] & 7, t.p_hide_first[1] != 0, wrap_distance(px, t.pos[OB_P1])) != 0;
+      case OBJ_M0: {
+        if (t.m0_shape == M0_HIDDEN) return false;
+        int32_t size = (t.nusiz[0] >> 4) & 3;
+        if (t.m0_shape == M0_STRETCHED) size |= 1;
+        return missile_on(t.nusiz[0] & 7, 1 << size, wrap_distance(px, t.pos[OB_M0]));
+      }
+      case OBJ_M1: return missile_on(t.nusiz[1] & 7, 1 << ((t.nusiz[1] >> 4) & 3), wrap_distance(px, t.pos[OB_M1]));
+      default: return wrap_distance(px, t.pos[OB_BL]) < (1 << ((t.ctrlpf >> 4) & 3));  // ball
+    }
+  };
+  auto group_clear = [&](uint8_t movable) -> bool {
+    for (uint8_t bit = OBJ_P0; bit <= OBJ_BL; bit = (uint8_t)(bit << 1))
+      if (movable & bit)
+        for (int32_t k = 0; k < 4; ++k)
+          if (shape_at(bit, group + k)) return false;
+    return true;
+  };
+  uint8_t colour;
+  const uint8_t movable = objects & (uint8_t)~OBJ_PF;
+  if (objects == 0) {
+    return;  // plain background: ALE fills exactly
+  } else if (objects == OBJ_PF) {
+    colour = pf_on ? (score ? t.color[group < 80 ? 2 : 3] : t.color[1]) : t.color[0];
+  } else {
+    // The object paths ALE special-cases (others draw pixel by pixel, exactly).
+    const bool has_pf = (objects & OBJ_PF) != 0;
+    bool special = false;
+    if (has_pf) {
+      special = !score && (movable == OBJ_P0 || movable == OBJ_P1 || movable == OBJ_BL);
+    } else {
+      switch (movable) {
+        case OBJ_P0: case OBJ_P1: case OBJ_P0 | OBJ_P1: case OBJ_M0: case OBJ_M1: case OBJ_BL:
+        case OBJ_M0 | OBJ_M1: case OBJ_BL | OBJ_M0: case OBJ_BL | OBJ_M1: case OBJ_BL | OBJ_P1:
+          special = true;
+          break;
+        default:
+          break;
+      }
+    }
+    if (!special || !group_clear(movable)) return;
+    colour = ((objects & OBJ_PF) && pf_on) ? t.color[1] : t.color[0];
+  }
+  uint8_t* out = fb + t.fb_pos;  // fb_pos already points just past the span
+  for (int32_t k = 0; k < group + 4 - end; ++k) out[k] = colour;
+}
+
+// End of a scanline: shapes that ALE re-derives once per line.
+HS_HD inline void tia_line_done(Tia& t) {
+  t.pf_reflect_shape = t.ctrlpf & 0x01;
+  t.p_hide_first[0] = t.p_hide_first[1] = 0;
+  if (t.cosmic_ark) {  // ALE's missile-0 star motion: a fixed 4-line pattern
+    const int32_t kStep[4] = {18, 33, 0, 17};
+    t.cosmic_counter = (t.cosmic_counter + 1) & 3;
+    int32_t p = t.pos[OB_M0] - kStep[t.cosmic_counter];
+    if (p >= 160) p -= 160;
+    else if (p < 0) p += 160;
+    t.pos[OB_M0] = (int16_t)p;
+    t.m0_shape = t.cosmic_counter == 1 ? M0_STRETCHED : (t.cosmic_counter == 2 ? M0_HIDDEN : M0_NORMAL);
+  }
+}
+
+// Draws everything between the last update and `clock` (ALE's updateFrame).
+HS_HD inline void tia_catch_up(Tia& t, uint8_t* fb, int32_t clock) {
+  if (clock < t.display_start_clock || t.drawn_until_clock >= t.display_stop_clock ||
+      t.drawn_until_clock >= clock)
+    return;
+  if (clock > t.display_stop_clock) clock = t.display_stop_clock;
+  do {
+    int32_t in_line = H_CLOCKS - t.clocks_left_in_line;
+    int32_t todo;
+    if (clock > t.drawn_until_clock + t.clocks_left_in_line) {
+      todo = t.clocks_left_in_line;
+      t.clocks_left_in_line = H_CLOCKS;
+      t.drawn_until_clock += todo;
+    } else {
+      todo = clock - t.drawn_until_clock;
+      t.clocks_left_in_line -= todo;
+      t.drawn_until_clock = clock;
+    }
+    if (in_line < H_BLANK) {  // nothing to draw in horizontal blank
+      int32_t skip = H_BLANK - in_line < todo ? H_BLANK - in_line : todo;
+      in_line += skip;
+      todo -= skip;
+    }
+    int32_t span_start = t.fb_pos;
+    const bool room = t.fb_pos + H_CLOCKS <= kFrameBytes;  // false only for impossible windows
+    if (!room) todo = 0;
+    if (todo != 0) {
+      tia_draw_span(t, fb, in_line - H_BLANK, todo);
+      t.fb_pos += todo;
+      tia_draw_overrun(t, fb, in_line - H_BLANK, todo);
+    }
+    // HMOVE blanks: ALE blacks out from this span's start to pixel 8 while the flag is
+    // up; a span that reaches pixel 8 lowers it.
+    if (t.hmove_blank_pending && in_line < H_BLANK + 8 && room) {
+      int32_t blanks = H_BLANK + 8 - in_line;
+      for (int32_t k = 0; k < blanks; ++k) fb[span_start + k] = 0;
+      if (todo + in_line >= H_BLANK + 8) t.hmove_blank_pending = 0;
+    }
+    if (t.clocks_left_in_line == H_CLOCKS) tia_line_done(t);
+  } while (t.drawn_until_clock < clock);
+}
+
+// ---- frame control ----
+
+HS_HD inline void tia_set_display(Tia& t, int32_t ystart, int32_t height) {
+  t.ystart = ystart;
+  t.height = height;
+}
+
+// ALE's frameReset: clears both frame buffers and restarts drawing at `cycles`.
+HS_HD inline void tia_frame_reset(Tia& t, uint8_t* fb_a, uint8_t* fb_b, uint32_t cycles) {
+  for (int32_t k = 0; k < kFrameBytes; ++k) { fb_a[k] = 0; fb_b[k] = 0; }
+  t.fb_pos = 0;
+  t.frame_start_clock = (int32_t)(cycles * 3);
+  t.display_start_clock = t.frame_start_clock + H_CLOCKS * t.ystart;
+  t.display_stop_clock = t.display_start_clock + H_CLOCKS * t.height;
+  t.drawn_until_clock = t.frame_start_clock;
+  t.clocks_left_in_line = H_CLOCKS;
+  t.vsync_end_clock = 0x7FFFFFFF;
+  t.lines_last_frame = 0;
+  t.lines_this_frame = 0;
+}
+
+// System reset (power-on state of the registers). `pal` selects PAL timing/colour loss.
+HS_HD inline void tia_reset(Tia& t, uint8_t* fb_a, uint8_t* fb_b, uint32_t cycles, bool pal,
+                            bool hmove_blanks) {
+  t.enabled = 0;
+  t.vsync = t.vblank = 0;
+  t.nusiz[0] = t.nusiz[1] = 0;
+  for (int k = 0; k < 4; ++k) t.color[k] = 0;
+  t.pf_prio_score = 0;
+  t.ctrlpf = 0;
+  t.refp[0] = t.refp[1] = 0;
+  t.pf = 0;
+  t.grp[0] = t.grp[1] = t.grp_delayed[0] = t.grp_delayed[1] = 0;
+  t.grp_shown[0] = t.grp_shown[1] = 0;
+  t.enam[0] = t.enam[1] = 0;
+  t.enabl = t.enabl_delayed = 0;
+  for (int k = 0; k < 5; ++k) { t.hm[k] = 0; t.pos[k] = 0; }
+  t.vdel[0] = t.vdel[1] = t.vdel[2] = 0;
+  t.resmp[0] = t.resmp[1] = 0;
+  t.collisions = 0;
+  t.p_hide_first[0] = t.p_hide_first[1] = 0;
+  t.pf_reflect_shape = 0;
+  t.m0_shape = M0_NORMAL;
+  t.last_hmove_clock = 0;
+  t.last_access_clock = (int32_t)(cycles * 3);
+  t.hmove_blank_pending = 0;
+  t.cosmic_ark = 0;
+  t.cosmic_counter = 0;
+  t.dump_active = 0;
+  t.dump_released_cycle = 0;
+  t.hmove_blanks_allowed = hmove_blanks ? 1 : 0;
+  t.colour_loss = pal ? 1 : 0;
+  t.max_lines = pal ? 342 : 290;
+  t.pad_[0] = t.pad_[1] = t.pad_[2] = 0;
+  tia_frame_reset(t, fb_a, fb_b, cycles);
+}
+
+HS_HD inline void tia_power_on(Tia& t) {
+  // Fields the reset does not touch start as ALE's constructor leaves them.
+  t.partial_frame = 0;
+  t.frame_greyed = 0;
+  t.ystart = 34;
+  t.height = 210;
+}
+
+// The system counter is about to return to zero: keep remembered clocks relative.
+HS_HD inline void tia_cycles_rebased(Tia& t, uint32_t cycles) {
+  t.dump_released_cycle = (int32_t)((uint32_t)t.dump_released_cycle - cycles);
+  int32_t clocks = (int32_t)(cycles * 3);
+  t.frame_start_clock -= clocks;
+  t.display_start_clock -= clocks;
+  t.display_stop_clock -= clocks;
+  t.drawn_until_clock -= clocks;
+  t.vsync_end_clock = (int32_t)((uint32_t)t.vsync_end_clock - (uint32_t)clocks);
+  t.last_hmove_clock = (int32_t)((uint32_t)t.last_hmove_clock - (uint32_t)clocks);
+  t.last_access_clock -= clocks;
+}
+
+// Clock position within the current line (ALE measures from the frame's start).
+HS_HD HS_INLINE int32_t tia_line_clock(const Tia& t, int32_t clock) {
+  return (clock - t.frame_start_clock) % H_CLOCKS;
+}
+
+// ---- registers ----
+
+HS_HD HS_INLINE uint8_t reverse_bits(uint8_t v) {
+  v = (uint8_t)(((v & 0xF0) >> 4) | ((v & 0x0F) << 4));
+  v = (uint8_t)(((v & 0xCC) >> 2) | ((v & 0x33) << 2));
+  return (uint8_t)(((v & 0xAA) >> 1) | ((v & 0x55) << 1));
+}
+
+HS_HD HS_INLINE void set_enabled(Tia& t, uint8_t bit, bool on) {
+  if (on) t.enabled |= bit; else t.enabled &= (uint8_t)~bit;
+}
+
+HS_HD HS_INLINE void refresh_player(Tia& t, int32_t p) {
+  uint8_t g = t.vdel[p] ? t.grp_delayed[p] : t.grp[p];
+  t.grp_shown[p] = t.refp[p] ? reverse_bits(g) : g;
+  set_enabled(t, p ? OBJ_P1 : OBJ_P0, t.grp_shown[p] != 0);
+}
+
+HS_HD HS_INLINE void refresh_ball(Tia& t) {
+  set_enabled(t, OBJ_BL, (t.vdel[2] ? t.enabl_delayed : t.enabl) != 0);
+}
+
+HS_HD HS_INLINE uint8_t tia_colour(const Tia& t, uint8_t value) {
+  uint8_t c = value & 0xFE;
+  if (t.colour_loss && (t.lines_last_frame & 1)) c |= 0x01;  // PAL colour loss (ALE)
+  return c;
+}
+
+// Where RESPx puts a player relative to its old copies: 1 inside a drawn copy, -1 in
+// the 4 clocks before a copy, 0 elsewhere (ALE's rule).
+HS_HD inline int32_t resp_when(int32_t mode, int32_t old_x, int32_t new_x) {
+  int32_t u = new_x - old_x;
+  if (u < 0) u += 160;
+  if (mode == 5 || mode == 7) {
+    if (u < 4) return -1;
+    return u < 4 + (mode == 5 ? 16 : 32) ? 1 : 0;
+  }
+  for (int32_t k = 0; k < 3; ++k) {
+    int32_t start = copy_offset(mode, k);
+    if (start < 0) break;
+    if (u >= start && u < start + 4) return -1;
+    if (u >= start + 4 && u < start + 12) return 1;
+  }
+  return 0;
+}
+
+HS_HD HS_INLINE int16_t wrap_position(int32_t p) {
+  if (p >= 160) p -= 160;
+  else if (p < 0) p += 160;
+  return (int16_t)p;
+}
+
+// Paddle and fire inputs as the ports present them to the TIA this frame.
+struct TiaInputs {
+  int32_t resistance[4];  // INPT0-3: 0 = charged at once, 0x7FFFFFFF = never
+  uint8_t fire[2];        // INPT4/5 bit 7 (1 = button up)
+  uint8_t pad_[2];
+};
+
+HS_HD inline uint8_t tia_peek(Tia& t, uint8_t* fb, uint16_t addr, uint32_t cycles, uint8_t data_bus,
+                              const TiaInputs& in) {
+  // ALE draws up to every TIA access. Only collision reads depend on the picture, so other
+  // reads just remember the clock (the drawing is the same whenever it is done).
+  if ((addr & 0x0F) < 0x08) tia_catch_up(t, fb, (int32_t)(cycles * 3));
+  else t.last_access_clock = (int32_t)(cycles * 3);
+  uint8_t noise = data_bus & 0x3F;  // undriven bits keep the last bus value
+  uint16_t c = t.collisions;
+  auto pair = [c, noise](uint16_t hi, uint16_t lo) -> uint8_t {
+    return (uint8_t)(((c & hi) ? 0x80 : 0) | ((c & lo) ? 0x40 : 0) | noise);
+  };
+  switch (addr & 0x0F) {
+    case 0x0: return pair(0x0001, 0x0002);  // CXM0P
+    case 0x1: return pair(0x0004, 0x0008);  // CXM1P
+    case 0x2: return pair(0x0010, 0x0020);  // CXP0FB
+    case 0x3: return pair(0x0040, 0x0080);  // CXP1FB
+    case 0x4: return pair(0x0100, 0x0200);  // CXM0FB
+    case 0x5: return pair(0x0400, 0x0800);  // CXM1FB
+    case 0x6: return pair(0x1000, 0x0000);  // CXBLPF
+    case 0x7: return pair(0x2000, 0x4000);  // CXPPMM
+    case 0x8: case 0x9: case 0xA: case 0xB: {  // INPT0-3: paddle capacitor charged?
+      int32_t r = in.resistance[addr & 0x03];
+      if (r == 0) return (uint8_t)(0x80 | noise);
+      if (r == 0x7FFFFFFF || t.dump_active) return noise;
+      // ALE's RC model: t = 1.6 * R * 0.01uF, in CPU cycles at 1.19 MHz.
+      double seconds = (1.6 * r * 0.01E-6);
+      uint32_t needed = (uint32_t)(seconds * 1.19E6);
+      return cycles > (uint32_t)t.dump_released_cycle + needed ? (uint8_t)(0x80 | noise) : noise;
+    }
+    case 0xC: return in.fire[0] ? (uint8_t)(0x80 | noise) : noise;  // INPT4
+    case 0xD: return in.fire[1] ? (uint8_t)(0x80 | noise) : noise;  // INPT5
+    default: return noise;
+  }
+}
+
+// What a TIA write asks of the rest of the console.
+struct TiaPokeResult {
+  uint32_t extra_cycles;  // WSYNC
+  uint8_t stop;           // end the CPU's run (frame finished or runaway)
+};
+
+// Write delays in colour clocks (ALE): NUSIZx and RESMx 8, VBLANK/REFPx/GRPx 1; PFx
+// depend on the position within the 4-clock playfield block.
+HS_HD HS_INLINE int32_t tia_write_delay(uint32_t reg, int32_t line_clock) {
+  switch (reg) {
+    case 0x01: case 0x0B: case 0x0C: case 0x1B: case 0x1C: return 1;
+    case 0x04: case 0x05: case 0x12: case 0x13: return 8;
+    case 0x0D: case 0x0E: case 0x0F: {
+      const int32_t k = (line_clock / 3) & 3;
+      return k == 0 ? 4 : (k == 1 ? 5 : (k == 2 ? 2 : 3));
+    }
+    default: return 0;
+  }
+}
+
+HS_HD inline TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8_t value,
+                                    uint32_t cycles, bool last_access_was_read) {
+  TiaPokeResult res;
+  res.extra_cycles = 0;
+  res.stop = 0;
+  const uint32_t reg = addr & 0x3F;
+  const int32_t clock = (int32_t)(cycles * 3);
+  const int32_t since_frame_start = clock - t.frame_start_clock;  // never negative
+  const int32_t line_clock = since_frame_start % H_CLOCKS;
+  // A frame that runs past the scanline limit ends at the next TIA write.
+  const bool runaway = since_frame_start >= (t.max_lines + 1) * H_CLOCKS;
+  // Writes that change nothing drawn (WSYNC, RSYNC, audio, motion registers, HMCLR)
+  // defer ALE's catch-up drawing; the next access draws the same pixels.
+  const bool invisible = reg == 0x02 || reg == 0x03 || (reg >= 0x15 && reg <= 0x1A) ||
+                         (reg >= 0x20 && reg <= 0x24) || reg == 0x2B;
+  if (invisible && !runaway) t.last_access_clock = clock;
+  else tia_catch_up(t, fb, clock + tia_write_delay(reg, line_clock));
+  if (runaway) {
+    res.stop = 1;
+    t.partial_frame = 0;
+  }
+
+  switch (reg) {
+    case 0x00:  // VSYNC
+      t.vsync = value;
+      if (value & 0x02) {
+        t.vsync_end_clock = clock + H_CLOCKS;  // ALE accepts one line of VSYNC
+      } else if (clock >= t.vsync_end_clock) {
+        t.vsync_end_clock = 0x7FFFFFFF;
+        res.stop = 1;
+        t.partial_frame = 0;
+      }
+      break;
+    case 0x01:  // VBLANK
+      if (!(t.vblank & 0x80) && (value & 0x80)) t.dump_active = 1;
+      if ((t.vblank & 0x80) && !(value & 0x80)) {
+        t.dump_active = 0;
+        t.dump_released_cycle = (int32_t)cycles;
+      }
+      t.vblank = value;
+      break;
+    case 0x02: {  // WSYNC: the CPU halts only on a read cycle (ALE)
+      if (last_access_was_read) {
+        uint32_t since = cycles - (uint32_t)(t.frame_start_clock / 3);
+        uint32_t left = 76 - since % 76;
+        if (left < 76) res.extra_cycles = left;
+      }
+      break;
+    }
+    case 0x04: case 0x05: {  // NUSIZ0/1
+      int32_t p = reg - 0x04;
+      t.nusiz[p] = value;
+      t.p_hide_first[p] = 0;
+      if (p == 0) t.m0_shape = M0_NORMAL;
+      break;
+    }
+    case 0x06: t.color[2] = tia_colour(t, value); break;  // COLUP0
+    case 0x07: t.color[3] = tia_colour(t, value); break;  // COLUP1
+    case 0x08: t.color[1] = tia_colour(t, value); break;  // COLUPF
+    case 0x09: t.color[0] = tia_colour(t, value); break;  // COLUBK
+    case 0x0A:  // CTRLPF
+      t.ctrlpf = value;
+      t.pf_prio_score = (uint8_t)((value & 0x06) << 5);
+      if (line_clock < H_BLANK + 79) t.pf_reflect_shape = value & 0x01;
+      break;
+    case 0x0B: case 0x0C: {  // REFP0/1
+      int32_t p = reg - 0x0B;
+      uint8_t on = (value & 0x08) ? 1 : 0;
+      if (on != t.refp[p]) {
+        t.refp[p] = on;
+        t.grp_shown[p] = reverse_bits(t.grp_shown[p]);
+      }
+      break;
+    }
+    case 0x0D: t.pf = (t.pf & 0xFFFF0u) | ((value >> 4) & 0x0Fu); set_enabled(t, OBJ_PF, t.pf != 0); break;
+    case 0x0E: t.pf = (t.pf & 0xFF00Fu) | ((uint32_t)value << 4); set_enabled(t, OBJ_PF, t.pf != 0); break;
+    case 0x0F: t.pf = (t.pf & 0x00FFFu) | ((uint32_t)value << 12); set_enabled(t, OBJ_PF, t.pf != 0); break;
+    case 0x10: case 0x11: {  // RESP0/1
+      int32_t p = reg - 0x10;
+      int32_t new_x = line_clock < H_BLANK ? 3 : ((line_clock - H_BLANK) + 5) % 160;
+      int32_t when = resp_when(t.nusiz[p] & 7, t.pos[p], new_x);
+      if (when == 1) tia_catch_up(t, fb, clock + 11);  // finish the copy being drawn
+      t.pos[p] = (int16_t)new_x;
+      t.p_hide_first[p] = when == -1 ? 0 : 1;
+      break;
+    }
+    case 0x12: case 0x13: {  // RESM0/1
+      int32_t m = reg - 0x12;
+      int32_t x = line_clock < H_BLANK ? 2 : ((line_clock - H_BLANK) + 4) % 160;
+      // ALE's game-specific fixes for a RESMx just after HMOVE (Dolphin, Pitfall II).
+      if (m == 0 && clock - t.last_hmove_clock == 20 * 3 && line_clock == 69) x = 8;
+      if (m == 1 && clock - t.last_hmove_clock == 3 * 3 && line_clock == 18) x = 3;
+      t.pos[OB_M0 + m] = (int16_t)x;
+      if (m == 0) t.m0_shape = M0_NORMAL;
+      break;
+    }
+    case 0x14: {  // RESBL
+      int32_t x = line_clock < H_BLANK ? 2 : ((line_clock - H_BLANK) + 4) % 160;
+      int32_t since = clock - t.last_hmove_clock;
+      // ALE's fixes for RESBL just after HMOVE (Mindmaster, Decathlon, Robot Tank, Hole Hunter).
+      if (since == 18 * 3 && (line_clock == 60 || line_clock == 69)) x = 10;
+      else if (since == 3 * 3 && line_clock == 18) x = 3;
+      else if (since == 7 * 3 && line_clock == 30) x = 6;
+      else if (since == 6 * 3 && line_clock == 27) x = 5;
+      t.pos[OB_BL] = (int16_t)x;
+      break;
+    }
+    case 0x1B: case 0x1C: {  // GRP0/1: each write latches the other player's delayed copy
+      int32_t p = reg - 0x1B;
+      t.grp[p] = value;
+      t.grp_delayed[1 - p] = t.grp[1 - p];
+      if (p == 1) t.enabl_delayed = t.enabl;
+      refresh_player(t, 0);
+      refresh_player(t, 1);
+      if (p == 1) refresh_ball(t);
+      break;
+    }
+    case 0x1D: case 0x1E: {  // ENAM0/1
+      int32_t m = reg - 0x1D;
+      t.enam[m] = value & 0x02;
+      set_enabled(t, m ? OBJ_M1 : OBJ_M0, t.enam[m] && !t.resmp[m]);
+      break;
+    }
+    case 0x1F: t.enabl = value & 0x02; refresh_ball(t); break;  // ENABL
+    case 0x20: t.hm[OB_P0] = (int8_t)(value >> 4); break;
+    case 0x21: t.hm[OB_P1] = (int8_t)(value >> 4); break;
+    case 0x22: {  // HMM0; ALE turns on its Cosmic Ark star effect for one exact sequence
+      int8_t nibble = (int8_t)(value >> 4);
+      if (clock == t.last_hmove_clock + 21 * 3 && t.hm[OB_M0] == 7 && nibble == 6) {
+        t.cosmic_ark = 1;
+        t.cosmic_counter = 0;
+      }
+      t.hm[OB_M0] = nibble;
+      break;
+    }
+    case 0x23: t.hm[OB_M1] = (int8_t)(value >> 4); break;
+    case 0x24: t.hm[OB_BL] = (int8_t)(value >> 4); break;
+    case 0x25: case 0x26: {  // VDELP0/1
+      int32_t p = reg - 0x25;
+      t.vdel[p] = value & 0x01;
+      refresh_player(t, p);
+      break;
+    }
+    case 0x27: t.vdel[2] = value & 0x01; refresh_ball(t); break;  // VDELBL
+    case 0x28: case 0x29: {  // RESMP0/1: releasing centres the missile on its player
+      int32_t m = reg - 0x28;
+      if (t.resmp[m] && !(value & 0x02)) {
+        int32_t mode = t.nusiz[m] & 7;
+        int32_t middle = mode == 5 ? 8 : (mode == 7 ? 16 : 4);
+        t.pos[OB_M0 + m] = (int16_t)((t.pos[m] + middle) % 160);
+        if (m == 0) t.m0_shape = M0_NORMAL;
+      }
+      t.resmp[m] = value & 0x02;
+      set_enabled(t, m ? OBJ_M1 : OBJ_M0, t.enam[m] && !t.resmp[m]);
+      break;
+    }
+    case 0x2A: {  // HMOVE
+      int32_t cpu_cycle = line_clock / 3;
+      if (t.hmove_blanks_allowed && (cpu_cycle <= 20 || cpu_cycle == 75)) t.hmove_blank_pending = 1;
+      for (int32_t k = 0; k < 5; ++k) t.pos[k] = wrap_position(t.pos[k] + tia_motion(cpu_cycle, t.hm[k]));
+      t.p_hide_first[0] = t.p_hide_first[1] = 0;
+      t.m0_shape = M0_NORMAL;
+      t.last_hmove_clock = clock;
+      t.cosmic_ark = 0;
+      break;
+    }
+    case 0x2B: for (int32_t k = 0; k < 5; ++k) t.hm[k] = 0; break;  // HMCLR
+    case 0x2C: t.collisions = 0; break;                            // CXCLR
+    default: break;  // RSYNC (ignored by ALE) and audio
+  }
+  return res;
+}
+
+// Frame start (ALE's startFrame). Returns the colour-clock offset into the line, which
+// the console uses to rebase the system counter; `fb` is the buffer now drawn into.
+HS_HD inline void tia_start_frame(Tia& t, uint32_t cycles_before_rebase) {
+  int32_t clocks = (int32_t)(((cycles_before_rebase * 3) - (uint32_t)t.frame_start_clock) % H_CLOCKS);
+  tia_cycles_rebased(t, cycles_before_rebase);
+  t.frame_start_clock = -clocks;
+  t.display_start_clock = t.frame_start_clock + H_CLOCKS * t.ystart;
+  t.display_stop_clock = t.display_start_clock + H_CLOCKS * t.height;
+  t.drawn_until_clock = t.display_start_clock;
+  t.clocks_left_in_line = H_CLOCKS;
+  t.fb_pos = 0;
+  if (t.colour_loss) {
+    for (int k = 0; k < 4; ++k) {
+      if (t.lines_last_frame & 1) t.color[k] |= 0x01;
+      else t.color[k] &= 0xFE;
+    }
+  }
+  t.frame_greyed = 0;
+}
+
+// After the CPU ran: count lines; a frame that never reached VSYNC is shown greyed.
+HS_HD inline void tia_finish_frame(Tia& t, uint8_t* fb, uint32_t cycles) {
+  tia_catch_up(t, fb, t.last_access_clock);  // drawing deferred by the last accesses
+  uint32_t total = cycles * 3 - (uint32_t)t.frame_start_clock;
+  t.lines_this_frame = (int32_t)(total / H_CLOCKS);
+  if (t.partial_frame) {
+    if (!t.frame_greyed) {
+      uint32_t first = (uint32_t)t.lines_this_frame;
+      if (first < (uint32_t)t.ystart) first = (uint32_t)t.ystart;
+      for (uint32_t row = first; row < (uint32_t)(t.height + t.ystart); ++row) {
+        uint8_t* line = fb + (row - (uint32_t)t.ystart) * SCREEN_WIDTH;
+        for (int32_t x = 0; x < SCREEN_WIDTH; ++x) line[x] = (uint8_t)((line[x] & 0x0F) >> 1);
+      }
+    }
+    t.frame_greyed = 1;
+  } else {
+    t.lines_last_frame = t.lines_this_frame;
+    t.frame_greyed = 0;
+  }
+}
+
+}  // namespace hs

@@ -1,0 +1,653 @@
+# cython: language_level=3
+"""One ALE-exact Atari 2600 environment over the portable core (cuda/ale_env.h).
+
+``Emulator`` reproduces what ``ale_py.ALEInterface`` (ale-py 0.12.1) computes for one
+loaded ROM: the same RAM, screen, rewards, lives, game-over flag and frame counters,
+frame by frame, including its load and reset sequences and its sticky actions.
+
+    Emulator(rom, game, *, cart_type="4K", ystart=34, height=210, display_format="AUTO",
+             left_controller="JOYSTICK", right_controller="JOYSTICK", swap_ports=False,
+             swap_paddles=False, hmove_blanks=True, left_difficulty="B",
+             right_difficulty="B", tv_type="COLOR", random_seed=0, frame_skip=1,
+             repeat_action_probability=0.25, max_num_frames_per_episode=0,
+             reward_min=-2**31, reward_max=2**31-1, mode=0, mode_select=None,
+             difficulty=0, starting_actions=(),
+             truncate_on_loss_of_life=False, color_averaging=False,
+             system_random_seed=4753849, paddle_min=-1, paddle_max=-1)
+
+  rom            bytes of the cartridge image (size must match cart_type)
+  game           game-settings id of cuda/games*.h (see GAME_IDS for the stub's ids)
+  cart_type      "2K", "4K", "F8", "F8 swapped", "F6", "E0", "FE", "F8SC", "F6SC", "DPC"
+  ystart/height  Display.YStart / Display.Height (height becomes 250 on PAL if 210)
+  display_format "AUTO" (ALE's default: 60 frames of detection at load), "NTSC", "PAL"
+  *_controller   "JOYSTICK" or "PADDLES" (Controller.Left / Controller.Right)
+  swap_ports, swap_paddles, hmove_blanks, *_difficulty, tv_type: the ROM's properties
+  random_seed    ALE's random_seed (environment RNG for sticky actions); must be >= 0
+  system_random_seed: ALE's system_random_seed (RIOT RAM/timer and cartridge RAM at
+                 power-on; ALE's default 4753849)
+  mode           the game mode (ALE setMode argument)
+  mode_select    None (ALE's default setMode: nothing) or the game's recipe as a dict:
+                 ram, value[, value_alt][, ram2, value2], hold, before=[steps]; see
+                 hybridsim.console_props.mode_select_for (steps: ("act", action, n),
+                 ("select", hold), ("soft_reset",))
+  starting_actions: ALE action ids run one frame each at the end of every reset
+
+  The constructor does what ALEInterface.loadROM does (console power-on, TV detection,
+  environment creation, reset_game).
+
+Methods (ALE names):
+  reset_game()
+  set_mode(mode, mode_select=None)   next reset_game selects this mode (ALE setMode)
+  set_difficulty(d)                  difficulty switches from the next frame on
+  act(action_a, action_b=18, paddle_strength=1.0, paddle_strength_b=0.0) -> int reward
+      ALE action ids; player B uses 18-35 (0-17 are accepted and shifted by 18).
+      ALEInterface.act(a, s) is act(a, 18, s, 0.0).
+  game_over(with_truncation=True) -> bool
+  lives() -> int
+  frame_number() / episode_frame_number() -> int
+  get_ram(out=None) -> uint8[128]
+  get_screen(out=None) -> uint8[height, 160] palette indices (ALE getScreen)
+  get_screen_rgb(out=None) -> uint8[height, 160, 3]
+  get_screen_grayscale(out=None) -> uint8[height, 160]
+  clone_state(include_rng=False) -> bytes ; restore_state(bytes)
+      As ALE: the environment RNG travels only when include_rng; sticky actions, input
+      events and the frame buffers are not part of a state.
+  tv_standard -> "NTSC" or "PAL" ; screen_shape -> (height, 160)
+Errors raise ValueError/TypeError with the reason; nothing in here aborts the process.
+
+VectorEmulator(rom, game, num_envs, seeds=None, num_threads=0, **same keywords)
+  n independent environments stepped together (OpenMP when built with it; num_threads
+  0 = OpenMP's default). act(actions int32[n], paddle_strength=1.0) -> int32[n] rewards;
+  game_over() -> bool[n]; lives() -> int32[n]; reset(mask=None) resets the masked
+  environments (all if None); get_ram(out=None) -> uint8[n, 128];
+  get_screen(out=None) -> uint8[n, height, 160]. Each environment behaves exactly as an
+  Emulator built with the same arguments and its seed.
+"""
+from libc.stdint cimport uint8_t, int32_t, uint32_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy, memset
+from cython.parallel cimport prange
+
+import numpy as np
+cimport numpy as cnp
+
+cdef extern from "ale_env.h" namespace "hs" nogil:
+    cdef struct ConsoleProps:
+        int32_t cart_type
+        int32_t ystart
+        int32_t height
+        int32_t format
+        uint8_t left_paddles
+        uint8_t right_paddles
+        uint8_t swap_ports
+        uint8_t swap_paddles
+        uint8_t hmove_blanks
+        uint8_t left_difficulty_a
+        uint8_t right_difficulty_a
+        uint8_t black_white
+        uint32_t system_seed
+    cdef struct FrameBuffers:
+        uint8_t* buf[2]
+        int32_t shown
+    cdef struct EnvConfig:
+        int32_t game
+        int32_t frame_skip
+        float repeat_action_probability
+        int32_t max_num_frames_per_episode
+        int32_t reward_min
+        int32_t reward_max
+        int32_t mode
+        int32_t mode_ram
+        int32_t mode_value
+        int32_t mode_value_alt
+        int32_t mode_ram2
+        int32_t mode_value2
+        int32_t mode_hold
+        int32_t num_mode_before
+        int32_t mode_before[4][3]
+        int32_t mode_custom
+        int32_t difficulty
+        int32_t num_starting_runs
+        int32_t starting_runs[16][2]
+        uint8_t use_paddles
+        uint8_t truncate_on_loss_of_life
+        int32_t max_lives
+        int32_t paddle_min
+        int32_t paddle_max
+    cdef struct Riot:
+        uint8_t ram[128]
+    cdef struct Tia:
+        int32_t lines_last_frame
+    cdef struct Console:
+        Riot riot
+        Tia tia
+        uint8_t pal
+        int32_t height
+    cdef struct AleEnv:
+        Console console
+        EnvConfig cfg
+        int32_t frame_number
+        int32_t episode_frame_number
+    void env_load(AleEnv& e, const ConsoleProps& props, const EnvConfig& cfg, uint32_t seed,
+                  const uint8_t* rom, FrameBuffers& fbs)
+    void env_reset(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs)
+    int32_t env_act(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs, int32_t a, int32_t b,
+                    float sa, float sb)
+    bint env_terminal(const AleEnv& e)
+    bint game_terminal(int32_t game, const GameState& g)
+    int32_t env_lives(const AleEnv& e)
+    void env_restore(AleEnv& cur, const AleEnv& saved, bint with_rng)
+    cdef struct GameState:
+        int32_t score
+    int kFrameBytes
+    int GAME_PONG, GAME_BREAKOUT, GAME_SPACE_INVADERS, GAME_NONE
+
+cdef extern from "palette.h" namespace "hs" nogil:
+    const uint32_t* palette_table(int32_t tv)
+    uint8_t palette_gray(const uint32_t* table, uint8_t pixel)
+
+cdef extern from "ale_env.h" nogil:
+    """
+    static inline bool hs_game_terminal_of(const hs::AleEnv& e) {
+      return hs::game_terminal(e.cfg.game, e.game);
+    }
+    // Random TIA states drawn by the fast and the reference renderer; counts differences
+    // in pixels or collision latches.
+    static int hs_tia_render_selftest(uint32_t seed, int trials) {
+      hs::MT19937 g;
+      hs::mt_seed(g, seed);
+      uint8_t fast[160], ref[160];
+      int bad = 0;
+      for (int n = 0; n < trials; ++n) {
+        hs::Tia t;
+        uint8_t* raw = (uint8_t*)&t;
+        for (unsigned k = 0; k < sizeof(t); ++k) raw[k] = 0;
+        for (int k = 0; k < 5; ++k) t.pos[k] = (int16_t)(hs::mt_next(g) % 160);
+        t.nusiz[0] = (uint8_t)hs::mt_next(g);
+        t.nusiz[1] = (uint8_t)hs::mt_next(g);
+        t.ctrlpf = (uint8_t)hs::mt_next(g);
+        t.pf_prio_score = (uint8_t)((t.ctrlpf & 0x06) << 5);
+        t.pf = hs::mt_next(g) & ((hs::mt_next(g) & 1) ? 0xFFFFFu : 0u);
+        for (int p = 0; p < 2; ++p) t.grp_shown[p] = (hs::mt_next(g) & 1) ? (uint8_t)hs::mt_next(g) : 0;
+        t.enabled = (uint8_t)(hs::mt_next(g) & (hs::OBJ_M0 | hs::OBJ_M1 | hs::OBJ_BL));
+        t.p_hide_first[0] = hs::mt_next(g) & 1;
+        t.p_hide_first[1] = hs::mt_next(g) & 1;
+        t.m0_shape = (uint8_t)(hs::mt_next(g) % 3);
+        t.pf_reflect_shape = hs::mt_next(g) & 1;
+        for (int k = 0; k < 4; ++k) t.color[k] = (uint8_t)(hs::mt_next(g) & 0xFE);
+        t.vblank = (hs::mt_next(g) % 16 == 0) ? 2 : 0;
+        int x = (int)(hs::mt_next(g) % 160);
+        int count = 1 + (int)(hs::mt_next(g) % (uint32_t)(160 - x));
+        hs::Tia a = t, b = t;
+        hs::tia_draw_span(a, fast, x, count);
+        hs::tia_draw_span_reference(b, ref, x, count);
+        bool same = a.collisions == b.collisions;
+        for (int k = 0; k < count; ++k) same = same && fast[k] == ref[k];
+        if (!same) ++bad;
+      }
+      return bad;
+    }
+    """
+    bint hs_game_terminal_of(const AleEnv& e)
+    int hs_tia_render_selftest(uint32_t seed, int trials)
+
+CART_TYPES = {"2K": (0, 2048), "4K": (1, 4096), "F8": (2, 8192), "F8 swapped": (3, 8192),
+              "F6": (4, 16384), "E0": (5, 8192), "FE": (6, 8192), "F8SC": (7, 8192),
+              "F6SC": (8, 16384), "DPC": (9, 10240)}
+GAME_IDS = {"pong": GAME_PONG, "breakout": GAME_BREAKOUT, "space_invaders": GAME_SPACE_INVADERS,
+            "none": GAME_NONE}
+MODE_STEPS = {"act": 0, "select": 1, "soft_reset": 2}
+
+cdef bytes STATE_MAGIC = b"HSENV2"
+
+
+def tia_render_selftest(uint32_t seed=1, int trials=100000):
+    """Random TIA states through the fast and the reference renderer: mismatch count."""
+    return hs_tia_render_selftest(seed, trials)
+
+
+cdef int _bool_prop(value, str name, str yes, str no) except -1:
+    if isinstance(value, bool):
+        return 1 if value else 0
+    if isinstance(value, str) and value.upper() in (yes, no):
+        return 1 if value.upper() == yes else 0
+    raise ValueError(f"{name} must be a bool or {yes!r}/{no!r}, got {value!r}")
+
+
+cdef int _set_mode_select(EnvConfig* cfg, spec) except -1:
+    cfg.mode_ram = -1
+    cfg.mode_value_alt = -1
+    cfg.mode_ram2 = -1
+    cfg.num_mode_before = 0
+    cfg.mode_custom = 0
+    if spec is None:
+        return 0
+    if spec == {"custom": "double_dunk"}:
+        cfg.mode_custom = 1
+        return 0
+    if not isinstance(spec, dict) or "ram" not in spec or "value" not in spec:
+        raise ValueError(f"mode_select must be None, {{'custom': 'double_dunk'}} or a dict with 'ram' "
+                         f"and 'value', got {spec!r}")
+    unknown = set(spec) - {"ram", "value", "value_alt", "ram2", "value2", "hold", "before"}
+    if unknown:
+        raise ValueError(f"mode_select has unknown keys {sorted(unknown)}")
+    cfg.mode_ram = int(spec["ram"]) & 0x7F
+    cfg.mode_value = int(spec["value"])
+    cfg.mode_value_alt = int(spec.get("value_alt", -1))
+    cfg.mode_ram2 = int(spec["ram2"]) & 0x7F if spec.get("ram2") is not None else -1
+    cfg.mode_value2 = int(spec.get("value2", 0))
+    cfg.mode_hold = int(spec.get("hold", 1))
+    before = list(spec.get("before", ()))
+    if len(before) > 4:
+        raise ValueError(f"mode_select['before'] holds at most 4 steps, got {len(before)}")
+    for k, step in enumerate(before):
+        kind = step[0]
+        if kind not in MODE_STEPS:
+            raise ValueError(f"mode_select step kind must be one of {sorted(MODE_STEPS)}, got {kind!r}")
+        cfg.mode_before[k][0] = MODE_STEPS[kind]
+        if kind == "act":
+            if not (0 <= int(step[1]) < 18) or int(step[2]) < 0:
+                raise ValueError(f"mode_select act step needs an action 0-17 and a count >= 0, got {step!r}")
+            cfg.mode_before[k][1], cfg.mode_before[k][2] = int(step[1]), int(step[2])
+        elif kind == "select":
+            cfg.mode_before[k][1], cfg.mode_before[k][2] = int(step[1]), 1
+        else:
+            cfg.mode_before[k][1], cfg.mode_before[k][2] = 0, 1
+    cfg.num_mode_before = len(before)
+    return 0
+
+
+_BLEND_CACHE = {}
+
+
+def palette_rgb(tv="NTSC"):
+    """ALE's 256-entry palette (0xRRGGBB) as a uint32 array."""
+    cdef const uint32_t* table = palette_table(1 if tv == "PAL" else 0)
+    return np.array([table[i] for i in range(256)], dtype=np.uint32)
+
+
+def phosphor_tables(tv="NTSC"):
+    """ALE's colour_averaging tables (PhosphorBlend, blend ratio 77%): the blended RGB of
+    every pair of even palette entries, and the nearest even entry (L1 distance, first
+    wins) for every RGB on a 4-step grid. Odd pixel values (PAL colour loss) are not
+    defined by ALE; they map as their even neighbour here."""
+    if tv in _BLEND_CACHE:
+        return _BLEND_CACHE[tv]
+    pal = palette_rgb(tv).astype(np.int64)
+    rgb = np.stack([(pal >> 16) & 0xFF, (pal >> 8) & 0xFF, pal & 0xFF], axis=1)[0::2]  # 128 x 3
+    hi = np.maximum(rgb[:, None, :], rgb[None, :, :])
+    lo = np.minimum(rgb[:, None, :], rgb[None, :, :])
+    blend = np.minimum(((hi - lo) * 77) // 100 + lo, 255)  # [current, previous, channel]
+    grid = np.arange(0, 256, 4)
+    nearest = np.empty((64, 64, 64), dtype=np.uint8)
+    for ri, r in enumerate(grid):
+        dist = (np.abs(rgb[:, 0] - r)[None, None, :] + np.abs(rgb[None, None, :, 1] - grid[:, None, None])
+                + np.abs(rgb[None, None, :, 2] - grid[None, :, None]))
+        nearest[ri] = (np.argmin(dist, axis=2) * 2).astype(np.uint8)
+    avg_index = nearest[blend[..., 0] >> 2, blend[..., 1] >> 2, blend[..., 2] >> 2]  # 128 x 128
+    _BLEND_CACHE[tv] = avg_index
+    return avg_index
+
+
+cdef class Emulator:
+    cdef AleEnv* env
+    cdef FrameBuffers fbs
+    cdef bytes rom
+    cdef cnp.ndarray frames
+    cdef readonly int height
+    cdef object blend
+    cdef object _blended
+    cdef bytes fingerprint
+
+    def __cinit__(self):
+        self.env = <AleEnv*>malloc(sizeof(AleEnv))
+        if self.env == NULL:
+            raise MemoryError("cannot allocate the environment state")
+        memset(self.env, 0, sizeof(AleEnv))
+
+    def __dealloc__(self):
+        if self.env != NULL:
+            free(self.env)
+            self.env = NULL
+
+    def __init__(self, rom, int game, *, cart_type="4K", int ystart=34, int height=210,
+                 display_format="AUTO", left_controller="JOYSTICK", right_controller="JOYSTICK",
+                 swap_ports=False, swap_paddles=False, hmove_blanks=True, left_difficulty="B",
+                 right_difficulty="B", tv_type="COLOR", random_seed=0, int frame_skip=1,
+                 float repeat_action_probability=0.25, int max_num_frames_per_episode=0,
+                 int reward_min=-2147483648, int reward_max=2147483647, int mode=0,
+                 mode_select=None, int difficulty=0,
+                 starting_actions=(), truncate_on_loss_of_life=False, color_averaging=False,
+                 system_random_seed=4753849, int paddle_min=-1, int paddle_max=-1):
+        cdef ConsoleProps props
+        cdef EnvConfig cfg
+        rom = bytes(rom)
+        if cart_type not in CART_TYPES:
+            raise ValueError(f"cart_type must be one of {sorted(CART_TYPES)}, got {cart_type!r}")
+        ctype, size = CART_TYPES[cart_type]
+        if len(rom) != size and not (cart_type == "DPC" and len(rom) > size):
+            raise ValueError(f"a {cart_type} cartridge holds {size} bytes, the ROM has {len(rom)}")
+        if not (0 <= ystart <= 100) or not (100 <= height <= 250) or ystart + height > 290:
+            raise ValueError(f"display window out of range (0-100, 100-250, sum <= 290): "
+                             f"ystart={ystart}, height={height}")
+        if display_format not in ("AUTO", "AUTO-DETECT", "NTSC", "PAL"):
+            raise ValueError(f"display_format must be AUTO, NTSC or PAL, got {display_format!r}")
+        if frame_skip < 1:
+            raise ValueError(f"frame_skip must be >= 1, got {frame_skip}")
+        if random_seed is None or int(random_seed) < 0 or int(random_seed) > 0xFFFFFFFF:
+            raise ValueError(f"random_seed must be an integer in [0, 2**32), got {random_seed!r}")
+        if not (0 <= difficulty <= 3):
+            raise ValueError(f"difficulty must be 0-3, got {difficulty}")
+        starting_actions = [int(a) for a in starting_actions]
+        if any(not (0 <= a < 18 or a == 40) for a in starting_actions):
+            raise ValueError(f"starting_actions must be player-A action ids (0-17, 40), got {starting_actions}")
+        runs = []  # (action, frames); no negative indexing: wraparound is off in this build
+        for a in starting_actions:
+            if runs and runs[len(runs) - 1][0] == a:
+                runs[len(runs) - 1][1] += 1
+            else:
+                runs.append([a, 1])
+        if len(runs) > 16:
+            raise ValueError(f"starting_actions may change action at most 16 times, got {len(runs)} runs")
+        if game not in GAME_IDS.values():
+            raise ValueError(f"unknown game id {game}; this build knows {GAME_IDS}")
+        for name, value in (("left_controller", left_controller), ("right_controller", right_controller)):
+            if value not in ("JOYSTICK", "PADDLES"):
+                raise ValueError(f"{name} must be 'JOYSTICK' or 'PADDLES', got {value!r}")
+        props.cart_type = ctype
+        props.ystart = ystart
+        props.height = height
+        props.format = -1 if display_format.startswith("AUTO") else (1 if display_format == "PAL" else 0)
+        props.left_paddles = left_controller == "PADDLES"
+        props.right_paddles = right_controller == "PADDLES"
+        props.swap_ports = _bool_prop(swap_ports, "swap_ports", "YES", "NO")
+        props.swap_paddles = _bool_prop(swap_paddles, "swap_paddles", "YES", "NO")
+        props.hmove_blanks = _bool_prop(hmove_blanks, "hmove_blanks", "YES", "NO")
+        props.left_difficulty_a = _bool_prop(left_difficulty, "left_difficulty", "A", "B")
+        props.right_difficulty_a = _bool_prop(right_difficulty, "right_difficulty", "A", "B")
+        props.black_white = _bool_prop(tv_type, "tv_type", "BLACKWHITE", "COLOR")
+        if not (0 <= int(system_random_seed) <= 0xFFFFFFFF):
+            raise ValueError(f"system_random_seed must be in [0, 2**32), got {system_random_seed!r}")
+        props.system_seed = <uint32_t>int(system_random_seed)
+        memset(&cfg, 0, sizeof(EnvConfig))
+        cfg.game = game
+        cfg.frame_skip = frame_skip
+        cfg.repeat_action_probability = repeat_action_probability
+        cfg.max_num_frames_per_episode = max_num_frames_per_episode
+        cfg.reward_min = reward_min
+        cfg.reward_max = reward_max
+        cfg.mode = mode
+        _set_mode_select(&cfg, mode_select)
+        cfg.difficulty = difficulty
+        cfg.num_starting_runs = len(runs)
+        for k, (a, n) in enumerate(runs):
+            cfg.starting_runs[k][0] = a
+            cfg.starting_runs[k][1] = n
+        cfg.use_paddles = props.left_paddles or props.right_paddles
+        cfg.truncate_on_loss_of_life = bool(truncate_on_loss_of_life)
+        if (paddle_min >= 0 and paddle_max >= 0 and paddle_min > paddle_max) or paddle_min < -1 or paddle_max < -1:
+            raise ValueError(f"paddle_min/paddle_max must be -1 (ALE's default) or 0 <= min <= max, "
+                             f"got {paddle_min}, {paddle_max}")
+        cfg.paddle_min = paddle_min
+        cfg.paddle_max = paddle_max
+        self.rom = rom
+        self.frames = np.zeros((2, kFrameBytes), dtype=np.uint8)
+        self.fbs.buf[0] = <uint8_t*>cnp.PyArray_DATA(self.frames)
+        self.fbs.buf[1] = self.fbs.buf[0] + kFrameBytes
+        self.fbs.shown = 0
+        cdef const uint8_t* rom_ptr = self.rom
+        cdef uint32_t seed = <uint32_t>int(random_seed)
+        with nogil:
+            env_load(self.env[0], props, cfg, seed, rom_ptr, self.fbs)
+        self.height = self.env.console.height
+        self.blend = phosphor_tables(self.tv_standard) if color_averaging else None
+        # A state only fits the same ROM, mapper, display window and TV standard (ALE
+        # checks the ROM's md5 likewise); restore_state refuses anything else.
+        import hashlib
+        self.fingerprint = hashlib.md5(rom + repr((cart_type, ystart, height, self.tv_standard,
+                                                    sizeof(AleEnv))).encode()).digest()
+
+    @property
+    def tv_standard(self):
+        return "PAL" if self.env.console.pal else "NTSC"
+
+    @property
+    def screen_shape(self):
+        return (self.height, 160)
+
+    def set_mode(self, int mode, mode_select=None):
+        """ALE's setMode: the mode (and its selection recipe) used from the next reset_game."""
+        cdef EnvConfig cfg = self.env.cfg
+        cfg.mode = mode
+        _set_mode_select(&cfg, mode_select)
+        self.env.cfg = cfg
+
+    def set_difficulty(self, int difficulty):
+        """ALE's setDifficulty: difficulty switches (bit 0 left A, bit 1 right A), applied
+        with the inputs of the next emulated frame."""
+        if not (0 <= difficulty <= 3):
+            raise ValueError(f"difficulty must be 0-3, got {difficulty}")
+        self.env.cfg.difficulty = difficulty
+
+    def reset_game(self):
+        cdef const uint8_t* rom_ptr = self.rom
+        with nogil:
+            env_reset(self.env[0], rom_ptr, self.fbs)
+
+    def act(self, int action_a, int action_b=18, float paddle_strength=1.0,
+            float paddle_strength_b=0.0):
+        if not (0 <= action_a < 18 or action_a == 40):
+            raise ValueError(f"player A action must be an ALE action id 0-17 (or 40 RESET), got {action_a}")
+        if 0 <= action_b < 18:
+            action_b += 18
+        if not (18 <= action_b < 36 or action_b == 40):
+            raise ValueError(f"player B action must be 18-35 (or 0-17, or 40 RESET), got {action_b}")
+        cdef const uint8_t* rom_ptr = self.rom
+        cdef int32_t reward
+        with nogil:
+            reward = env_act(self.env[0], rom_ptr, self.fbs, action_a, action_b,
+                             paddle_strength, paddle_strength_b)
+        return reward
+
+    def game_over(self, with_truncation=True):
+        if with_truncation:
+            return bool(env_terminal(self.env[0]))
+        return bool(hs_game_terminal_of(self.env[0]))
+
+    def lives(self):
+        return env_lives(self.env[0])
+
+    def frame_number(self):
+        return self.env.frame_number
+
+    def episode_frame_number(self):
+        return self.env.episode_frame_number
+
+    def get_ram(self, out=None):
+        if out is None:
+            out = np.empty(128, dtype=np.uint8)
+        cdef uint8_t[::1] view = out
+        if view.shape[0] != 128:
+            raise ValueError(f"out must hold 128 bytes, got {view.shape[0]}")
+        memcpy(&view[0], self.env.console.riot.ram, 128)
+        return out
+
+    cdef const uint8_t* _screen(self):
+        return self.fbs.buf[self.fbs.shown]
+
+    def _check_out(self, out, shape):
+        if out is None:
+            return np.empty(shape, dtype=np.uint8)
+        if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or tuple(out.shape) != shape \
+                or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous uint8 array of shape {shape}")
+        return out
+
+    cdef const uint8_t* _indices(self):
+        """The screen ALE reports: the last frame, or with colour averaging the blend of
+        the last two frame buffers (ALE's phosphor blend, mapped back to palette indices)."""
+        if self.blend is None:
+            return self._screen()
+        n = self.height * 160
+        cur = self.frames[self.fbs.shown, :n] >> 1
+        prev = self.frames[self.fbs.shown ^ 1, :n] >> 1
+        self._blended = np.ascontiguousarray(self.blend[cur, prev])
+        cdef uint8_t[::1] view = self._blended
+        return &view[0]
+
+    def get_screen(self, out=None):
+        out = self._check_out(out, (self.height, 160))
+        cdef uint8_t[:, ::1] view = out
+        memcpy(&view[0, 0], self._indices(), self.height * 160)
+        return out
+
+    def get_screen_rgb(self, out=None):
+        out = self._check_out(out, (self.height, 160, 3))
+        cdef uint8_t[:, :, ::1] view = out
+        cdef const uint32_t* table = palette_table(1 if self.env.console.pal else 0)
+        cdef const uint8_t* src = self._indices()
+        cdef int i, n = self.height * 160
+        cdef uint32_t rgb
+        cdef uint8_t* dst = &view[0, 0, 0]
+        with nogil:
+            for i in range(n):
+                rgb = table[src[i]]
+                dst[3 * i] = (rgb >> 16) & 0xFF
+                dst[3 * i + 1] = (rgb >> 8) & 0xFF
+                dst[3 * i + 2] = rgb & 0xFF
+        return out
+
+    def get_screen_grayscale(self, out=None):
+        out = self._check_out(out, (self.height, 160))
+        cdef uint8_t[:, ::1] view = out
+        cdef const uint32_t* table = palette_table(1 if self.env.console.pal else 0)
+        cdef const uint8_t* src = self._indices()
+        cdef uint8_t* dst = &view[0, 0]
+        cdef int i, n = self.height * 160
+        with nogil:
+            for i in range(n):
+                dst[i] = palette_gray(table, src[i])
+        return out
+
+    def clone_state(self, include_rng=False):
+        """Bytes: magic, ROM/config fingerprint (16), include_rng flag (1), AleEnv."""
+        cdef bytes body = (<char*>self.env)[:sizeof(AleEnv)]
+        return STATE_MAGIC + self.fingerprint + (b"\x01" if include_rng else b"\x00") + body
+
+    def restore_state(self, state):
+        state = bytes(state)
+        cdef Py_ssize_t head = len(STATE_MAGIC) + 16 + 1
+        n = head + sizeof(AleEnv)
+        if len(state) != n or not state.startswith(STATE_MAGIC):
+            raise ValueError(f"not a state of this emulator build (expected {n} bytes starting {STATE_MAGIC!r})")
+        if state[len(STATE_MAGIC):len(STATE_MAGIC) + 16] != self.fingerprint:
+            raise ValueError("state was saved by an emulator with another ROM, mapper, display window or TV standard")
+        cdef AleEnv* saved = <AleEnv*>malloc(sizeof(AleEnv))
+        if saved == NULL:
+            raise MemoryError("cannot allocate a state")
+        cdef const char* raw = state
+        memcpy(saved, raw + head, sizeof(AleEnv))
+        cdef bint with_rng = state[head - 1] == 1
+        env_restore(self.env[0], saved[0], with_rng)
+        free(saved)
+
+
+
+cdef class VectorEmulator:
+    """n environments stepped in parallel (see the module docstring)."""
+    cdef list envs
+    cdef AleEnv** ptrs
+    cdef FrameBuffers** fbs  # each Emulator's own buffers (the objects stay alive in envs)
+    cdef bytes rom
+    cdef readonly int num_envs
+    cdef readonly int height
+    cdef int num_threads
+
+    def __cinit__(self):
+        self.ptrs = NULL
+        self.fbs = NULL
+
+    def __dealloc__(self):
+        free(self.ptrs)
+        free(self.fbs)
+
+    def __init__(self, rom, int game, int num_envs, seeds=None, int num_threads=0, **kwargs):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if num_threads < 0:
+            raise ValueError(f"num_threads must be >= 0 (0: OpenMP default), got {num_threads}")
+        if seeds is None:
+            seeds = list(range(num_envs))
+        seeds = [int(x) for x in seeds]
+        if len(seeds) != num_envs:
+            raise ValueError(f"seeds must hold num_envs={num_envs} values, got {len(seeds)}")
+        if kwargs.get("color_averaging"):
+            raise ValueError("color_averaging is not supported by VectorEmulator")
+        self.envs = [Emulator(rom, game, random_seed=seed, **kwargs) for seed in seeds]
+        self.num_envs = num_envs
+        self.num_threads = num_threads
+        self.height = (<Emulator>self.envs[0]).height
+        self.rom = (<Emulator>self.envs[0]).rom
+        self.ptrs = <AleEnv**>malloc(num_envs * sizeof(AleEnv*))
+        self.fbs = <FrameBuffers**>malloc(num_envs * sizeof(FrameBuffers*))
+        if self.ptrs == NULL or self.fbs == NULL:
+            raise MemoryError("cannot allocate the environment table")
+        cdef Emulator e
+        for k in range(num_envs):
+            e = self.envs[k]
+            self.ptrs[k] = e.env
+            self.fbs[k] = &e.fbs
+
+    def act(self, actions, float paddle_strength=1.0):
+        cdef int32_t[::1] acts = np.ascontiguousarray(actions, dtype=np.int32)
+        if acts.shape[0] != self.num_envs:
+            raise ValueError(f"actions must hold {self.num_envs} values, got {acts.shape[0]}")
+        for a in np.asarray(acts):
+            if not (0 <= a < 18):
+                raise ValueError(f"actions must be ALE player-A action ids 0-17, got {a}")
+        rewards = np.empty(self.num_envs, dtype=np.int32)
+        cdef int32_t[::1] out = rewards
+        cdef const uint8_t* rom_ptr = self.rom
+        cdef int k, n = self.num_envs
+        if self.num_threads > 0:
+            for k in prange(n, nogil=True, schedule="dynamic", num_threads=self.num_threads):
+                out[k] = env_act(self.ptrs[k][0], rom_ptr, self.fbs[k][0], acts[k], 18, paddle_strength, 0.0)
+        else:
+            for k in prange(n, nogil=True, schedule="dynamic"):
+                out[k] = env_act(self.ptrs[k][0], rom_ptr, self.fbs[k][0], acts[k], 18, paddle_strength, 0.0)
+        return rewards
+
+    def reset(self, mask=None):
+        cdef uint8_t[::1] which = (np.ones(self.num_envs, dtype=np.uint8) if mask is None
+                                   else np.ascontiguousarray(mask, dtype=np.uint8))
+        if which.shape[0] != self.num_envs:
+            raise ValueError(f"mask must hold {self.num_envs} values, got {which.shape[0]}")
+        cdef const uint8_t* rom_ptr = self.rom
+        cdef int k, n = self.num_envs
+        for k in prange(n, nogil=True, schedule="dynamic"):
+            if which[k]:
+                env_reset(self.ptrs[k][0], rom_ptr, self.fbs[k][0])
+
+    def game_over(self):
+        return np.array([bool(env_terminal(self.ptrs[k][0])) for k in range(self.num_envs)])
+
+    def lives(self):
+        return np.array([env_lives(self.ptrs[k][0]) for k in range(self.num_envs)], dtype=np.int32)
+
+    def get_ram(self, out=None):
+        if out is None:
+            out = np.empty((self.num_envs, 128), dtype=np.uint8)
+        for k in range(self.num_envs):
+            (<Emulator>self.envs[k]).get_ram(out[k])
+        return out
+
+    def get_screen(self, out=None):
+        if out is None:
+            out = np.empty((self.num_envs, self.height, 160), dtype=np.uint8)
+        for k in range(self.num_envs):
+            (<Emulator>self.envs[k]).get_screen(out[k])
+        return out
+
+    def emulator(self, int k):
+        """Environment k as an Emulator (shares its state)."""
+        return self.envs[k]
