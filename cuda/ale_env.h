@@ -4,7 +4,7 @@
 // Facts: ALE_FACTS.md and ALE's environment/stella_environment.cpp, ale_state.cpp.
 #pragma once
 #include "console.h"
-#include "games_stub.h"  // becomes games.h once the game settings land
+#include "games.h"
 
 namespace hs {
 

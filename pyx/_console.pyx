@@ -16,7 +16,7 @@ frame by frame, including its load and reset sequences and its sticky actions.
              system_random_seed=4753849, paddle_min=-1, paddle_max=-1)
 
   rom            bytes of the cartridge image (size must match cart_type)
-  game           game-settings id of cuda/games*.h (see GAME_IDS for the stub's ids)
+  game           game-settings id of cuda/games_ids.h (GAME_IDS maps names to ids)
   cart_type      "2K", "4K", "F8", "F8 swapped", "F6", "E0", "FE", "F8SC", "F6SC", "DPC"
   ystart/height  Display.YStart / Display.Height (height becomes 250 on PAL if 210)
   display_format "AUTO" (ALE's default: 60 frames of detection at load), "NTSC", "PAL"
@@ -140,7 +140,6 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
     cdef struct GameState:
         int32_t score
     int kFrameBytes
-    int GAME_PONG, GAME_BREAKOUT, GAME_SPACE_INVADERS, GAME_NONE
 
 cdef extern from "palette.h" namespace "hs" nogil:
     const uint32_t* palette_table(int32_t tv)
@@ -194,8 +193,11 @@ cdef extern from "ale_env.h" nogil:
 CART_TYPES = {"2K": (0, 2048), "4K": (1, 4096), "F8": (2, 8192), "F8 swapped": (3, 8192),
               "F6": (4, 16384), "E0": (5, 8192), "FE": (6, 8192), "F8SC": (7, 8192),
               "F6SC": (8, 16384), "DPC": (9, 10240)}
-GAME_IDS = {"pong": GAME_PONG, "breakout": GAME_BREAKOUT, "space_invaders": GAME_SPACE_INVADERS,
-            "none": GAME_NONE}
+from hybridsim import _games as _game_table
+# Game-settings ids of cuda/games_ids.h (generated with data/games.json); 0 = no settings
+# (reward 0, never over), used for ROMs ALE has no settings for and for console tests.
+GAME_IDS = {name: _game_table.game_id(name) for name in _game_table.game_names() if name}
+GAME_IDS["none"] = 0
 MODE_STEPS = {"act": 0, "select": 1, "soft_reset": 2}
 
 cdef bytes STATE_MAGIC = b"HSENV2"

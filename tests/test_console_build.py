@@ -8,7 +8,7 @@ import pytest
 import hybridsim
 
 HEADERS = ("mt19937.h", "riot.h", "cart.h", "tia.h", "console.h", "palette.h", "ale_env.h",
-           "games_stub.h", "console_kernels.cu")
+           "console_kernels.cu")
 
 
 def test_console_headers_ship_with_the_package():
