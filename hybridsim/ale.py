@@ -185,7 +185,8 @@ class ALEInterface:
         if mode not in self._entry["modes"]:
             raise ValueError(f"mode {mode} is not available for {self._entry['name']}: "
                              f"choose one of {self._entry['modes']}")
-        emu.set_mode(mode)
+        from hybridsim.console_props import mode_select_for
+        emu.set_mode(mode, mode_select_for(self._entry.get("set_mode"), mode))
         self._mode = mode
 
     def setDifficulty(self, difficulty: int) -> None:

@@ -121,6 +121,7 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
     cdef struct Console:
         Riot riot
         Tia tia
+        uint8_t data_bus
         uint8_t pal
         int32_t height
     cdef struct AleEnv:
@@ -423,6 +424,15 @@ cdef class Emulator:
         cfg.mode = mode
         _set_mode_select(&cfg, mode_select)
         self.env.cfg = cfg
+
+    def set_ram(self, int index, int value):
+        """ALE's setRAM: a bus write of `value` at $80 + index (the data bus keeps it)."""
+        if not 0 <= index < 128:
+            raise IndexError(f"RAM index {index} out of range 0..127")
+        if not 0 <= value <= 255:
+            raise ValueError(f"RAM value {value} out of range 0..255")
+        self.env.console.riot.ram[index] = <uint8_t>value
+        self.env.console.data_bus = <uint8_t>value
 
     def set_difficulty(self, int difficulty):
         """ALE's setDifficulty: difficulty switches (bit 0 left A, bit 1 right A), applied

@@ -97,3 +97,29 @@ def test_clone_restore_round_trip_is_exact():
     rewards_b = [env.act(4) for _ in range(40)]
     assert rewards_a == rewards_b
     np.testing.assert_array_equal(env.getScreen().shape, screen.shape)
+
+
+@pytest.mark.parametrize("game,mode,difficulty", [("space_invaders", 5, 1), ("breakout", 12, 1),
+                                                  ("pong", 1, 1), ("seaquest", 0, 1)])
+def test_other_modes_and_difficulties_match(game, mode, difficulty):
+    result = verify.verify(ale_py.ALEInterface, ALEInterface, roms.rom_path(game), game=game,
+                           frames=300, repeat_action_probability=0.25, seed=5, mode=mode,
+                           difficulty=difficulty)
+    assert result.exact, str(result)
+
+
+def test_set_ram_matches_ale_py():
+    ref = ale_py.ALEInterface()
+    ref.setFloat("repeat_action_probability", 0.0)
+    ref.loadROM(str(roms.rom_path("breakout")))
+    ours = loaded("breakout", repeat_action_probability=0.0)
+    for frame in range(120):
+        if frame in (10, 50):
+            for index, value in ((0x39, 3), (0x4C, 0x90), (0x0D, 200)):
+                ref.setRAM(index, value)
+                ours.setRAM(index, value)
+        assert ours.act(1 + frame % 3) == ref.act(1 + frame % 3)
+        np.testing.assert_array_equal(ours.getRAM(), ref.getRAM(), err_msg=f"frame {frame}")
+        np.testing.assert_array_equal(ours.getScreen(), ref.getScreen(), err_msg=f"frame {frame}")
+    with pytest.raises(IndexError):
+        ours.setRAM(128, 0)
