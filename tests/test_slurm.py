@@ -1,0 +1,187 @@
+"""mpi_launch/: the hybridsim-mpirun wrapper and the Slurm batch templates, run on a real
+one-node Slurm cluster started by tests/slurm_cluster.py (skipped without slurm-wlm and
+munge: scripts/ci_install_slurm.sh installs them)."""
+import csv
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("ale_py")
+pytest.importorskip("mpi4py")
+
+from slurm_cluster import SlurmCluster, missing_requirements  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+LAUNCH = REPO / "mpi_launch"
+WRAPPER = LAUNCH / "hybridsim-mpirun"
+TINY = "--num-minibatches 1 --log-every 0 --noop-max 5"
+
+
+def find_mpiexec():
+    exe = (shutil.which("mpiexec", path=str(pathlib.Path(sys.executable).parent))
+           or shutil.which("mpiexec"))
+    if exe is None:
+        pytest.skip("no mpiexec (pip install mpi4py mpich)")
+    return exe
+
+
+def hydra_mpiexec():
+    exe = find_mpiexec()
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    if "HYDRA" not in version:
+        pytest.skip(f"{exe} is not MPICH's hydra mpiexec")
+    return exe
+
+
+def job_env(**settings):
+    """Environment for sbatch: the template settings plus this interpreter and MPI."""
+    env = {"PYTHON": sys.executable, "MPIEXEC": find_mpiexec(), "HYBRIDSIM_DIR": str(REPO),
+           "BACKEND": "ale-py", "NUM_ENVS": "2", "EXTRA_ARGS": TINY}
+    # a source checkout (built in place) rather than an installed hybridsim
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env.update({k: str(v) for k, v in settings.items()})
+    return env
+
+
+def metrics_frames(log_dir):
+    path = pathlib.Path(log_dir) / "metrics.csv"
+    if not path.exists():
+        return []
+    with open(path) as f:
+        return [int(row["frames"]) for row in csv.DictReader(f) if row.get("frames", "").isdigit()]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    why = missing_requirements()
+    if why:
+        pytest.skip(why)
+    c = SlurmCluster().start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def read(path):
+    return pathlib.Path(path).read_text(errors="replace") if pathlib.Path(path).exists() else "(no file)"
+
+
+# The template asks for 4 ranks x 8 cores for 24 h; this machine's cluster gets 2 x 1 for
+# 3 minutes (Slurm kills the job at its time limit, so nothing outlives the test). The
+# USR1 warning comes 5 s before that limit rather than 300 s (which is more than the
+# whole limit here).
+SMALL_JOB = ["--ntasks-per-node=2", "--cpus-per-task=1", "--time=3", "--signal=B:USR1@5"]
+
+
+def test_single_node_template_trains_to_the_budget(cluster, tmp_path):
+    log_dir, out = tmp_path / "run", tmp_path / "job.out"
+    job = cluster.sbatch(LAUNCH / "slurm" / "single_node.sbatch", *SMALL_JOB, f"--output={out}",
+                         env=job_env(LOG_DIR=log_dir, TOTAL_FRAMES=2000), cwd=tmp_path)
+    info = cluster.wait_job(job, timeout=170)
+    assert info["JobState"] == "COMPLETED", read(out)
+    for name in ("checkpoint.pt", "metrics.csv", "traj_rank00000.h5", "traj_rank00001.h5"):
+        assert (log_dir / name).is_file(), f"{name} missing\n{read(out)}"
+    assert metrics_frames(log_dir)[-1] >= 2000
+    import torch
+    assert torch.load(log_dir / "checkpoint.pt", weights_only=False)["frames"] >= 2000
+    assert "resuming" not in read(out)
+
+
+def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path):
+    log_dir, out, budget = tmp_path / "run", tmp_path / "job.out", tmp_path / "budget"
+    job = cluster.sbatch(LAUNCH / "slurm" / "single_node.sbatch", *SMALL_JOB, f"--output={out}",
+                         env=job_env(LOG_DIR=log_dir, TOTAL_FRAMES=10**9, TOTAL_FRAMES_FILE=budget),
+                         cwd=tmp_path)
+    deadline = time.monotonic() + 90
+    while len(metrics_frames(log_dir)) < 3:
+        info = cluster.job_info(job)
+        assert time.monotonic() < deadline and info.get("JobState") in ("PENDING", "RUNNING"), \
+            f"{info.get('JobState')}\n{read(out)}"
+        time.sleep(0.5)
+    # What Slurm does at `--signal=B:USR1@T` before the time limit, sent now. The budget
+    # file is read when the job starts again: the resumed run trains 2000 more frames.
+    budget.write_text(str(metrics_frames(log_dir)[-1] + 2000))
+    subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], env=cluster.env,
+                   check=True, timeout=30)
+    # Slurm holds a requeued job back for about two minutes (Reason=BeginTime). Once the
+    # first run has left the node (idle again), skip that wait as an administrator would.
+    requeued = cluster.wait_job(job, timeout=90, until=lambda i: i.get("Restarts") == "1")
+    if requeued.get("JobState") == "PENDING" and requeued.get("Reason") == "BeginTime":
+        cluster.wait_node_idle(timeout=60)
+        cluster.scontrol("update", f"JobId={job}", "StartTime=now")
+    info = cluster.wait_job(job, timeout=120)
+    text = read(out)
+    assert info["JobState"] == "COMPLETED" and info.get("Restarts") == "1", f"{info}\n{text}"
+    assert "requeueing" in text and "resuming from" in text, text
+    frames = metrics_frames(log_dir)
+    stopped = int(text.split("stopped by a signal at ")[1].split()[0].replace(",", ""))
+    target = int(budget.read_text())
+    assert stopped in frames and frames == sorted(frames), frames  # continued, not restarted
+    assert frames[-1] >= target > stopped
+    import torch
+    assert torch.load(log_dir / "checkpoint.pt", weights_only=False)["frames"] == frames[-1]
+
+
+def test_wrapper_dry_run_for_mpich():
+    exe = hydra_mpiexec()
+    proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "3",
+                           "--gpus-per-node", "2", "--mpiexec", exe, "--python", sys.executable,
+                           "--dry-run", "--", "--backend", "ale-py", "--game", "pong"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    cmd = proc.stdout.split()
+    assert cmd[:5] == [exe, "-n", "2", "-ppn", "2"]
+    assert "-bind-to core:3" in proc.stdout
+    assert "-genv OMP_NUM_THREADS 3" in proc.stdout
+    assert "-genv HYBRIDSIM_GPUS_PER_NODE 2" in proc.stdout
+    tail = cmd[cmd.index(str(LAUNCH / "rank_env.sh")):]
+    assert tail == [str(LAUNCH / "rank_env.sh"), sys.executable, "-m", "mpi4py", "-m", "hybridsim",
+                    "train", "--backend", "ale-py", "--game", "pong", "--num-threads", "3",
+                    "--torch-threads", "3"]
+    two_hosts = subprocess.run([str(WRAPPER), "--hosts", "a,b", "--ranks-per-node", "4",
+                                "--threads-per-rank", "1", "--mpiexec", exe, "--dry-run", "--",
+                                "--num-threads", "2"], capture_output=True, text=True, timeout=30)
+    assert "-n 8 -ppn 4 -hosts a,b" in two_hosts.stdout
+    assert two_hosts.stdout.count("--num-threads") == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ranks-per-node", "0", "--"], "--ranks-per-node must be a positive integer"),
+    (["--threads-per-rank", "x", "--"], "--threads-per-rank must be a positive integer"),
+    (["--gpus-per-node", "-1", "--"], "--gpus-per-node must be a non-negative integer"),
+    (["--hosts", "a,a", "--"], "host listed twice"),
+    (["--ranks-per-node", "2"], "missing '--'"),
+    (["--frobnicate", "--"], "unknown option '--frobnicate'"),
+    (["--mpiexec", "/nonexistent/mpiexec", "--"], "not found"),
+])
+def test_wrapper_rejects_bad_arguments(args, message):
+    proc = subprocess.run([str(WRAPPER), *args], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_wrapper_runs_two_local_ranks(tmp_path):
+    exe = find_mpiexec()
+    env = dict(os.environ, HYBRIDSIM_RANK_ENV_VERBOSE="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1",
+                           "--gpus-per-node", "0", "--mpiexec", exe, "--python", sys.executable,
+                           "--", "--backend", "ale-py", "--num-envs", "2", "--total-frames", "2000",
+                           "--log-dir", str(tmp_path), *TINY.split()],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    for name in ("checkpoint.pt", "metrics.csv", "traj_rank00000.h5", "traj_rank00001.h5"):
+        assert (tmp_path / name).is_file(), name
+    assert metrics_frames(tmp_path)[-1] >= 2000
+    ranks = [line for line in proc.stderr.splitlines() if line.startswith("rank_env.sh:")]
+    assert len(ranks) == 2, proc.stderr
+    assert all("OMP_NUM_THREADS=1" in r and "CUDA_VISIBLE_DEVICES= " in r for r in ranks), ranks
+    if len(os.sched_getaffinity(0)) >= 2:  # bound to one core each, different cores
+        cpus = sorted(r.split("Cpus_allowed_list: ")[-1].strip() for r in ranks)
+        assert len(set(cpus)) == 2 and all(c.isdigit() for c in cpus), ranks
