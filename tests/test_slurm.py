@@ -129,6 +129,47 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path):
     assert torch.load(log_dir / "checkpoint.pt", weights_only=False)["frames"] == frames[-1]
 
 
+def test_multi_node_template_on_one_node(cluster, tmp_path):
+    # This cluster has one node: the template's path (node list from Slurm, hydra's srun
+    # proxies, ranks per node) with --nodes=1.
+    log_dir, out = tmp_path / "run", tmp_path / "job.out"
+    job = cluster.sbatch(LAUNCH / "slurm" / "multi_node.sbatch", "--nodes=1", *SMALL_JOB,
+                         f"--output={out}", env=job_env(LOG_DIR=log_dir, TOTAL_FRAMES=1000),
+                         cwd=tmp_path)
+    info = cluster.wait_job(job, timeout=170)
+    assert info["JobState"] == "COMPLETED", read(out)
+    assert "1 nodes x 2 ranks" in read(out)
+    assert (log_dir / "traj_rank00001.h5").is_file() and metrics_frames(log_dir)[-1] >= 1000
+
+
+def test_array_template_sweeps_games_and_seeds(cluster, tmp_path):
+    import torch
+    sweep = tmp_path / "sweep"
+    job = cluster.sbatch(LAUNCH / "slurm" / "array.sbatch", "--array=0-1", "--ntasks-per-node=1",
+                         "--cpus-per-task=1", "--time=3", "--signal=B:USR1@5",
+                         f"--output={tmp_path}/%A_%a.out",
+                         env=job_env(GAMES="pong breakout", SEEDS="7", SWEEP_DIR=sweep,
+                                     TOTAL_FRAMES=800), cwd=tmp_path)
+    for task, game in enumerate(["pong", "breakout"]):
+        info = cluster.wait_job(f"{job}_{task}", timeout=170)
+        out = tmp_path / f"{job}_{task}.out"
+        assert info["JobState"] == "COMPLETED", read(out)
+        state = torch.load(sweep / f"{game}-seed7" / "checkpoint.pt", weights_only=False)
+        assert (state["config"]["game"], state["config"]["seed"]) == (game, 7)
+        assert state["frames"] >= 800
+
+
+@pytest.mark.parametrize("name", ["single_node.sbatch", "multi_node.sbatch", "array.sbatch"])
+def test_templates_requeue_on_a_batch_shell_signal(name):
+    path = LAUNCH / "slurm" / name
+    text = path.read_text()
+    for directive in ("#SBATCH --requeue", "#SBATCH --signal=B:USR1@", "#SBATCH --open-mode=append"):
+        assert directive in text, directive
+    assert "run_preemptible" in text and "hybridsim_resume_flag" in text
+    assert subprocess.run(["bash", "-n", str(path)], timeout=30).returncode == 0
+    assert os.access(path, os.X_OK)
+
+
 def test_wrapper_dry_run_for_mpich():
     exe = hydra_mpiexec()
     proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "3",

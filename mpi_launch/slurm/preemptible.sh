@@ -20,6 +20,11 @@ HYBRIDSIM_PREEMPTED_EXIT_CODE=3  # hybridsim.cli.PREEMPTED_EXIT_CODE
 _hybridsim_early_signal=0
 trap '_hybridsim_early_signal=1' USR1
 
+# MPICH's hydra starts its per-node proxies with srun inside a job; where Slurm binds
+# tasks (task/affinity), that one-task step would pin every rank of the node to the
+# proxy's core. Leave the proxy unbound: hydra's -bind-to places the ranks.
+export HYDRA_LAUNCHER_EXTRA_ARGS="${HYDRA_LAUNCHER_EXTRA_ARGS---cpu-bind=none}"
+
 hybridsim_log() { echo "[$(date -u +%FT%TZ) job ${SLURM_JOB_ID:-?}] $*"; }
 
 hybridsim_resume_flag() {
