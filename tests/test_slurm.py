@@ -39,12 +39,19 @@ def hydra_mpiexec():
     return exe
 
 
+def python_path():
+    """PYTHONPATH for the jobs: where this test's hybridsim comes from (installed, or a
+    checkout built in place), first."""
+    import hybridsim
+    home = str(pathlib.Path(hybridsim.__file__).resolve().parent.parent)
+    return os.pathsep.join(filter(None, [home, os.environ.get("PYTHONPATH")]))
+
+
 def job_env(**settings):
     """Environment for sbatch: the template settings plus this interpreter and MPI."""
     env = {"PYTHON": sys.executable, "MPIEXEC": find_mpiexec(), "HYBRIDSIM_DIR": str(REPO),
            "BACKEND": "ale-py", "NUM_ENVS": "2", "EXTRA_ARGS": TINY}
-    # a source checkout (built in place) rather than an installed hybridsim
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = python_path()
     env.update({k: str(v) for k, v in settings.items()})
     return env
 
@@ -210,7 +217,7 @@ def test_wrapper_rejects_bad_arguments(args, message):
 def test_wrapper_runs_two_local_ranks(tmp_path):
     exe = find_mpiexec()
     env = dict(os.environ, HYBRIDSIM_RANK_ENV_VERBOSE="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+               PYTHONPATH=python_path())
     proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1",
                            "--gpus-per-node", "0", "--mpiexec", exe, "--python", sys.executable,
                            "--", "--backend", "ale-py", "--num-envs", "2", "--total-frames", "2000",
