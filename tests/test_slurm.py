@@ -233,3 +233,42 @@ def test_wrapper_runs_two_local_ranks(tmp_path):
     if len(os.sched_getaffinity(0)) >= 2:  # bound to one core each, different cores
         cpus = sorted(r.split("Cpus_allowed_list: ")[-1].strip() for r in ranks)
         assert len(set(cpus)) == 2 and all(c.isdigit() for c in cpus), ranks
+
+
+def test_wrapper_dry_run_for_open_mpi():
+    proc = subprocess.run([str(WRAPPER), "--hosts", "n1,n2", "--ranks-per-node", "4",
+                           "--threads-per-rank", "8", "--gpus-per-node", "4", "--mpi-flavor", "openmpi",
+                           "--mpiexec", "mpirun", "--python", "python3", "--dry-run", "--",
+                           "--game", "pong"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip()
+    assert line.startswith("mpirun -n 8 --host n1:4,n2:4 --map-by ppr:4:node:PE=8 --bind-to core "
+                           "-x OMP_NUM_THREADS=8 -x HYBRIDSIM_GPUS_PER_NODE=4 -x PATH"), line
+    assert line.endswith("python3 -m mpi4py -m hybridsim train --game pong --num-threads 8 "
+                         "--torch-threads 8"), line
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"MPI_LOCALRANKID": "3", "HYBRIDSIM_GPUS_PER_NODE": "2"}, "1"),
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "HYBRIDSIM_GPUS_PER_NODE": "4"}, "1"),
+    ({"MPI_LOCALRANKID": "3", "HYBRIDSIM_GPUS_PER_NODE": "2", "CUDA_VISIBLE_DEVICES": "4,6"}, "6"),
+    ({"MPI_LOCALRANKID": "1", "HYBRIDSIM_GPUS_PER_NODE": "0", "CUDA_VISIBLE_DEVICES": "0"}, ""),
+    ({"MPI_LOCALRANKID": "1", "CUDA_VISIBLE_DEVICES": "2,3"}, "2,3"),
+])
+def test_rank_env_picks_the_gpu_of_the_local_rank(env, expected):
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("CUDA_VISIBLE_DEVICES", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "HYBRIDSIM_GPUS_PER_NODE", "SLURM_LOCALID")}
+    proc = subprocess.run([str(LAUNCH / "rank_env.sh"), "bash", "-c", 'echo "${CUDA_VISIBLE_DEVICES-unset}"'],
+                          env={**clean, **env}, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == expected
+
+
+def test_rank_env_without_a_local_rank_fails_clearly():
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+                          "PMI_LOCAL_RANK", "SLURM_LOCALID")}
+    proc = subprocess.run([str(LAUNCH / "rank_env.sh"), "true"], capture_output=True, text=True,
+                          env={**clean, "HYBRIDSIM_GPUS_PER_NODE": "2"}, timeout=30)
+    assert proc.returncode == 2 and "no local-rank variable" in proc.stderr
