@@ -272,3 +272,14 @@ def test_rank_env_without_a_local_rank_fails_clearly():
     proc = subprocess.run([str(LAUNCH / "rank_env.sh"), "true"], capture_output=True, text=True,
                           env={**clean, "HYBRIDSIM_GPUS_PER_NODE": "2"}, timeout=30)
     assert proc.returncode == 2 and "no local-rank variable" in proc.stderr
+
+
+def test_shell_scripts_pass_shellcheck():
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck not installed")
+    scripts = [WRAPPER, LAUNCH / "rank_env.sh", *sorted((LAUNCH / "slurm").iterdir()),
+               REPO / "scripts" / "ci_install_slurm.sh"]
+    scripts = [str(p) for p in scripts if p.suffix in ("", ".sh", ".sbatch")]
+    proc = subprocess.run(["shellcheck", "-x", "-s", "bash", *scripts], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout
