@@ -12,6 +12,7 @@ if [ "${#need[@]}" -eq 0 ]; then
   exit 0
 fi
 
+command -v apt-get >/dev/null 2>&1 || { echo "ci_install_slurm: needs apt-get (Debian/Ubuntu) to install ${need[*]}" >&2; exit 1; }
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null 2>&1 || { echo "ci_install_slurm: need root or sudo to install ${need[*]}" >&2; exit 1; }

@@ -181,14 +181,27 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
     def _wait_idle(self):
         self.wait_node_idle(self.startup_timeout, "did not become idle")
 
+    def node_state(self) -> str:
+        """sinfo's state of the node (idle, allocated, completing...), or its error."""
+        proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=self.env,
+                              capture_output=True, text=True, timeout=30)
+        return proc.stdout.strip() if proc.returncode == 0 else f"error: {proc.stderr.strip()}"
+
+    def wait_step_done(self, step: str, timeout: float):
+        """Wait for slurmd's "[STEP] done with job" (its slurmstepd has finished)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if f"[{step}] done with job" in self.logs["slurmd"].read_text(errors="replace"):
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"step {step} not done after {timeout:.0f} s\n{self.daemon_logs()}")
+
     def wait_node_idle(self, timeout: float, what: str = "is not idle"):
         deadline = time.monotonic() + timeout
         state = ""
         while time.monotonic() < deadline:
-            proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=self.env,
-                                  capture_output=True, text=True, timeout=30)
-            state = (proc.stdout.strip() or proc.stderr.strip())
-            if proc.returncode == 0 and state == "idle":
+            state = self.node_state()
+            if state == "idle":
                 return
             time.sleep(0.5)
         raise RuntimeError(f"the test Slurm node {what} after {timeout:.0f} s "
@@ -230,8 +243,11 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
             if info.get("JobState") in states or (until is not None and until(info)):
                 return info
             time.sleep(0.5)
+        node = subprocess.run(["sinfo", "-h", "-N", "-o", "%T %E"], env=self.env,
+                              capture_output=True, text=True, timeout=30).stdout.strip()
         raise TimeoutError(f"job {job_id} not in {states} after {timeout:.0f} s: "
-                           f"{info.get('JobState')} ({info.get('Reason')})\n{self.daemon_logs()}")
+                           f"{info.get('JobState')} ({info.get('Reason')}); node: {node}\n"
+                           f"{self.daemon_logs()}")
 
     def scontrol(self, *args):
         return self._run(["scontrol", *args], "scontrol " + " ".join(args))

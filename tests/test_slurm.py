@@ -118,14 +118,21 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path):
     subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], env=cluster.env,
                    check=True, timeout=30)
     # Slurm holds a requeued job back for about two minutes (Reason=BeginTime). Once the
-    # first run has left the node (idle again), skip that wait as an administrator would.
-    requeued = cluster.wait_job(job, timeout=90, until=lambda i: i.get("Restarts") == "1")
-    if requeued.get("JobState") == "PENDING" and requeued.get("Reason") == "BeginTime":
-        cluster.wait_node_idle(timeout=60)
+    # first run has fully ended (its slurmstepd done, the node idle), skip that wait as an
+    # administrator would (started sooner, the new run sometimes failed at once here: exit
+    # status 1, no output).
+    cluster.wait_job(job, timeout=90, until=lambda i: i.get("Restarts") == "1")
+    cluster.wait_step_done(f"{job}.batch", timeout=60)
+    cluster.wait_node_idle(timeout=60)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and cluster.job_info(job).get("JobState") == "PENDING":
+        # (its Reason reads None, not BeginTime, until the scheduler has looked at it)
         cluster.scontrol("update", f"JobId={job}", "StartTime=now")
-    info = cluster.wait_job(job, timeout=120)
+        time.sleep(2)
+    info = cluster.wait_job(job, timeout=150)
     text = read(out)
-    assert info["JobState"] == "COMPLETED" and info.get("Restarts") == "1", f"{info}\n{text}"
+    assert info["JobState"] == "COMPLETED" and info.get("Restarts") == "1", \
+        f"{info}\n{text}\n{cluster.daemon_logs(60)}"
     assert "requeueing" in text and "resuming from" in text, text
     frames = metrics_frames(log_dir)
     stopped = int(text.split("stopped by a signal at ")[1].split()[0].replace(",", ""))
@@ -283,3 +290,17 @@ def test_shell_scripts_pass_shellcheck():
     proc = subprocess.run(["shellcheck", "-x", "-s", "bash", *scripts], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout
+
+
+def test_templates_fail_clearly_outside_a_checkout_or_past_the_sweep(tmp_path):
+    # run as plain bash scripts: these checks come before anything needs Slurm
+    env = dict(os.environ, HYBRIDSIM_DIR=str(tmp_path), LOG_DIR=str(tmp_path / "run"))
+    proc = subprocess.run(["bash", str(LAUNCH / "slurm" / "single_node.sbatch")], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and "no mpi_launch/ in HYBRIDSIM_DIR" in proc.stderr, proc.stderr
+    env = dict(os.environ, HYBRIDSIM_DIR=str(REPO), GAMES="pong breakout", SEEDS="1",
+               SLURM_ARRAY_TASK_ID="2", SWEEP_DIR=str(tmp_path))
+    proc = subprocess.run(["bash", str(LAUNCH / "slurm" / "array.sbatch")], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and "task 2, but GAMES x SEEDS has 2 pairs" in proc.stdout, proc.stdout
+    assert not any(tmp_path.iterdir())
