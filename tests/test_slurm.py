@@ -70,9 +70,15 @@ def cluster():
     if why:
         pytest.skip(why)
     c = SlurmCluster().start()
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(c.conf)  # for any Slurm command a test runs
     try:
         yield c
     finally:
+        if before is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = before
         c.stop()
 
 
