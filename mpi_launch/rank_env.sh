@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Per-rank shim run by the MPI launcher in front of python: picks this rank's GPU, then
+# execs the command. hybridsim-mpirun passes its settings in the environment:
+#   HYBRIDSIM_GPUS_PER_NODE  unset: leave CUDA_VISIBLE_DEVICES alone; 0: hide all GPUs;
+#                            G > 0: local rank L gets GPU (L mod G)
+# If CUDA_VISIBLE_DEVICES is already a list (Slurm sets it to the job's GPUs), the rank
+# takes the (L mod G)-th entry of that list, so it stays inside the allocation.
+set -euo pipefail
+
+local_rank_var() {
+  # MPICH/Intel MPI (hydra), Open MPI, MVAPICH, then Slurm's srun (its SLURM_LOCALID is
+  # the batch step's 0 for every rank under mpiexec, hence last).
+  local v
+  for v in MPI_LOCALRANKID OMPI_COMM_WORLD_LOCAL_RANK MV2_COMM_WORLD_LOCAL_RANK \
+           PMI_LOCAL_RANK SLURM_LOCALID; do
+    if [ -n "${!v:-}" ]; then echo "$v"; return 0; fi
+  done
+  return 1
+}
+
+if [ -n "${HYBRIDSIM_GPUS_PER_NODE:-}" ]; then
+  gpus=$HYBRIDSIM_GPUS_PER_NODE
+  if [ "$gpus" -eq 0 ]; then
+    export CUDA_VISIBLE_DEVICES=""
+  else
+    var=$(local_rank_var) || {
+      echo "rank_env.sh: no local-rank variable from the MPI launcher (MPI_LOCALRANKID," \
+           "OMPI_COMM_WORLD_LOCAL_RANK, ...); cannot pick a GPU" >&2
+      exit 2
+    }
+    slot=$(( ${!var} % gpus ))
+    if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+      IFS=, read -r -a visible <<< "$CUDA_VISIBLE_DEVICES"
+      if [ "$slot" -ge "${#visible[@]}" ]; then
+        echo "rank_env.sh: local rank ${!var} wants GPU slot $slot but CUDA_VISIBLE_DEVICES" \
+             "lists only ${#visible[@]} ($CUDA_VISIBLE_DEVICES)" >&2
+        exit 2
+      fi
+      export CUDA_VISIBLE_DEVICES=${visible[$slot]}
+    else
+      export CUDA_VISIBLE_DEVICES=$slot
+    fi
+  fi
+fi
+if [ -n "${HYBRIDSIM_RANK_ENV_VERBOSE:-}" ]; then
+  echo "rank_env.sh: host $(hostname -s) local rank ${MPI_LOCALRANKID:-${OMPI_COMM_WORLD_LOCAL_RANK:-?}}" \
+       "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-<unset>} OMP_NUM_THREADS=${OMP_NUM_THREADS-<unset>}" \
+       "$(grep -s Cpus_allowed_list /proc/self/status | tr -s '\t' ' ')" >&2
+fi
+exec "$@"

@@ -1,0 +1,87 @@
+# Sourced by the batch scripts in this folder (bash). Defines:
+#   hybridsim_resume_flag LOG_DIR   prints --resume when LOG_DIR/checkpoint.pt exists
+#   hybridsim_budget              prints TOTAL_FRAMES, or the number in $TOTAL_FRAMES_FILE
+#   run_preemptible CMD...        runs CMD in the background; on SIGUSR1 to the batch shell
+#                                 forwards SIGUSR1 to CMD and waits for it; if CMD exits
+#                                 with 3 (hybridsim wrote a checkpoint and stopped),
+#                                 requeues this job. Returns CMD's exit status.
+#
+# Why the batch shell does this: with `#SBATCH --signal=B:USR1@T` Slurm sends SIGUSR1,
+# T seconds (up to 60 s more, sbatch(1)) before the time limit, to the batch shell only,
+# none of its children; bash runs a trap only once the foreground command ends, so the
+# training runs in the background and the shell sits in `wait`, which a trapped signal
+# interrupts (bash(1), SIGNALS). mpiexec (MPICH hydra, Open MPI's mpirun) passes
+# SIGUSR1 on to every rank.
+
+HYBRIDSIM_PREEMPTED_EXIT_CODE=3  # hybridsim.cli.PREEMPTED_EXIT_CODE
+
+# Until the training runs, only note the signal: bash's default action for SIGUSR1 would
+# end the batch shell.
+_hybridsim_early_signal=0
+trap '_hybridsim_early_signal=1' USR1
+
+# MPICH's hydra starts its per-node proxies with srun inside a job; where Slurm binds
+# tasks (task/affinity), that one-task step would pin every rank of the node to the
+# proxy's core. Leave the proxy unbound: hydra's -bind-to places the ranks.
+export HYDRA_LAUNCHER_EXTRA_ARGS="${HYDRA_LAUNCHER_EXTRA_ARGS---cpu-bind=none}"
+
+hybridsim_log() { echo "[$(date -u +%FT%TZ) job ${SLURM_JOB_ID:-?}] $*"; }
+
+hybridsim_resume_flag() {
+  if [ -f "$1/checkpoint.pt" ]; then
+    hybridsim_log "resuming from $1/checkpoint.pt (restart ${SLURM_RESTART_COUNT:-0})" >&2
+    echo --resume
+  fi
+}
+
+hybridsim_budget() {
+  local frames=$TOTAL_FRAMES
+  if [ -n "${TOTAL_FRAMES_FILE:-}" ] && [ -f "$TOTAL_FRAMES_FILE" ]; then
+    frames=$(tr -d '[:space:]' < "$TOTAL_FRAMES_FILE")
+    hybridsim_log "budget from $TOTAL_FRAMES_FILE: $frames frames" >&2
+  fi
+  if ! [[ "$frames" =~ ^[0-9]+$ ]]; then
+    hybridsim_log "error: total frames must be a number, got '$frames'" >&2
+    return 2
+  fi
+  echo "$frames"
+}
+
+hybridsim_requeue() {
+  # The job must allow it: #SBATCH --requeue (or JobRequeue=1). Slurm then ends this
+  # shell and runs the script again from the top, with the same SLURM_JOB_ID and
+  # SLURM_RESTART_COUNT one higher, once resources are free.
+  if ! scontrol requeue "$SLURM_JOB_ID"; then
+    hybridsim_log "error: scontrol requeue $SLURM_JOB_ID failed; resubmit to continue from the checkpoint"
+  fi
+}
+
+run_preemptible() {
+  local child rc
+  if [ "$_hybridsim_early_signal" = 1 ]; then
+    hybridsim_log "SIGUSR1 came before the training started; requeueing without running it"
+    hybridsim_requeue
+    return "$HYBRIDSIM_PREEMPTED_EXIT_CODE"
+  fi
+  _hybridsim_signalled=0
+  "$@" &
+  child=$!
+  # shellcheck disable=SC2064  # the pid is fixed now
+  trap "_hybridsim_signalled=1; hybridsim_log 'SIGUSR1: asking the training to checkpoint and stop'; kill -USR1 $child 2>/dev/null" USR1
+  while :; do
+    _hybridsim_signalled=0
+    wait "$child"
+    rc=$?
+    # a trapped signal ends `wait` early with a status above 128: wait again
+    if [ "$_hybridsim_signalled" = 1 ] && [ "$rc" -gt 128 ]; then continue; fi
+    break
+  done
+  trap - USR1
+  if [ "$rc" -eq "$HYBRIDSIM_PREEMPTED_EXIT_CODE" ]; then
+    hybridsim_log "training checkpointed and stopped; requeueing"
+    hybridsim_requeue
+  else
+    hybridsim_log "training exited with status $rc"
+  fi
+  return "$rc"
+}

@@ -1,0 +1,312 @@
+"""mpi_launch/: the hybridsim-mpirun wrapper and the Slurm batch templates, run on a real
+one-node Slurm cluster started by tests/slurm_cluster.py (skipped without slurm-wlm and
+munge: scripts/ci_install_slurm.sh installs them)."""
+import csv
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("ale_py")
+pytest.importorskip("mpi4py")
+
+from slurm_cluster import SlurmCluster, missing_requirements  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+LAUNCH = REPO / "mpi_launch"
+WRAPPER = LAUNCH / "hybridsim-mpirun"
+TINY = "--num-minibatches 1 --log-every 0 --noop-max 5"
+
+
+def find_mpiexec():
+    exe = (shutil.which("mpiexec", path=str(pathlib.Path(sys.executable).parent))
+           or shutil.which("mpiexec"))
+    if exe is None:
+        pytest.skip("no mpiexec (pip install mpi4py mpich)")
+    return exe
+
+
+def hydra_mpiexec():
+    exe = find_mpiexec()
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    if "HYDRA" not in version:
+        pytest.skip(f"{exe} is not MPICH's hydra mpiexec")
+    return exe
+
+
+def python_path():
+    """PYTHONPATH for the jobs: where this test's hybridsim comes from (installed, or a
+    checkout built in place), first."""
+    import hybridsim
+    home = str(pathlib.Path(hybridsim.__file__).resolve().parent.parent)
+    return os.pathsep.join(filter(None, [home, os.environ.get("PYTHONPATH")]))
+
+
+def job_env(**settings):
+    """Environment for sbatch: the template settings plus this interpreter and MPI."""
+    env = {"PYTHON": sys.executable, "MPIEXEC": find_mpiexec(), "HYBRIDSIM_DIR": str(REPO),
+           "BACKEND": "ale-py", "NUM_ENVS": "2", "EXTRA_ARGS": TINY}
+    env["PYTHONPATH"] = python_path()
+    env.update({k: str(v) for k, v in settings.items()})
+    return env
+
+
+def metrics_frames(log_dir):
+    path = pathlib.Path(log_dir) / "metrics.csv"
+    if not path.exists():
+        return []
+    with open(path) as f:
+        return [int(row["frames"]) for row in csv.DictReader(f) if row.get("frames", "").isdigit()]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    why = missing_requirements()
+    if why:
+        pytest.skip(why)
+    c = SlurmCluster().start()
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(c.conf)  # for any Slurm command a test runs
+    try:
+        yield c
+    finally:
+        if before is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = before
+        c.stop()
+
+
+def read(path):
+    return pathlib.Path(path).read_text(errors="replace") if pathlib.Path(path).exists() else "(no file)"
+
+
+# The template asks for 4 ranks x 8 cores for 24 h; this machine's cluster gets 2 x 1 for
+# 3 minutes (Slurm kills the job at its time limit, so nothing outlives the test). The
+# USR1 warning comes 5 s before that limit rather than 300 s (which is more than the
+# whole limit here).
+SMALL_JOB = ["--ntasks-per-node=2", "--cpus-per-task=1", "--time=3", "--signal=B:USR1@5"]
+
+
+def test_single_node_template_trains_to_the_budget(cluster, tmp_path):
+    log_dir, out = tmp_path / "run", tmp_path / "job.out"
+    job = cluster.sbatch(LAUNCH / "slurm" / "single_node.sbatch", *SMALL_JOB, f"--output={out}",
+                         env=job_env(LOG_DIR=log_dir, TOTAL_FRAMES=2000), cwd=tmp_path)
+    info = cluster.wait_job(job, timeout=170)
+    assert info["JobState"] == "COMPLETED", read(out)
+    for name in ("checkpoint.pt", "metrics.csv", "traj_rank00000.h5", "traj_rank00001.h5"):
+        assert (log_dir / name).is_file(), f"{name} missing\n{read(out)}"
+    assert metrics_frames(log_dir)[-1] >= 2000
+    import torch
+    assert torch.load(log_dir / "checkpoint.pt", weights_only=False)["frames"] >= 2000
+    assert "resuming" not in read(out)
+
+
+def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path):
+    log_dir, out, budget = tmp_path / "run", tmp_path / "job.out", tmp_path / "budget"
+    job = cluster.sbatch(LAUNCH / "slurm" / "single_node.sbatch", *SMALL_JOB, f"--output={out}",
+                         env=job_env(LOG_DIR=log_dir, TOTAL_FRAMES=10**9, TOTAL_FRAMES_FILE=budget),
+                         cwd=tmp_path)
+    deadline = time.monotonic() + 90
+    while len(metrics_frames(log_dir)) < 3:
+        info = cluster.job_info(job)
+        assert time.monotonic() < deadline and info.get("JobState") in ("PENDING", "RUNNING"), \
+            f"{info.get('JobState')}\n{read(out)}"
+        time.sleep(0.5)
+    # What Slurm does at `--signal=B:USR1@T` before the time limit, sent now. The budget
+    # file is read when the job starts again: the resumed run trains 2000 more frames.
+    budget.write_text(str(metrics_frames(log_dir)[-1] + 2000))
+    subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], env=cluster.env,
+                   check=True, timeout=30)
+    # Slurm holds a requeued job back for about two minutes (Reason=BeginTime). Once the
+    # first run has fully ended (its slurmstepd done, the node idle), skip that wait as an
+    # administrator would (started sooner, the new run sometimes failed at once here: exit
+    # status 1, no output).
+    cluster.wait_job(job, timeout=90, until=lambda i: i.get("Restarts") == "1")
+    cluster.wait_step_done(f"{job}.batch", timeout=60)
+    cluster.wait_node_idle(timeout=60)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and cluster.job_info(job).get("JobState") == "PENDING":
+        # (its Reason reads None, not BeginTime, until the scheduler has looked at it)
+        cluster.scontrol("update", f"JobId={job}", "StartTime=now")
+        time.sleep(2)
+    info = cluster.wait_job(job, timeout=150)
+    text = read(out)
+    assert info["JobState"] == "COMPLETED" and info.get("Restarts") == "1", \
+        f"{info}\n{text}\n{cluster.daemon_logs(60)}"
+    assert "requeueing" in text and "resuming from" in text, text
+    frames = metrics_frames(log_dir)
+    stopped = int(text.split("stopped by a signal at ")[1].split()[0].replace(",", ""))
+    target = int(budget.read_text())
+    assert stopped in frames and frames == sorted(frames), frames  # continued, not restarted
+    assert frames[-1] >= target > stopped
+    import torch
+    assert torch.load(log_dir / "checkpoint.pt", weights_only=False)["frames"] == frames[-1]
+
+
+def test_multi_node_template_on_one_node(cluster, tmp_path):
+    # This cluster has one node: the template's path (node list from Slurm, hydra's srun
+    # proxies, ranks per node) with --nodes=1.
+    log_dir, out = tmp_path / "run", tmp_path / "job.out"
+    job = cluster.sbatch(LAUNCH / "slurm" / "multi_node.sbatch", "--nodes=1", *SMALL_JOB,
+                         f"--output={out}", env=job_env(LOG_DIR=log_dir, TOTAL_FRAMES=1000),
+                         cwd=tmp_path)
+    info = cluster.wait_job(job, timeout=170)
+    assert info["JobState"] == "COMPLETED", read(out)
+    assert "1 nodes x 2 ranks" in read(out)
+    assert (log_dir / "traj_rank00001.h5").is_file() and metrics_frames(log_dir)[-1] >= 1000
+
+
+def test_array_template_sweeps_games_and_seeds(cluster, tmp_path):
+    import torch
+    sweep = tmp_path / "sweep"
+    job = cluster.sbatch(LAUNCH / "slurm" / "array.sbatch", "--array=0-1", "--ntasks-per-node=1",
+                         "--cpus-per-task=1", "--time=3", "--signal=B:USR1@5",
+                         f"--output={tmp_path}/%A_%a.out",
+                         env=job_env(GAMES="pong breakout", SEEDS="7", SWEEP_DIR=sweep,
+                                     TOTAL_FRAMES=800), cwd=tmp_path)
+    for task, game in enumerate(["pong", "breakout"]):
+        info = cluster.wait_job(f"{job}_{task}", timeout=170)
+        out = tmp_path / f"{job}_{task}.out"
+        assert info["JobState"] == "COMPLETED", read(out)
+        state = torch.load(sweep / f"{game}-seed7" / "checkpoint.pt", weights_only=False)
+        assert (state["config"]["game"], state["config"]["seed"]) == (game, 7)
+        assert state["frames"] >= 800
+
+
+@pytest.mark.parametrize("name", ["single_node.sbatch", "multi_node.sbatch", "array.sbatch"])
+def test_templates_requeue_on_a_batch_shell_signal(name):
+    path = LAUNCH / "slurm" / name
+    text = path.read_text()
+    for directive in ("#SBATCH --requeue", "#SBATCH --signal=B:USR1@", "#SBATCH --open-mode=append"):
+        assert directive in text, directive
+    assert "run_preemptible" in text and "hybridsim_resume_flag" in text
+    assert subprocess.run(["bash", "-n", str(path)], timeout=30).returncode == 0
+    assert os.access(path, os.X_OK)
+
+
+def test_wrapper_dry_run_for_mpich():
+    exe = hydra_mpiexec()
+    proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "3",
+                           "--gpus-per-node", "2", "--mpiexec", exe, "--python", sys.executable,
+                           "--dry-run", "--", "--backend", "ale-py", "--game", "pong"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    cmd = proc.stdout.split()
+    assert cmd[:5] == [exe, "-n", "2", "-ppn", "2"]
+    assert "-bind-to core:3" in proc.stdout
+    assert "-genv OMP_NUM_THREADS 3" in proc.stdout
+    assert "-genv HYBRIDSIM_GPUS_PER_NODE 2" in proc.stdout
+    tail = cmd[cmd.index(str(LAUNCH / "rank_env.sh")):]
+    assert tail == [str(LAUNCH / "rank_env.sh"), sys.executable, "-m", "mpi4py", "-m", "hybridsim",
+                    "train", "--backend", "ale-py", "--game", "pong", "--num-threads", "3",
+                    "--torch-threads", "3"]
+    two_hosts = subprocess.run([str(WRAPPER), "--hosts", "a,b", "--ranks-per-node", "4",
+                                "--threads-per-rank", "1", "--mpiexec", exe, "--dry-run", "--",
+                                "--num-threads", "2"], capture_output=True, text=True, timeout=30)
+    assert "-n 8 -ppn 4 -hosts a,b" in two_hosts.stdout
+    assert two_hosts.stdout.count("--num-threads") == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ranks-per-node", "0", "--"], "--ranks-per-node must be a positive integer"),
+    (["--threads-per-rank", "x", "--"], "--threads-per-rank must be a positive integer"),
+    (["--gpus-per-node", "-1", "--"], "--gpus-per-node must be a non-negative integer"),
+    (["--hosts", "a,a", "--"], "host listed twice"),
+    (["--ranks-per-node", "2"], "missing '--'"),
+    (["--frobnicate", "--"], "unknown option '--frobnicate'"),
+    (["--mpiexec", "/nonexistent/mpiexec", "--"], "not found"),
+])
+def test_wrapper_rejects_bad_arguments(args, message):
+    proc = subprocess.run([str(WRAPPER), *args], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_wrapper_runs_two_local_ranks(tmp_path):
+    exe = find_mpiexec()
+    env = dict(os.environ, HYBRIDSIM_RANK_ENV_VERBOSE="1",
+               PYTHONPATH=python_path())
+    proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1",
+                           "--gpus-per-node", "0", "--mpiexec", exe, "--python", sys.executable,
+                           "--", "--backend", "ale-py", "--num-envs", "2", "--total-frames", "2000",
+                           "--log-dir", str(tmp_path), *TINY.split()],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    for name in ("checkpoint.pt", "metrics.csv", "traj_rank00000.h5", "traj_rank00001.h5"):
+        assert (tmp_path / name).is_file(), name
+    assert metrics_frames(tmp_path)[-1] >= 2000
+    ranks = [line for line in proc.stderr.splitlines() if line.startswith("rank_env.sh:")]
+    assert len(ranks) == 2, proc.stderr
+    assert all("OMP_NUM_THREADS=1" in r and "CUDA_VISIBLE_DEVICES= " in r for r in ranks), ranks
+    if len(os.sched_getaffinity(0)) >= 2:  # bound to one core each, different cores
+        cpus = sorted(r.split("Cpus_allowed_list: ")[-1].strip() for r in ranks)
+        assert len(set(cpus)) == 2 and all(c.isdigit() for c in cpus), ranks
+
+
+def test_wrapper_dry_run_for_open_mpi():
+    proc = subprocess.run([str(WRAPPER), "--hosts", "n1,n2", "--ranks-per-node", "4",
+                           "--threads-per-rank", "8", "--gpus-per-node", "4", "--mpi-flavor", "openmpi",
+                           "--mpiexec", "mpirun", "--python", "python3", "--dry-run", "--",
+                           "--game", "pong"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip()
+    assert line.startswith("mpirun -n 8 --host n1:4,n2:4 --map-by ppr:4:node:PE=8 --bind-to core "
+                           "-x OMP_NUM_THREADS=8 -x HYBRIDSIM_GPUS_PER_NODE=4 -x PATH"), line
+    assert line.endswith("python3 -m mpi4py -m hybridsim train --game pong --num-threads 8 "
+                         "--torch-threads 8"), line
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"MPI_LOCALRANKID": "3", "HYBRIDSIM_GPUS_PER_NODE": "2"}, "1"),
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "HYBRIDSIM_GPUS_PER_NODE": "4"}, "1"),
+    ({"MPI_LOCALRANKID": "3", "HYBRIDSIM_GPUS_PER_NODE": "2", "CUDA_VISIBLE_DEVICES": "4,6"}, "6"),
+    ({"MPI_LOCALRANKID": "1", "HYBRIDSIM_GPUS_PER_NODE": "0", "CUDA_VISIBLE_DEVICES": "0"}, ""),
+    ({"MPI_LOCALRANKID": "1", "CUDA_VISIBLE_DEVICES": "2,3"}, "2,3"),
+])
+def test_rank_env_picks_the_gpu_of_the_local_rank(env, expected):
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("CUDA_VISIBLE_DEVICES", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "HYBRIDSIM_GPUS_PER_NODE", "SLURM_LOCALID")}
+    proc = subprocess.run([str(LAUNCH / "rank_env.sh"), "bash", "-c", 'echo "${CUDA_VISIBLE_DEVICES-unset}"'],
+                          env={**clean, **env}, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == expected
+
+
+def test_rank_env_without_a_local_rank_fails_clearly():
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+                          "PMI_LOCAL_RANK", "SLURM_LOCALID")}
+    proc = subprocess.run([str(LAUNCH / "rank_env.sh"), "true"], capture_output=True, text=True,
+                          env={**clean, "HYBRIDSIM_GPUS_PER_NODE": "2"}, timeout=30)
+    assert proc.returncode == 2 and "no local-rank variable" in proc.stderr
+
+
+def test_shell_scripts_pass_shellcheck():
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck not installed")
+    scripts = [WRAPPER, LAUNCH / "rank_env.sh", *sorted((LAUNCH / "slurm").iterdir()),
+               REPO / "scripts" / "ci_install_slurm.sh"]
+    scripts = [str(p) for p in scripts if p.suffix in ("", ".sh", ".sbatch")]
+    proc = subprocess.run(["shellcheck", "-x", "-s", "bash", *scripts], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_templates_fail_clearly_outside_a_checkout_or_past_the_sweep(tmp_path):
+    # run as plain bash scripts: these checks come before anything needs Slurm
+    env = dict(os.environ, HYBRIDSIM_DIR=str(tmp_path), LOG_DIR=str(tmp_path / "run"))
+    proc = subprocess.run(["bash", str(LAUNCH / "slurm" / "single_node.sbatch")], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and "no mpi_launch/ in HYBRIDSIM_DIR" in proc.stderr, proc.stderr
+    env = dict(os.environ, HYBRIDSIM_DIR=str(REPO), GAMES="pong breakout", SEEDS="1",
+               SLURM_ARRAY_TASK_ID="2", SWEEP_DIR=str(tmp_path))
+    proc = subprocess.run(["bash", str(LAUNCH / "slurm" / "array.sbatch")], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and "task 2, but GAMES x SEEDS has 2 pairs" in proc.stdout, proc.stdout
+    assert not any(tmp_path.iterdir())
