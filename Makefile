@@ -22,14 +22,18 @@ $(STAMP): $(BIN)/python $(SOURCES)
 
 install: $(STAMP)
 
+# The main job until training on hybridsim's own engine lands: check the emulator against
+# ale-py frame by frame on five games, then time it against ale-py.
 run: install
-	$(BIN)/hybridsim bench --cpu
+	$(BIN)/hybridsim verify --games pong,breakout,space_invaders,ms_pacman,seaquest --frames 2000
+	$(BIN)/hybridsim bench --single --frames 10000
 
 test: install
 	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: install
 	$(BIN)/hybridsim bench --cpu
+	$(BIN)/hybridsim bench --single
 
 clean:
 	rm -rf build *.egg-info pyx/*.cpp $(VENV)
