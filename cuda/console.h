@@ -193,6 +193,17 @@ HS_HD inline uint8_t console_read_ram(Console& c, int32_t index) {
 
 // ---- lifecycle ----
 
+// The bus the CPU sees for one run: the console, its ROM, the frame buffer being drawn.
+HS_HD inline ConsoleBus console_bus(Console& c, const uint8_t* rom, FrameBuffers& fbs) {
+  ConsoleBus bus;
+  bus.c = &c;
+  bus.rom = rom;
+  bus.fb = fbs.buf[fbs.shown];
+  bus.inputs = console_tia_inputs(c);
+  bus.swcha = console_swcha(c);
+  return bus;
+}
+
 // System::reset: rebase the counter, reset RIOT (one RNG draw), TIA, cartridge, then CPU.
 HS_HD inline void console_system_reset(Console& c, const uint8_t* rom, FrameBuffers& fbs) {
   riot_cycles_rebased(c.riot, c.cycles);
@@ -203,12 +214,7 @@ HS_HD inline void console_system_reset(Console& c, const uint8_t* rom, FrameBuff
   tia_set_display(c.tia, c.ystart, c.height);
   tia_reset(c.tia, fbs.buf[0], fbs.buf[1], 0, c.pal != 0, c.hmove_blanks != 0);
   cart_reset(c.cart, c.system_rng);
-  ConsoleBus bus;
-  bus.c = &c;
-  bus.rom = rom;
-  bus.fb = fbs.buf[fbs.shown];
-  bus.inputs = console_tia_inputs(c);
-  bus.swcha = console_swcha(c);
+  ConsoleBus bus = console_bus(c, rom, fbs);
   m6502_reset(c.cpu, bus);
 }
 
@@ -224,12 +230,7 @@ HS_HD inline int32_t console_run_frame(Console& c, const uint8_t* rom, FrameBuff
   }
   c.tia.partial_frame = 1;
   c.stop = 0;
-  ConsoleBus bus;
-  bus.c = &c;
-  bus.rom = rom;
-  bus.fb = fbs.buf[fbs.shown];
-  bus.inputs = console_tia_inputs(c);
-  bus.swcha = console_swcha(c);
+  ConsoleBus bus = console_bus(c, rom, fbs);
   m6502_run(c.cpu, bus, kMaxInstructionsPerFrame);
   tia_finish_frame(c.tia, bus.fb, c.cycles);
   return c.tia.lines_this_frame;

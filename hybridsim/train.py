@@ -524,7 +524,7 @@ class Trainer:
             obs, reward, terminated, truncated, info = self.env.recv()
             ids = np.asarray(info["env_id"])
             answered = outstanding[ids]  # False: a first observation after the initial reset
-            obs, reward, terminated, truncated = obs, reward * answered, terminated & answered, truncated & answered
+            reward, terminated, truncated = reward * answered, terminated & answered, truncated & answered
             done = np.logical_or(terminated, truncated)
             for k, e in enumerate(ids):
                 if answered[k]:
