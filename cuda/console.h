@@ -66,10 +66,28 @@ struct ConsoleProps {
   uint32_t system_seed;     // ALE's "system_random_seed" setting (default kSystemSeed)
 };
 
+struct FrameReplay;
+
 // Frame buffers kept by the caller; `shown` indexes the one holding the last frame.
+// With `replay` set, frames may be emulated without drawing and drawn on demand.
 struct FrameBuffers {
   uint8_t* buf[2];
   int32_t shown;
+  FrameReplay* replay = nullptr;
+};
+
+// Lazily drawn frames (caller-owned, not part of the emulator state). A frame emulated
+// with `lazy` set computes only what the emulation can observe (the collision latches),
+// and its start state is kept, so console_materialize can draw it later by running the
+// frame again: emulation is deterministic, so the pixels are those an eager run draws.
+// A frame may leave old pixels of its buffer visible (it ended before the bottom of the
+// display, or without VSYNC); such a frame is drawn at once, so a pending buffer always
+// depends on its start state alone.
+struct FrameReplay {
+  Console start[2];    // the console before the frame now held by buffer k
+  uint8_t pending[2];  // buffer k still has to be drawn
+  uint8_t lazy;        // the next frames may be left undrawn (set by the caller)
+  uint8_t pad_;
 };
 
 // ---- controller pins ----
@@ -139,49 +157,99 @@ HS_HD inline uint8_t console_read_switches(Console& c) {
 
 // ---- the bus ----
 
+// Reads and writes that reach a device (TIA, RIOT I/O, cartridge logic). Kept out of line
+// so the CPU loop stays small; c.cycles and c.data_bus must be current on entry.
+HS_HD HS_NOINLINE uint8_t console_peek_device(Console& c, const uint8_t* rom, uint8_t* fb,
+                                              const TiaInputs& inputs, uint8_t swcha, uint16_t addr) {
+  const uint16_t a = addr & 0x1FFF;
+  if (a & 0x1000) return cart_peek(c.cart, rom, addr, c.cycles);
+  if (!(a & 0x0080)) return tia_peek(c.tia, fb, addr, c.cycles, c.data_bus, inputs);
+  if (!(a & 0x0200)) return c.riot.ram[a & 0x7F];
+  if ((a & 0x07) == 2) return console_read_switches(c);
+  return riot_peek(c.riot, addr, c.cycles, swcha, 0);
+}
+
+// Returns the TIA's answer (WSYNC cycles, end of frame); other devices return zeros.
+HS_HD HS_NOINLINE TiaPokeResult console_poke_device(Console& c, uint8_t* fb, uint16_t addr, uint8_t value,
+                                                    bool last_access_was_read) {
+  const uint16_t a = addr & 0x1FFF;
+  TiaPokeResult r;
+  r.extra_cycles = 0;
+  r.stop = 0;
+  if (a & 0x1000) cart_poke(c.cart, addr, value);
+  else if (!(a & 0x0080)) r = tia_poke(c.tia, fb, addr, value, c.cycles, last_access_was_read);
+  else if (!(a & 0x0200)) c.riot.ram[a & 0x7F] = value;
+  else riot_poke(c.riot, addr, value, c.cycles);
+  return r;
+}
+
+// The CPU's view of the console for one run. m6502_run works on a private copy, so the
+// clock, the data bus value and the ROM window stay in registers; they are written to
+// the Console only around device accesses (and by console_bus_finish).
 struct ConsoleBus {
   Console* c;
   const uint8_t* rom;
   uint8_t* fb;
-  TiaInputs inputs;
+  const TiaInputs* inputs;
   uint8_t swcha;
+  uint8_t data_bus;  // last value on the bus (TIA reads keep its low 6 bits)
+  uint8_t stop;      // the TIA ended the CPU's run
+  uint32_t cycles;   // the system clock (Console::cycles while the CPU runs)
+  // The cartridge's plain-ROM window: reads of $1000 + [window_lo, window_lo +
+  // window_len) return window[addr & window_mask] with no side effects (no hot spot,
+  // RAM port or DPC register inside). Bank switches happen only outside it, so it is
+  // refreshed after every other cartridge access.
+  const uint8_t* window;
+  uint32_t window_lo, window_len, window_mask;
+
+  HS_HD HS_INLINE void refresh_window() {
+    const Cart& k = c->cart;
+    window = rom + (uint32_t)k.bank * 4096u;
+    window_mask = 0x0FFF;
+    switch (k.type) {
+      case CART_2K: window = rom; window_mask = 0x07FF; window_lo = 0; window_len = 0x1000; break;
+      case CART_4K: window_lo = 0; window_len = 0x1000; break;
+      case CART_F8: case CART_F8_SWAPPED: window_lo = 0; window_len = 0x0FF8; break;
+      case CART_F6: window_lo = 0; window_len = 0x0FF6; break;
+      case CART_F8SC: window_lo = 0x100; window_len = 0x0FF8 - 0x100; break;
+      case CART_F6SC: window_lo = 0x100; window_len = 0x0FF6 - 0x100; break;
+      case CART_DPC: window_lo = 0x80; window_len = 0x0FC0 - 0x80; break;
+      case CART_E0:  // the fixed slice 7 at $1C00, below its hot spots
+        window = rom + 7u * 1024u; window_mask = 0x03FF; window_lo = 0x0C00; window_len = 0x0FE0 - 0x0C00; break;
+      default: window_lo = 0; window_len = 0; break;  // FE decodes A13: always the device path
+    }
+  }
 
   // Address decoding on A12, A7 and A9 (13-bit bus); devices see the full address.
   HS_HD HS_INLINE uint8_t peek(uint16_t addr) {
-    uint16_t a = addr & 0x1FFF;
-    uint8_t v;
-    if (a & 0x1000) {
-      const int32_t type = c->cart.type;
-      if (type == CART_4K) v = rom[a & 0x0FFF];  // the common mappers without hot spots here
-      else if (type == CART_2K) v = rom[a & 0x07FF];
-      else if ((type == CART_F8 || type == CART_F8_SWAPPED) && (a & 0x0FFF) < 0x0FF8)
-        v = rom[(uint32_t)c->cart.bank * 4096u + (a & 0x0FFF)];
-      else v = cart_peek(c->cart, rom, addr, c->cycles);
-    }
-    else if (!(a & 0x0080)) v = tia_peek(c->tia, fb, addr, c->cycles, c->data_bus, inputs);
-    else if (!(a & 0x0200)) v = c->riot.ram[a & 0x7F];
-    else if ((a & 0x07) == 2) v = console_read_switches(*c);
-    else v = riot_peek(c->riot, addr, c->cycles, swcha, 0);
-    c->data_bus = v;
+    const uint32_t from_window = (uint32_t)(addr & 0x1FFF) - (0x1000u + window_lo);
+    if (from_window < window_len) data_bus = window[addr & window_mask];
+    else if ((addr & 0x1280) == 0x0080) data_bus = c->riot.ram[addr & 0x7F];
+    else data_bus = peek_device(addr);
+    return data_bus;
+  }
+  HS_HD HS_INLINE uint8_t peek_device(uint16_t addr) {
+    c->cycles = cycles;
+    c->data_bus = data_bus;
+    uint8_t v = console_peek_device(*c, rom, fb, *inputs, swcha, addr);
+    if (addr & 0x1000) refresh_window();
     return v;
   }
   HS_HD HS_INLINE void poke(uint16_t addr, uint8_t value, bool last_access_was_read) {
-    uint16_t a = addr & 0x1FFF;
-    if (a & 0x1000) {
-      cart_poke(c->cart, addr, value);
-    } else if (!(a & 0x0080)) {
-      TiaPokeResult r = tia_poke(c->tia, fb, addr, value, c->cycles, last_access_was_read);
-      c->cycles += r.extra_cycles;
-      if (r.stop) c->stop = 1;
-    } else if (!(a & 0x0200)) {
-      c->riot.ram[a & 0x7F] = value;
+    if ((addr & 0x1280) == 0x0080) {
+      c->riot.ram[addr & 0x7F] = value;
     } else {
-      riot_poke(c->riot, addr, value, c->cycles);
+      c->cycles = cycles;
+      c->data_bus = data_bus;
+      TiaPokeResult r = console_poke_device(*c, fb, addr, value, last_access_was_read);
+      cycles += r.extra_cycles;
+      stop |= r.stop;
+      if (addr & 0x1000) refresh_window();
     }
-    c->data_bus = value;
+    data_bus = value;
   }
-  HS_HD HS_INLINE void add_cycles(uint32_t n) { c->cycles += n; }
-  HS_HD HS_INLINE bool stop_requested() const { return c->stop != 0; }
+  HS_HD HS_INLINE void add_cycles(uint32_t n) { cycles += n; }
+  HS_HD HS_INLINE bool stop_requested() const { return stop != 0; }
 };
 
 // Reads memory as the game-settings code does (System::peek: also sets the data bus).
@@ -193,15 +261,28 @@ HS_HD inline uint8_t console_read_ram(Console& c, int32_t index) {
 
 // ---- lifecycle ----
 
-// The bus the CPU sees for one run: the console, its ROM, the frame buffer being drawn.
-HS_HD inline ConsoleBus console_bus(Console& c, const uint8_t* rom, FrameBuffers& fbs) {
+// The bus the CPU sees for one run: the console, its ROM, the frame buffer being drawn
+// and the port inputs (kept by the caller in `inputs`).
+HS_HD inline ConsoleBus console_bus(Console& c, const uint8_t* rom, FrameBuffers& fbs, TiaInputs& inputs) {
   ConsoleBus bus;
   bus.c = &c;
   bus.rom = rom;
   bus.fb = fbs.buf[fbs.shown];
-  bus.inputs = console_tia_inputs(c);
+  inputs = console_tia_inputs(c);
+  bus.inputs = &inputs;
   bus.swcha = console_swcha(c);
+  bus.data_bus = c.data_bus;
+  bus.stop = c.stop;
+  bus.cycles = c.cycles;
+  bus.refresh_window();
   return bus;
+}
+
+// Writes back what the bus kept in registers.
+HS_HD inline void console_bus_finish(Console& c, const ConsoleBus& bus) {
+  c.cycles = bus.cycles;
+  c.data_bus = bus.data_bus;
+  c.stop = bus.stop;
 }
 
 // System::reset: rebase the counter, reset RIOT (one RNG draw), TIA, cartridge, then CPU.
@@ -214,13 +295,15 @@ HS_HD inline void console_system_reset(Console& c, const uint8_t* rom, FrameBuff
   tia_set_display(c.tia, c.ystart, c.height);
   tia_reset(c.tia, fbs.buf[0], fbs.buf[1], 0, c.pal != 0, c.hmove_blanks != 0);
   cart_reset(c.cart, c.system_rng);
-  ConsoleBus bus = console_bus(c, rom, fbs);
+  if (fbs.replay != nullptr) fbs.replay->pending[0] = fbs.replay->pending[1] = 0;  // both cleared
+  TiaInputs inputs;
+  ConsoleBus bus = console_bus(c, rom, fbs, inputs);
   m6502_reset(c.cpu, bus);
+  console_bus_finish(c, bus);
 }
 
-// One TIA::update: run the CPU until the frame ends (VSYNC, scanline limit) or 25,000
-// instructions. Returns the number of scanlines of the frame.
-HS_HD inline int32_t console_run_frame(Console& c, const uint8_t* rom, FrameBuffers& fbs) {
+// One TIA::update, drawing into fbs.buf[fbs.shown] (after flipping at a frame start).
+HS_HD inline void console_run_frame_into(Console& c, const uint8_t* rom, FrameBuffers& fbs, bool skip_pixels) {
   if (!c.tia.partial_frame) {
     fbs.shown ^= 1;  // draw into the older buffer
     tia_start_frame(c.tia, c.cycles);
@@ -229,10 +312,65 @@ HS_HD inline int32_t console_run_frame(Console& c, const uint8_t* rom, FrameBuff
     c.cycles = 0;
   }
   c.tia.partial_frame = 1;
+  c.tia.skip_pixels = skip_pixels ? 1 : 0;
   c.stop = 0;
-  ConsoleBus bus = console_bus(c, rom, fbs);
+  TiaInputs inputs;
+  ConsoleBus bus = console_bus(c, rom, fbs, inputs);
   m6502_run(c.cpu, bus, kMaxInstructionsPerFrame);
+  console_bus_finish(c, bus);
   tia_finish_frame(c.tia, bus.fb, c.cycles);
+  c.tia.skip_pixels = 0;
+}
+
+// Draws pending buffer k by running its frame again from the saved start state.
+HS_HD inline void console_draw_pending(const uint8_t* rom, FrameBuffers& fbs, int32_t k) {
+  FrameReplay& r = *fbs.replay;
+  if (!r.pending[k]) return;
+  FrameBuffers target = fbs;
+  target.shown = k ^ 1;  // the run flips to buffer k
+  target.replay = nullptr;
+  Console scratch = r.start[k];
+  console_run_frame_into(scratch, rom, target, false);
+  r.pending[k] = 0;
+}
+
+// Draws every pending buffer: call before reading pixels.
+HS_HD inline void console_materialize(const uint8_t* rom, FrameBuffers& fbs) {
+  if (fbs.replay == nullptr) return;
+  console_draw_pending(rom, fbs, 0);
+  console_draw_pending(rom, fbs, 1);
+}
+
+// One TIA::update: run the CPU until the frame ends (VSYNC, scanline limit) or 25,000
+// instructions. Returns the number of scanlines of the frame.
+HS_HD inline int32_t console_run_frame(Console& c, const uint8_t* rom, FrameBuffers& fbs) {
+  FrameReplay* r = fbs.replay;
+  if (r == nullptr) {
+    console_run_frame_into(c, rom, fbs, false);
+    return c.tia.lines_this_frame;
+  }
+  if (!r->lazy || c.tia.partial_frame) {  // drawn as it runs (a continued frame always is)
+    // A new frame may leave pixels of its buffer's previous frame visible: draw those first.
+    if (!c.tia.partial_frame) console_draw_pending(rom, fbs, fbs.shown ^ 1);
+    console_run_frame_into(c, rom, fbs, false);
+    r->pending[fbs.shown] = 0;
+    return c.tia.lines_this_frame;
+  }
+  const int32_t k = fbs.shown ^ 1;  // the buffer this frame goes to
+  const Console start = c;
+  console_run_frame_into(c, rom, fbs, true);
+  const bool whole = !c.tia.partial_frame && c.tia.drawn_until_clock >= c.tia.display_stop_clock;
+  if (whole) {  // every pixel of the display is this frame's
+    r->start[k] = start;
+    r->pending[k] = 1;
+  } else {  // old pixels stay visible: draw what lies under them, then this frame
+    console_draw_pending(rom, fbs, k);
+    FrameBuffers again = fbs;
+    again.shown = k ^ 1;
+    again.replay = nullptr;
+    Console scratch = start;
+    console_run_frame_into(scratch, rom, again, false);
+  }
   return c.tia.lines_this_frame;
 }
 

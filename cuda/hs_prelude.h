@@ -25,11 +25,17 @@ typedef unsigned long long uint64_t;
 #define HS_GPU 1
 #define HS_HD __host__ __device__
 #define HS_INLINE __forceinline__
+#define HS_NOINLINE __noinline__
+#define HS_LAMBDA_INLINE
 #define HS_CONSTANT __constant__
 #else
 #define HS_GPU 0
 #define HS_HD
 #define HS_INLINE inline __attribute__((always_inline))
+#define HS_NOINLINE __attribute__((noinline))
+// The CPU's access helpers are lambdas called from ~600 places in the opcode switch;
+// without this GCC keeps them as calls.
+#define HS_LAMBDA_INLINE __attribute__((always_inline))
 #define HS_CONSTANT
 #endif
 

@@ -93,8 +93,12 @@ HS_HD void m6502_reset(M6502& s, Bus& bus) {
 // Runs instructions until `max_instructions` have run, the bus asks to stop (checked
 // after every instruction), or a JAM opcode halts the CPU. Returns the number run.
 template <class Bus>
-HS_HD uint32_t m6502_run(M6502& s, Bus& bus, uint32_t max_instructions) {
+HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
   if (s.jammed) return 0;
+  // A private copy of the bus (its address never escapes) lets the compiler keep its
+  // fields in registers; it is copied back at the end.
+  Bus bus = bus_in;
+  bool jammed = false;
   // Registers live in locals for the loop; written back once at the end.
   uint16_t pc = s.pc;
   uint8_t a = s.a, x = s.x, y = s.y, sp = s.sp;
@@ -103,41 +107,41 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus, uint32_t max_instructions) {
   uint8_t ir = s.ir;
   uint32_t count = 0;
 
-  auto rd = [&](uint16_t address) -> uint8_t {
+  auto rd = [&](uint16_t address) HS_LAMBDA_INLINE -> uint8_t {
     uint8_t value = bus.peek(address);
     last_read = 1;
     return value;
   };
-  auto wr = [&](uint16_t address, uint8_t value) {
+  auto wr = [&](uint16_t address, uint8_t value) HS_LAMBDA_INLINE {
     bus.poke(address, value, last_read != 0);
     last_read = 0;
   };
-  auto fetch_word = [&]() -> uint16_t {
+  auto fetch_word = [&]() HS_LAMBDA_INLINE -> uint16_t {
     uint16_t lo = rd(pc);
     uint16_t hi = rd((uint16_t)(pc + 1));
     pc = (uint16_t)(pc + 2);
     return (uint16_t)(lo | (hi << 8));
   };
-  auto push = [&](uint8_t value) { wr((uint16_t)(0x100 + sp), value); sp = (uint8_t)(sp - 1); };
-  auto pull = [&]() -> uint16_t { uint8_t value = rd((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); return value; };
-  auto set_nz = [&](uint8_t value) { n = value >> 7; notz = value != 0; };
-  auto status_byte = [&]() -> uint8_t {
+  auto push = [&](uint8_t value) HS_LAMBDA_INLINE { wr((uint16_t)(0x100 + sp), value); sp = (uint8_t)(sp - 1); };
+  auto pull = [&]() HS_LAMBDA_INLINE -> uint16_t { uint8_t value = rd((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); return value; };
+  auto set_nz = [&](uint8_t value) HS_LAMBDA_INLINE { n = value >> 7; notz = value != 0; };
+  auto status_byte = [&]() HS_LAMBDA_INLINE -> uint8_t {
     return (uint8_t)(P_U | (n << 7) | (v << 6) | (b << 4) | (d << 3) | (flag_i << 2) | ((!notz) << 1) | c);
   };
-  auto set_status_byte = [&](uint8_t p) {
+  auto set_status_byte = [&](uint8_t p) HS_LAMBDA_INLINE {
     n = (p >> 7) & 1; v = (p >> 6) & 1; b = 1; d = (p >> 3) & 1; flag_i = (p >> 2) & 1;
     notz = !(p & P_Z); c = p & 1;
   };
-  auto compare = [&](uint8_t reg, uint8_t value) {
+  auto compare = [&](uint8_t reg, uint8_t value) HS_LAMBDA_INLINE {
     uint16_t r = (uint16_t)(reg - value);
     notz = r != 0; n = (r >> 7) & 1; c = !(r & 0x100);
   };
-  auto branch = [&](uint8_t displacement) {
+  auto branch = [&](uint8_t displacement) HS_LAMBDA_INLINE {
     uint16_t target = (uint16_t)(pc + (int8_t)displacement);
     bus.add_cycles(((pc ^ target) & 0xFF00) ? 2 : 1);
     pc = target;
   };
-  auto adc = [&](uint8_t value) {
+  auto adc = [&](uint8_t value) HS_LAMBDA_INLINE {
     if (!d) {
       int sum_signed = (int8_t)a + (int8_t)value + c;
       v = sum_signed > 127 || sum_signed < -128;
@@ -154,7 +158,7 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus, uint32_t max_instructions) {
       v = ((old_a ^ a) & 0x80) && ((a ^ value) & 0x80);
     }
   };
-  auto sbc = [&](uint8_t value) {
+  auto sbc = [&](uint8_t value) HS_LAMBDA_INLINE {
     if (!d) {
       uint8_t inv = (uint8_t)~value;
       int diff_signed = (int8_t)a + (int8_t)inv + c;
@@ -173,7 +177,7 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus, uint32_t max_instructions) {
       v = ((old_a ^ a) & 0x80) && ((a ^ value) & 0x80);
     }
   };
-  auto arr = [&](uint8_t value) {
+  auto arr = [&](uint8_t value) HS_LAMBDA_INLINE {
     if (!d) {
       a &= value;
       a = (uint8_t)((a >> 1) | (c << 7));
@@ -192,6 +196,9 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus, uint32_t max_instructions) {
   };
 
   while (count < max_instructions) {
+#ifdef HS_PC_HOOK
+    HS_PC_HOOK(pc);
+#endif
     ir = rd(pc);
     pc = (uint16_t)(pc + 1);
     bus.add_cycles(kM6502Cycles[ir]);
@@ -203,11 +210,13 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus, uint32_t max_instructions) {
     switch (ir) {
 #include "m6502_ops.inc"
       default:  // the 12 JAM opcodes: ALE stops the CPU with a fatal error
-        s.jammed = 1;
+        jammed = true;
         break;
     }
-    if (s.jammed || bus.stop_requested()) break;
+    if (jammed || bus.stop_requested()) break;
   }
+  bus_in = bus;
+  s.jammed = jammed ? 1 : 0;
 
   s.pc = pc; s.a = a; s.x = x; s.y = y; s.sp = sp; s.ir = ir;
   s.n = n; s.v = v; s.b = b; s.d = d; s.i = flag_i; s.notz = notz; s.c = c;

@@ -86,7 +86,8 @@ struct Tia {
   uint8_t frame_greyed;
   uint8_t colour_loss;           // PAL
   uint8_t hmove_blanks_allowed;  // Emulation.HmoveBlanks
-  uint8_t pad_[3];
+  uint8_t skip_pixels;           // this run computes collisions only (see console.h, FrameReplay)
+  uint8_t pad_[2];
 };
 
 // ---- object shapes (functions of the distance d = (x - position) mod 160) ----
@@ -204,6 +205,8 @@ HS_HD HS_INLINE int32_t wrap_distance(int32_t x, int32_t pos) {
 
 // ---- drawing ----
 
+#include "tia_tables.inc"  // kTiaColourPick, kTiaCollisions: pick_colour and collision_bits as tables
+
 // Reference renderer: every object tested at every pixel. Slow and obvious; the tests
 // compare tia_draw_span against it.
 HS_HD inline void tia_draw_span_reference(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
@@ -250,21 +253,53 @@ HS_HD HS_INLINE void mark_range(uint8_t* e, int32_t x0, int32_t count, int32_t s
 }
 
 // Player pixels: copy k of a player starts at pos + offset; each graphics bit covers
-// `scale` pixels, and double/quad players start one pixel late (ALE).
+// 1 << shift pixels, and double/quad players start one pixel late (ALE).
 HS_HD HS_INLINE void mark_player(uint8_t* e, int32_t x0, int32_t count, int32_t pos, int32_t mode,
                                  bool hide_first, uint8_t graphics, uint8_t bit) {
   if (graphics == 0) return;
   const bool wide = mode == 5 || mode == 7;
-  const int32_t scale = mode == 5 ? 2 : (mode == 7 ? 4 : 1);
+  const int32_t shift = mode == 5 ? 1 : (mode == 7 ? 2 : 0);
   for (int32_t k = hide_first ? 1 : 0; k < 3; ++k) {
     int32_t offset = copy_offset(mode, k);
     if (offset < 0) break;
     int32_t start = pos + offset + (wide ? 1 : 0);
     for (int32_t base = start - 160; base <= start; base += 160) {
       int32_t lo = base > x0 ? base : x0;
-      int32_t hi = base + 8 * scale < x0 + count ? base + 8 * scale : x0 + count;
+      int32_t hi = base + (8 << shift) < x0 + count ? base + (8 << shift) : x0 + count;
       for (int32_t x = lo; x < hi; ++x)
-        if (graphics & (0x80 >> ((x - base) / scale))) e[x - x0] |= bit;
+        if (graphics & (0x80 >> ((x - base) >> shift))) e[x - x0] |= bit;
+    }
+  }
+}
+
+// Object bits (OBJ_*) of each pixel of [x, x + count) into e; `blocks` is
+// playfield_blocks() of the line (0 without playfield).
+HS_HD HS_INLINE void tia_mark_objects(const Tia& t, uint8_t* e, int32_t x, int32_t count, uint64_t blocks) {
+  if (blocks == 0) {
+    for (int32_t k = 0; k < count; ++k) e[k] = 0;
+  } else {
+    int32_t k = 0;
+    for (; k < count && ((x + k) & 3); ++k) e[k] = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
+    for (; k + 4 <= count; k += 4) {
+      const uint8_t v = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
+      e[k] = v; e[k + 1] = v; e[k + 2] = v; e[k + 3] = v;
+    }
+    for (; k < count; ++k) e[k] = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
+  }
+  const int32_t mode0 = t.nusiz[0] & 7, mode1 = t.nusiz[1] & 7;
+  if (t.enabled & OBJ_BL) mark_range(e, x, count, t.pos[OB_BL], 1 << ((t.ctrlpf >> 4) & 3), OBJ_BL);
+  mark_player(e, x, count, t.pos[OB_P0], mode0, t.p_hide_first[0] != 0, t.grp_shown[0], OBJ_P0);
+  mark_player(e, x, count, t.pos[OB_P1], mode1, t.p_hide_first[1] != 0, t.grp_shown[1], OBJ_P1);
+  for (int32_t m = 0; m < 2; ++m) {
+    if (!(t.enabled & (m ? OBJ_M1 : OBJ_M0))) continue;
+    if (m == 0 && t.m0_shape == M0_HIDDEN) continue;
+    int32_t size = (t.nusiz[m] >> 4) & 3;
+    if (m == 0 && t.m0_shape == M0_STRETCHED) size |= 1;
+    int32_t mode = m ? mode1 : mode0;
+    for (int32_t k = 0; k < 3; ++k) {
+      int32_t offset = copy_offset(mode, k);
+      if (offset < 0) break;
+      mark_range(e, x, count, t.pos[OB_M0 + m] + offset, 1 << size, m ? OBJ_M1 : OBJ_M0);
     }
   }
 }
@@ -310,40 +345,132 @@ HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
     return;
   }
   uint8_t e[SCREEN_WIDTH];
-  if (blocks == 0) {
-    for (int32_t k = 0; k < count; ++k) e[k] = 0;
-  } else {
-    int32_t k = 0;
-    for (; k < count && ((x + k) & 3); ++k) e[k] = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
-    for (; k + 4 <= count; k += 4) {
-      const uint8_t v = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
-      e[k] = v; e[k + 1] = v; e[k + 2] = v; e[k + 3] = v;
-    }
-    for (; k < count; ++k) e[k] = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
-  }
-  const int32_t mode0 = t.nusiz[0] & 7, mode1 = t.nusiz[1] & 7;
-  if (t.enabled & OBJ_BL) mark_range(e, x, count, t.pos[OB_BL], 1 << ((t.ctrlpf >> 4) & 3), OBJ_BL);
-  mark_player(e, x, count, t.pos[OB_P0], mode0, t.p_hide_first[0] != 0, t.grp_shown[0], OBJ_P0);
-  mark_player(e, x, count, t.pos[OB_P1], mode1, t.p_hide_first[1] != 0, t.grp_shown[1], OBJ_P1);
-  for (int32_t m = 0; m < 2; ++m) {
-    if (!(t.enabled & (m ? OBJ_M1 : OBJ_M0))) continue;
-    if (m == 0 && t.m0_shape == M0_HIDDEN) continue;
-    int32_t size = (t.nusiz[m] >> 4) & 3;
-    if (m == 0 && t.m0_shape == M0_STRETCHED) size |= 1;
-    int32_t mode = m ? mode1 : mode0;
-    for (int32_t k = 0; k < 3; ++k) {
-      int32_t offset = copy_offset(mode, k);
-      if (offset < 0) break;
-      mark_range(e, x, count, t.pos[OB_M0 + m] + offset, 1 << size, m ? OBJ_M1 : OBJ_M0);
-    }
-  }
+  tia_mark_objects(t, e, x, count, blocks);
+  // Branch-free per pixel: the colour from the priority table, and the set of object
+  // combinations seen (collisions depend only on which combinations occur).
   const uint8_t prio = t.pf_prio_score;
+  uint64_t seen = 0;
+  const int32_t left_end = 80 - x < count ? (80 - x > 0 ? 80 - x : 0) : count;
+  for (int32_t k = 0; k < left_end; ++k) {
+    const uint8_t v = e[k];
+    seen |= 1ull << v;
+    out[k] = t.color[kTiaColourPick[v | prio]];
+  }
+  for (int32_t k = left_end; k < count; ++k) {
+    const uint8_t v = e[k];
+    seen |= 1ull << v;
+    out[k] = t.color[kTiaColourPick[256 + (v | prio)]];
+  }
   uint16_t hits = 0;
-  for (int32_t k = 0; k < count; ++k) {
-    uint8_t v = e[k];
-    if (v == 0) { out[k] = t.color[0]; continue; }
-    if (v & (v - 1)) hits |= collision_bits(v);  // two or more objects overlap
-    out[k] = t.color[pick_colour((uint8_t)(v | prio), x + k < 80)];
+  for (int32_t v = 3; v < 64; ++v)  // combinations of one object (or none) set no latch
+    if ((seen >> v) & 1) hits |= kTiaCollisions[v];
+  t.collisions |= hits;
+}
+
+// ---- collisions without drawing (lazily drawn frames) ----
+// Each object's pixels on the line as a 160-bit mask (three words); a span's latches are
+// the pairs of masks that meet inside it. Same latches as tia_draw_span (the selftest in
+// pyx/_console.pyx compares them).
+
+// ORs `bits` (fewer than 64 pixels) in at pixel pos (0-159) without wrapping.
+HS_HD HS_INLINE void mask_or(uint64_t* m, int32_t pos, uint64_t bits) {
+  const int32_t word = pos >> 6, off = pos & 63;
+  m[word] |= bits << off;
+  if (off != 0 && word < 2) m[word + 1] |= bits >> (64 - off);
+}
+
+// Places `len` (<= 33) pixels starting at `start` (0-319), wrapping past pixel 159.
+HS_HD HS_INLINE void mask_place(uint64_t* m, int32_t start, uint64_t bits, int32_t len) {
+  if (start >= 160) start -= 160;
+  if (start + len <= 160) {
+    mask_or(m, start, bits);
+  } else {
+    const int32_t first = 160 - start;
+    mask_or(m, start, bits & ((1ull << first) - 1));
+    mask_or(m, 0, bits >> first);
+  }
+}
+
+// 16 playfield blocks (bits) -> 64 pixels, 4 per block.
+HS_HD HS_INLINE uint64_t spread_blocks(uint64_t x) {
+  x &= 0xFFFFull;
+  x = (x | (x << 24)) & 0x000000FF000000FFull;
+  x = (x | (x << 12)) & 0x000F000F000F000Full;
+  x = (x | (x << 6)) & 0x0303030303030303ull;
+  x = (x | (x << 3)) & 0x1111111111111111ull;
+  return x * 0xFull;
+}
+
+HS_HD inline void tia_span_collisions(Tia& t, int32_t x, int32_t count) {
+  if (t.vblank & 0x02) return;
+  uint8_t present = (uint8_t)(t.enabled & (OBJ_M0 | OBJ_M1 | OBJ_BL));
+  if (t.m0_shape == M0_HIDDEN) present &= (uint8_t)~OBJ_M0;
+  if (t.grp_shown[0]) present |= OBJ_P0;
+  if (t.grp_shown[1]) present |= OBJ_P1;
+  if (t.pf) present |= OBJ_PF;
+  // Latches only ever get set (until CXCLR): done when every pair that could meet is set.
+  const uint16_t possible = kTiaCollisions[present];
+  if ((possible & (uint16_t)~t.collisions) == 0) return;
+  uint64_t m[6][3];  // P0, M0, P1, M1, BL, PF (the OBJ_* bit order)
+  for (int32_t o = 0; o < 6; ++o) m[o][0] = m[o][1] = m[o][2] = 0;
+  for (int32_t p = 0; p < 2; ++p) {
+    const uint8_t g = t.grp_shown[p];
+    if (!g) continue;
+    const int32_t mode = t.nusiz[p] & 7;
+    const int32_t shift = mode == 5 ? 1 : (mode == 7 ? 2 : 0);
+    const uint64_t run = (1ull << (1 << shift)) - 1;
+    uint64_t pattern = 0;
+    for (int32_t i = 0; i < 8; ++i)
+      if (g & (0x80 >> i)) pattern |= run << (i << shift);
+    for (int32_t k = t.p_hide_first[p] ? 1 : 0; k < 3; ++k) {
+      const int32_t offset = copy_offset(mode, k);
+      if (offset < 0) break;
+      mask_place(m[p * 2], t.pos[p] + offset + (shift ? 1 : 0), pattern, 8 << shift);
+    }
+  }
+  for (int32_t q = 0; q < 2; ++q) {
+    if (!(present & (q ? OBJ_M1 : OBJ_M0))) continue;
+    int32_t size = (t.nusiz[q] >> 4) & 3;
+    if (q == 0 && t.m0_shape == M0_STRETCHED) size |= 1;
+    const int32_t mode = t.nusiz[q] & 7;
+    for (int32_t k = 0; k < 3; ++k) {
+      const int32_t offset = copy_offset(mode, k);
+      if (offset < 0) break;
+      mask_place(m[q * 2 + 1], t.pos[OB_M0 + q] + offset, (1ull << (1 << size)) - 1, 1 << size);
+    }
+  }
+  if (present & OBJ_BL) {
+    const int32_t width = 1 << ((t.ctrlpf >> 4) & 3);
+    mask_place(m[4], t.pos[OB_BL], (1ull << width) - 1, width);
+  }
+  if (t.pf) {
+    const uint64_t blocks = playfield_blocks(t.pf, t.pf_reflect_shape != 0);
+    m[5][0] = spread_blocks(blocks);
+    m[5][1] = spread_blocks(blocks >> 16);
+    m[5][2] = spread_blocks(blocks >> 32);
+  }
+  uint64_t span[3] = {0, 0, 0};  // pixels [x, x + count)
+  for (int32_t w = 0; w < 3; ++w) {
+    const int32_t lo = x > 64 * w ? x - 64 * w : 0;
+    const int32_t hi = x + count < 64 * (w + 1) ? x + count - 64 * w : 64;
+    if (hi <= lo) continue;
+    span[w] = (hi - lo == 64 ? ~0ull : ((1ull << (hi - lo)) - 1)) << lo;
+  }
+  uint32_t inside = 0;  // objects with pixels in the span
+  for (int32_t o = 0; o < 6; ++o) {
+    for (int32_t w = 0; w < 3; ++w) m[o][w] &= span[w];
+    if (m[o][0] | m[o][1] | m[o][2]) inside |= 1u << o;
+  }
+  if ((inside & (inside - 1)) == 0) return;
+  // Latch bit and its two objects, in ALE's latch order (see collision_bits).
+  const uint8_t kPairs[15][2] = {{1, 2}, {1, 0}, {3, 0}, {3, 2}, {0, 5}, {0, 4}, {2, 5}, {2, 4},
+                                 {1, 5}, {1, 4}, {3, 5}, {3, 4}, {4, 5}, {0, 2}, {1, 3}};
+  uint16_t hits = 0;
+  for (int32_t k = 0; k < 15; ++k) {
+    if (!((inside >> kPairs[k][0]) & (inside >> kPairs[k][1]) & 1)) continue;
+    const uint64_t* a = m[kPairs[k][0]];
+    const uint64_t* b = m[kPairs[k][1]];
+    if ((a[0] & b[0]) | (a[1] & b[1]) | (a[2] & b[2])) hits |= (uint16_t)(1u << k);
   }
   t.collisions |= hits;
 }
@@ -362,7 +489,7 @@ HS_HD inline void tia_draw_overrun(Tia& t, uint8_t* fb, int32_t x, int32_t count
   const uint8_t key = (uint8_t)(objects | t.pf_prio_score);
   const uint8_t score = key & PF_SCORE;
   const bool pf_on = (t.pf & playfield_bit(t.pf_reflect_shape != 0, group)) != 0;
-  auto shape_at = [&](uint8_t obj, int32_t px) -> bool {  // ALE's mask, graphics ignored
+  auto shape_at = [&](uint8_t obj, int32_t px) HS_LAMBDA_INLINE -> bool {  // ALE's mask, graphics ignored
     switch (obj) {
       case OBJ_P0: return player_bit(t.nusiz[0] & 7, t.p_hide_first[0] != 0, wrap_distance(px, t.pos[OB_P0])) != 0;
       case OBJ_P1: return player_bit(t.nusiz[1] & 7, t.p_hide_first[1] != 0, wrap_distance(px, t.pos[OB_P1])) != 0;
@@ -376,7 +503,7 @@ HS_HD inline void tia_draw_overrun(Tia& t, uint8_t* fb, int32_t x, int32_t count
       default: return wrap_distance(px, t.pos[OB_BL]) < (1 << ((t.ctrlpf >> 4) & 3));  // ball
     }
   };
-  auto group_clear = [&](uint8_t movable) -> bool {
+  auto group_clear = [&](uint8_t movable) HS_LAMBDA_INLINE -> bool {
     for (uint8_t bit = OBJ_P0; bit <= OBJ_BL; bit = (uint8_t)(bit << 1))
       if (movable & bit)
         for (int32_t k = 0; k < 4; ++k)
@@ -417,9 +544,9 @@ HS_HD inline void tia_line_done(Tia& t) {
   t.pf_reflect_shape = t.ctrlpf & 0x01;
   t.p_hide_first[0] = t.p_hide_first[1] = 0;
   if (t.cosmic_ark) {  // ALE's missile-0 star motion: a fixed 4-line pattern
-    const int32_t kStep[4] = {18, 33, 0, 17};
     t.cosmic_counter = (t.cosmic_counter + 1) & 3;
-    int32_t p = t.pos[OB_M0] - kStep[t.cosmic_counter];
+    const int32_t step = t.cosmic_counter == 0 ? 18 : (t.cosmic_counter == 1 ? 33 : (t.cosmic_counter == 2 ? 0 : 17));
+    int32_t p = t.pos[OB_M0] - step;
     if (p >= 160) p -= 160;
     else if (p < 0) p += 160;
     t.pos[OB_M0] = (int16_t)p;
@@ -454,15 +581,21 @@ HS_HD inline void tia_catch_up(Tia& t, uint8_t* fb, int32_t clock) {
     const bool room = t.fb_pos + H_CLOCKS <= kFrameBytes;  // false only for impossible windows
     if (!room) todo = 0;
     if (todo != 0) {
-      tia_draw_span(t, fb, in_line - H_BLANK, todo);
-      t.fb_pos += todo;
-      tia_draw_overrun(t, fb, in_line - H_BLANK, todo);
+      if (t.skip_pixels) {
+        tia_span_collisions(t, in_line - H_BLANK, todo);
+        t.fb_pos += todo;
+      } else {
+        tia_draw_span(t, fb, in_line - H_BLANK, todo);
+        t.fb_pos += todo;
+        tia_draw_overrun(t, fb, in_line - H_BLANK, todo);
+      }
     }
     // HMOVE blanks: ALE blacks out from this span's start to pixel 8 while the flag is
     // up; a span that reaches pixel 8 lowers it.
     if (t.hmove_blank_pending && in_line < H_BLANK + 8 && room) {
       int32_t blanks = H_BLANK + 8 - in_line;
-      for (int32_t k = 0; k < blanks; ++k) fb[span_start + k] = 0;
+      if (!t.skip_pixels)
+        for (int32_t k = 0; k < blanks; ++k) fb[span_start + k] = 0;
       if (todo + in_line >= H_BLANK + 8) t.hmove_blank_pending = 0;
     }
     if (t.clocks_left_in_line == H_CLOCKS) tia_line_done(t);
@@ -522,7 +655,8 @@ HS_HD inline void tia_reset(Tia& t, uint8_t* fb_a, uint8_t* fb_b, uint32_t cycle
   t.hmove_blanks_allowed = hmove_blanks ? 1 : 0;
   t.colour_loss = pal ? 1 : 0;
   t.max_lines = pal ? 342 : 290;
-  t.pad_[0] = t.pad_[1] = t.pad_[2] = 0;
+  t.skip_pixels = 0;
+  t.pad_[0] = t.pad_[1] = 0;
   tia_frame_reset(t, fb_a, fb_b, cycles);
 }
 
@@ -865,7 +999,7 @@ HS_HD inline void tia_finish_frame(Tia& t, uint8_t* fb, uint32_t cycles) {
   uint32_t total = cycles * 3 - (uint32_t)t.frame_start_clock;
   t.lines_this_frame = (int32_t)(total / H_CLOCKS);
   if (t.partial_frame) {
-    if (!t.frame_greyed) {
+    if (!t.frame_greyed && !t.skip_pixels) {
       uint32_t first = (uint32_t)t.lines_this_frame;
       if (first < (uint32_t)t.ystart) first = (uint32_t)t.ystart;
       for (uint32_t row = first; row < (uint32_t)(t.height + t.ystart); ++row) {

@@ -86,9 +86,14 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
         uint8_t right_difficulty_a
         uint8_t black_white
         uint32_t system_seed
+    cdef struct FrameReplay:
+        uint8_t pending[2]
+        uint8_t lazy
     cdef struct FrameBuffers:
         uint8_t* buf[2]
         int32_t shown
+        FrameReplay* replay
+    void console_materialize(const uint8_t* rom, FrameBuffers& fbs)
     cdef struct EnvConfig:
         int32_t game
         int32_t frame_skip
@@ -151,8 +156,8 @@ cdef extern from "ale_env.h" nogil:
     static inline bool hs_game_terminal_of(const hs::AleEnv& e) {
       return hs::game_terminal(e.cfg.game, e.game);
     }
-    // Random TIA states drawn by the fast and the reference renderer; counts differences
-    // in pixels or collision latches.
+    // Random TIA states drawn by the fast and the reference renderer (and run through the
+    // collisions-only path); counts differences in pixels or collision latches.
     static int hs_tia_render_selftest(uint32_t seed, int trials) {
       hs::MT19937 g;
       hs::mt_seed(g, seed);
@@ -181,7 +186,9 @@ cdef extern from "ale_env.h" nogil:
         hs::Tia a = t, b = t;
         hs::tia_draw_span(a, fast, x, count);
         hs::tia_draw_span_reference(b, ref, x, count);
-        bool same = a.collisions == b.collisions;
+        hs::Tia c = t;  // collisions only, as lazily drawn frames compute them
+        hs::tia_span_collisions(c, x, count);
+        bool same = a.collisions == b.collisions && c.collisions == b.collisions;
         for (int k = 0; k < count; ++k) same = same && fast[k] == ref[k];
         if (!same) ++bad;
       }
@@ -301,17 +308,29 @@ cdef class Emulator:
     cdef object blend
     cdef object _blended
     cdef bytes fingerprint
+    # Frames are emulated without drawing unless the screen was read after the previous
+    # act (then the caller probably reads every frame); a screen read draws what is
+    # pending (console.h, FrameReplay). The pixels are the same either way.
+    cdef FrameReplay* replay
+    cdef bint screen_read
 
     def __cinit__(self):
         self.env = <AleEnv*>malloc(sizeof(AleEnv))
-        if self.env == NULL:
+        self.replay = <FrameReplay*>malloc(sizeof(FrameReplay))
+        if self.env == NULL or self.replay == NULL:
             raise MemoryError("cannot allocate the environment state")
         memset(self.env, 0, sizeof(AleEnv))
+        memset(self.replay, 0, sizeof(FrameReplay))
+        self.fbs.replay = self.replay
+        self.screen_read = False
 
     def __dealloc__(self):
         if self.env != NULL:
             free(self.env)
             self.env = NULL
+        if self.replay != NULL:
+            free(self.replay)
+            self.replay = NULL
 
     def __init__(self, rom, int game, *, cart_type="4K", int ystart=34, int height=210,
                  display_format="AUTO", left_controller="JOYSTICK", right_controller="JOYSTICK",
@@ -443,6 +462,8 @@ cdef class Emulator:
 
     def reset_game(self):
         cdef const uint8_t* rom_ptr = self.rom
+        self.replay.lazy = not self.screen_read
+        self.screen_read = False
         with nogil:
             env_reset(self.env[0], rom_ptr, self.fbs)
 
@@ -456,6 +477,8 @@ cdef class Emulator:
             raise ValueError(f"player B action must be 18-35 (or 0-17, or 40 RESET), got {action_b}")
         cdef const uint8_t* rom_ptr = self.rom
         cdef int32_t reward
+        self.replay.lazy = not self.screen_read
+        self.screen_read = False
         with nogil:
             reward = env_act(self.env[0], rom_ptr, self.fbs, action_a, action_b,
                              paddle_strength, paddle_strength_b)
@@ -485,7 +508,15 @@ cdef class Emulator:
         return out
 
     cdef const uint8_t* _screen(self):
+        self._materialize()
         return self.fbs.buf[self.fbs.shown]
+
+    cdef void _materialize(self):
+        """Draws the frames left undrawn; every pixel read goes through here."""
+        cdef const uint8_t* rom_ptr = self.rom
+        self.screen_read = True
+        with nogil:
+            console_materialize(rom_ptr, self.fbs)
 
     def _check_out(self, out, shape):
         if out is None:
@@ -501,6 +532,7 @@ cdef class Emulator:
         if self.blend is None:
             return self._screen()
         n = self.height * 160
+        self._materialize()
         cur = self.frames[self.fbs.shown, :n] >> 1
         prev = self.frames[self.fbs.shown ^ 1, :n] >> 1
         self._blended = np.ascontiguousarray(self.blend[cur, prev])
