@@ -27,7 +27,7 @@ enum : int32_t {
 };
 
 enum : int32_t { MODE_STEP_ACT = 0, MODE_STEP_SELECT = 1, MODE_STEP_SOFT_RESET = 2 };
-enum : int32_t { MODE_CUSTOM_NONE = 0, MODE_CUSTOM_DOUBLE_DUNK = 1 };
+enum : int32_t { MODE_CUSTOM_NONE = 0, MODE_CUSTOM_DOUBLE_DUNK = 1, MODE_CUSTOM_ADVENTURE = 2 };
 
 struct EnvConfig {
   int32_t game;                   // game id for games.h
@@ -249,6 +249,19 @@ HS_HD inline void env_double_dunk_mode(AleEnv& e, const uint8_t* rom, FrameBuffe
   env_act(e, rom, fbs, A_NOOP, B_NOOP, 1.0f, 1.0f);
 }
 
+// Adventure's setMode: the mode is bits 1-2 of $DD; each SELECT press is held for
+// 2 + (a 32-bit draw of the environment RNG) % 256 frames and followed by an act(NOOP).
+HS_HD inline void env_adventure_mode(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
+  int32_t guard = 0;
+  while (((console_read_ram(e.console, 0x5D) >> 1) & 3) != e.cfg.mode && guard++ < 1000) {
+    int32_t hold = 2 + (int32_t)(mt_next(e.env_rng) % 256u);
+    env_press_select(e, rom, fbs, hold);
+    env_act(e, rom, fbs, A_NOOP, B_NOOP, 1.0f, 1.0f);
+  }
+  game_set_mode(e.cfg.game, e.game, e.cfg.mode, e.console.riot.ram);
+  env_soft_reset(e, rom, fbs);
+}
+
 // StellaEnvironment::reset (reset_game).
 HS_HD inline void env_reset(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
   e.episode_frame_number = 0;
@@ -258,6 +271,7 @@ HS_HD inline void env_reset(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
   env_soft_reset(e, rom, fbs);
   game_reset(e.cfg.game, e.game);
   if (e.cfg.mode_custom == MODE_CUSTOM_DOUBLE_DUNK) env_double_dunk_mode(e, rom, fbs);
+  else if (e.cfg.mode_custom == MODE_CUSTOM_ADVENTURE) env_adventure_mode(e, rom, fbs);
   else if (e.cfg.mode_ram >= 0) env_select_mode(e, rom, fbs);
   else game_set_mode(e.cfg.game, e.game, e.cfg.mode, e.console.riot.ram);  // default setMode
   env_soft_reset(e, rom, fbs);
@@ -346,6 +360,7 @@ HS_HD inline void env_restore(AleEnv& cur, const AleEnv& saved, bool with_rng) {
   cur.paddle_a_strength = keep.paddle_a_strength;
   cur.paddle_b_strength = keep.paddle_b_strength;
   cur.last_reward = keep.last_reward;
+  game_keep_unsaved(keep.cfg.game, cur.game, keep.game);
   if (!with_rng) cur.env_rng = keep.env_rng;
   // ALE serialises the DPC's fractional music clock as an integer count of 1e-8.
   cur.console.cart.dpc_fraction = (double)(int32_t)(uint32_t)(saved.console.cart.dpc_fraction * 100000000.0) / 100000000.0;

@@ -89,6 +89,8 @@ HS_HD HS_INLINE int32_t riverraid_lives(int32_t b) {
 // Lives a game starts with in its settings' memory right after game_reset.
 HS_HD HS_INLINE int32_t game_initial_lives(int32_t game) {
   switch (game) {
+    case kGameHauntedHouse:
+      return 9;
     case kGameAtlantis: case kGameGravitar: case kGameJamesbond: case kGameMontezumaRevenge:
       return 6;
     case kGameBankHeist: case kGameBattleZone: case kGameBreakout: case kGameCrazyClimber:
@@ -98,6 +100,7 @@ HS_HD HS_INLINE int32_t game_initial_lives(int32_t game) {
     case kGameAssault: case kGameAsteroids: case kGameDemonAttack: case kGameFrostbite:
     case kGameHero: case kGameKungFuMaster: case kGameQbert: case kGameRobotank:
     case kGameSeaquest: case kGameVenture: case kGameYarsRevenge:
+    case kGameElevatorAction: case kGameFrogger:
       return 4;
     case kGameAlien: case kGameAmidar: case kGameAsterix: case kGameBeamRider:
     case kGameBerzerk: case kGameCentipede: case kGameChopperCommand: case kGameDefender:
@@ -105,9 +108,14 @@ HS_HD HS_INLINE int32_t game_initial_lives(int32_t game) {
     case kGameNameThisGame: case kGamePitfall: case kGameRoadRunner: case kGameSolaris:
     case kGameSpaceInvaders: case kGameTutankham: case kGameVideoPinball:
     case kGameWizardOfWor:
+    case kGameGalaxian:
       return 3;
+    case kGameDonkeyKong:
+      return 2;
     default:
-      return 0;  // games without a lives counter, and River Raid (lives live in aux[0])
+      // games without a lives counter, River Raid (lives live in aux[0]), and Atlantis II
+      // and E.T., whose counters start at 0 (ALE never initialises Atlantis II's)
+      return 0;
   }
 }
 
@@ -120,6 +128,7 @@ HS_HD HS_INLINE void game_reset(int32_t game, GameState& g) {
   g.score = game == kGamePitfall ? 2000 : (game == kGamePrivateEye ? 1000 : 0);
   if (game == kGameQbert) g.aux[0] = 2;          // previous lives byte
   if (game == kGameRiverraid) g.aux[0] = 0x58;   // previous lives byte
+  if (game == kGameHangman) g.aux[1] = g.aux[2] = -1;  // last two timer readings
 }
 
 // Effects of ALE's mode selection on the settings' memory (call after the SELECT presses,
@@ -146,19 +155,35 @@ HS_HD HS_INLINE void game_set_mode(int32_t game, GameState& g, int32_t mode, con
 
 namespace hs {
 
+// restoreState: settings fields ALE does not serialise keep their current values.
+HS_HD HS_INLINE void game_keep_unsaved(int32_t game, GameState& restored, const GameState& current) {
+  if (game == kGameAtlantis2) restored.lives = current.lives;
+  if (game == kGameHangman) {  // the two timer readings
+    restored.aux[1] = current.aux[1];
+    restored.aux[2] = current.aux[2];
+  }
+}
+
 // Lives as ALE reports them (ALEInterface::lives()).
 HS_HD HS_INLINE int32_t game_lives(int32_t game, const GameState& g) {
   switch (game) {
     // reported even after game over
     case kGameAlien: case kGameChopperCommand:
       return g.lives;
+    // always one, game over or not
+    case kGameAdventure:
+      return 1;
     // no lives counter at all
     case kGameBowling: case kGameBoxing: case kGameDoubleDunk: case kGameEnduro:
     case kGameFishingDerby: case kGameFreeway: case kGameIceHockey: case kGamePong:
     case kGamePrivateEye: case kGameSkiing: case kGameTennis:
+    case kGameCarnival: case kGameJourneyEscape:
       return 0;
     // ALE's fallback rule: one life until game over
     case kGameSurround:
+    case kGameAirRaid: case kGameBackgammon: case kGameBasicMath: case kGameBlackjack:
+    case kGameCasino: case kGameCrossbow: case kGameDarkchambers: case kGameEarthworld:
+    case kGameEntombed: case kGameFlagCapture: case kGameHangman: case kGameHumanCannonball:
       return g.terminal ? 0 : 1;
     case kGameRiverraid:
       return g.terminal ? 0 : games_detail::riverraid_lives(g.aux[0]);

@@ -7,127 +7,171 @@ namespace hs {
 
 enum GameId : int32_t {
   kGameNone = 0,
-  kGameAlien = 1,
-  kGameAmidar = 2,
-  kGameAssault = 3,
-  kGameAsterix = 4,
-  kGameAsteroids = 5,
-  kGameAtlantis = 6,
-  kGameBankHeist = 7,
-  kGameBattleZone = 8,
-  kGameBeamRider = 9,
-  kGameBerzerk = 10,
-  kGameBowling = 11,
-  kGameBoxing = 12,
-  kGameBreakout = 13,
-  kGameCentipede = 14,
-  kGameChopperCommand = 15,
-  kGameCrazyClimber = 16,
-  kGameDefender = 17,
-  kGameDemonAttack = 18,
-  kGameDoubleDunk = 19,
-  kGameEnduro = 20,
-  kGameFishingDerby = 21,
-  kGameFreeway = 22,
-  kGameFrostbite = 23,
-  kGameGopher = 24,
-  kGameGravitar = 25,
-  kGameHero = 26,
-  kGameIceHockey = 27,
-  kGameJamesbond = 28,
-  kGameKangaroo = 29,
-  kGameKrull = 30,
-  kGameKungFuMaster = 31,
-  kGameMontezumaRevenge = 32,
-  kGameMsPacman = 33,
-  kGameNameThisGame = 34,
-  kGamePhoenix = 35,
-  kGamePitfall = 36,
-  kGamePong = 37,
-  kGamePrivateEye = 38,
-  kGameQbert = 39,
-  kGameRiverraid = 40,
-  kGameRoadRunner = 41,
-  kGameRobotank = 42,
-  kGameSeaquest = 43,
-  kGameSkiing = 44,
-  kGameSolaris = 45,
-  kGameSpaceInvaders = 46,
-  kGameStarGunner = 47,
-  kGameSurround = 48,
-  kGameTennis = 49,
-  kGameTimePilot = 50,
-  kGameTutankham = 51,
-  kGameUpNDown = 52,
-  kGameVenture = 53,
-  kGameVideoPinball = 54,
-  kGameWizardOfWor = 55,
-  kGameYarsRevenge = 56,
-  kGameZaxxon = 57,
+  kGameAdventure = 1,
+  kGameAirRaid = 2,
+  kGameAlien = 3,
+  kGameAmidar = 4,
+  kGameAssault = 5,
+  kGameAsterix = 6,
+  kGameAsteroids = 7,
+  kGameAtlantis = 8,
+  kGameAtlantis2 = 9,
+  kGameBackgammon = 10,
+  kGameBankHeist = 11,
+  kGameBasicMath = 12,
+  kGameBattleZone = 13,
+  kGameBeamRider = 14,
+  kGameBerzerk = 15,
+  kGameBlackjack = 16,
+  kGameBowling = 17,
+  kGameBoxing = 18,
+  kGameBreakout = 19,
+  kGameCarnival = 20,
+  kGameCasino = 21,
+  kGameCentipede = 22,
+  kGameChopperCommand = 23,
+  kGameCrazyClimber = 24,
+  kGameCrossbow = 25,
+  kGameDarkchambers = 26,
+  kGameDefender = 27,
+  kGameDemonAttack = 28,
+  kGameDonkeyKong = 29,
+  kGameDoubleDunk = 30,
+  kGameEarthworld = 31,
+  kGameElevatorAction = 32,
+  kGameEnduro = 33,
+  kGameEntombed = 34,
+  kGameEt = 35,
+  kGameFishingDerby = 36,
+  kGameFlagCapture = 37,
+  kGameFreeway = 38,
+  kGameFrogger = 39,
+  kGameFrostbite = 40,
+  kGameGalaxian = 41,
+  kGameGopher = 42,
+  kGameGravitar = 43,
+  kGameHangman = 44,
+  kGameHauntedHouse = 45,
+  kGameHero = 46,
+  kGameHumanCannonball = 47,
+  kGameIceHockey = 48,
+  kGameJamesbond = 49,
+  kGameJourneyEscape = 50,
+  kGameKangaroo = 51,
+  kGameKrull = 52,
+  kGameKungFuMaster = 53,
+  kGameMontezumaRevenge = 54,
+  kGameMsPacman = 55,
+  kGameNameThisGame = 56,
+  kGamePhoenix = 57,
+  kGamePitfall = 58,
+  kGamePong = 59,
+  kGamePrivateEye = 60,
+  kGameQbert = 61,
+  kGameRiverraid = 62,
+  kGameRoadRunner = 63,
+  kGameRobotank = 64,
+  kGameSeaquest = 65,
+  kGameSkiing = 66,
+  kGameSolaris = 67,
+  kGameSpaceInvaders = 68,
+  kGameStarGunner = 69,
+  kGameSurround = 70,
+  kGameTennis = 71,
+  kGameTimePilot = 72,
+  kGameTutankham = 73,
+  kGameUpNDown = 74,
+  kGameVenture = 75,
+  kGameVideoPinball = 76,
+  kGameWizardOfWor = 77,
+  kGameYarsRevenge = 78,
+  kGameZaxxon = 79,
 };
 
-constexpr int32_t kNumGames = 58;  // ids 0..57
+constexpr int32_t kNumGames = 80;  // ids 0..79
 
 // snake_case ROM name of a game id ("" for an unknown id).
 HS_HD inline const char* game_name(int32_t game) {
   switch (game) {
-    case 1: return "alien";
-    case 2: return "amidar";
-    case 3: return "assault";
-    case 4: return "asterix";
-    case 5: return "asteroids";
-    case 6: return "atlantis";
-    case 7: return "bank_heist";
-    case 8: return "battle_zone";
-    case 9: return "beam_rider";
-    case 10: return "berzerk";
-    case 11: return "bowling";
-    case 12: return "boxing";
-    case 13: return "breakout";
-    case 14: return "centipede";
-    case 15: return "chopper_command";
-    case 16: return "crazy_climber";
-    case 17: return "defender";
-    case 18: return "demon_attack";
-    case 19: return "double_dunk";
-    case 20: return "enduro";
-    case 21: return "fishing_derby";
-    case 22: return "freeway";
-    case 23: return "frostbite";
-    case 24: return "gopher";
-    case 25: return "gravitar";
-    case 26: return "hero";
-    case 27: return "ice_hockey";
-    case 28: return "jamesbond";
-    case 29: return "kangaroo";
-    case 30: return "krull";
-    case 31: return "kung_fu_master";
-    case 32: return "montezuma_revenge";
-    case 33: return "ms_pacman";
-    case 34: return "name_this_game";
-    case 35: return "phoenix";
-    case 36: return "pitfall";
-    case 37: return "pong";
-    case 38: return "private_eye";
-    case 39: return "qbert";
-    case 40: return "riverraid";
-    case 41: return "road_runner";
-    case 42: return "robotank";
-    case 43: return "seaquest";
-    case 44: return "skiing";
-    case 45: return "solaris";
-    case 46: return "space_invaders";
-    case 47: return "star_gunner";
-    case 48: return "surround";
-    case 49: return "tennis";
-    case 50: return "time_pilot";
-    case 51: return "tutankham";
-    case 52: return "up_n_down";
-    case 53: return "venture";
-    case 54: return "video_pinball";
-    case 55: return "wizard_of_wor";
-    case 56: return "yars_revenge";
-    case 57: return "zaxxon";
+    case 1: return "adventure";
+    case 2: return "air_raid";
+    case 3: return "alien";
+    case 4: return "amidar";
+    case 5: return "assault";
+    case 6: return "asterix";
+    case 7: return "asteroids";
+    case 8: return "atlantis";
+    case 9: return "atlantis2";
+    case 10: return "backgammon";
+    case 11: return "bank_heist";
+    case 12: return "basic_math";
+    case 13: return "battle_zone";
+    case 14: return "beam_rider";
+    case 15: return "berzerk";
+    case 16: return "blackjack";
+    case 17: return "bowling";
+    case 18: return "boxing";
+    case 19: return "breakout";
+    case 20: return "carnival";
+    case 21: return "casino";
+    case 22: return "centipede";
+    case 23: return "chopper_command";
+    case 24: return "crazy_climber";
+    case 25: return "crossbow";
+    case 26: return "darkchambers";
+    case 27: return "defender";
+    case 28: return "demon_attack";
+    case 29: return "donkey_kong";
+    case 30: return "double_dunk";
+    case 31: return "earthworld";
+    case 32: return "elevator_action";
+    case 33: return "enduro";
+    case 34: return "entombed";
+    case 35: return "et";
+    case 36: return "fishing_derby";
+    case 37: return "flag_capture";
+    case 38: return "freeway";
+    case 39: return "frogger";
+    case 40: return "frostbite";
+    case 41: return "galaxian";
+    case 42: return "gopher";
+    case 43: return "gravitar";
+    case 44: return "hangman";
+    case 45: return "haunted_house";
+    case 46: return "hero";
+    case 47: return "human_cannonball";
+    case 48: return "ice_hockey";
+    case 49: return "jamesbond";
+    case 50: return "journey_escape";
+    case 51: return "kangaroo";
+    case 52: return "krull";
+    case 53: return "kung_fu_master";
+    case 54: return "montezuma_revenge";
+    case 55: return "ms_pacman";
+    case 56: return "name_this_game";
+    case 57: return "phoenix";
+    case 58: return "pitfall";
+    case 59: return "pong";
+    case 60: return "private_eye";
+    case 61: return "qbert";
+    case 62: return "riverraid";
+    case 63: return "road_runner";
+    case 64: return "robotank";
+    case 65: return "seaquest";
+    case 66: return "skiing";
+    case 67: return "solaris";
+    case 68: return "space_invaders";
+    case 69: return "star_gunner";
+    case 70: return "surround";
+    case 71: return "tennis";
+    case 72: return "time_pilot";
+    case 73: return "tutankham";
+    case 74: return "up_n_down";
+    case 75: return "venture";
+    case 76: return "video_pinball";
+    case 77: return "wizard_of_wor";
+    case 78: return "yars_revenge";
+    case 79: return "zaxxon";
     default: return "";
   }
 }

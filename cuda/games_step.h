@@ -13,6 +13,18 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
   bool over = false;
 
   switch (game) {
+    case kGameAdventure: {
+      // The reward, once set by bringing the chalice home, is never cleared again.
+      bool chalice_home = rd(m, 0xB9) == 0x12;
+      r = chalice_home ? 1 : g.reward;
+      over = chalice_home || rd(m, 0xE0) == 2;  // home, or swallowed by a dragon
+      break;
+    }
+    case kGameAirRaid: {
+      r = advance(g, packed_score(m, 0xAA, 0xA9, 0xA8));
+      over = rd(m, 0xA7) == 0xFF;
+      break;
+    }
     case kGameAlien: {
       int32_t s = alien_digit(rd(m, 0x8B)) + 10 * alien_digit(rd(m, 0x89)) +
                   100 * alien_digit(rd(m, 0x87)) + 1000 * alien_digit(rd(m, 0x85)) +
@@ -59,10 +71,49 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       }
       break;
     }
+    case kGameAtlantis2: {
+      g.lives = rd(m, 0xF1);
+      over = g.lives == 0xFF;
+      // as in Atlantis, nothing is paid or remembered on the game-over frame
+      r = over ? 0 : advance(g, packed_score(m, 0xA1, 0xA2, 0xA3));
+      break;
+    }
+    case kGameBackgammon: {
+      // Points hold signed counts: positive for the computer's pieces, negative for the
+      // player's; $80 and $8E count what each side has borne off. ALE adds them up in
+      // 8-bit signed arithmetic, which the casts reproduce for out-of-range bytes.
+      int32_t player_out = (int8_t)(-(int32_t)(int8_t)rd(m, 0x80));
+      int32_t cpu_out = (int8_t)rd(m, 0x8E);
+      int32_t player_in = 0, cpu_in = 0;
+      for (int32_t a = 0x81; a <= 0x9B; ++a) {
+        if (a == 0x8E) continue;
+        int32_t p = (int8_t)rd(m, a);
+        if (p > 0) cpu_in = (int8_t)(cpu_in + p);
+        else if (p < 0) player_in = (int8_t)(player_in - p);
+      }
+      // Only a consistent board (15 pieces a side) can end the game; the outcome sticks.
+      r = g.reward;
+      over = g.terminal != 0;
+      if (cpu_in + cpu_out == 15 && player_in + player_out == 15) {
+        if (player_out == 15) {
+          over = true;
+          r = 1;
+        } else if (cpu_out == 15) {
+          over = true;
+          r = -1;
+        }
+      }
+      break;
+    }
     case kGameBankHeist: {
       r = advance(g, packed_score(m, 0xDA, 0xD9, 0xD8));
       g.lives = rd(m, 0xD5);
       over = rd(m, 0xCE) == 0x01 && g.lives == 0;
+      break;
+    }
+    case kGameBasicMath: {
+      r = advance(g, packed2(rd(m, 0x84)));
+      over = packed2(rd(m, 0x86)) != 0;
       break;
     }
     case kGameBattleZone: {
@@ -89,6 +140,12 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       int32_t b = rd(m, 0xDA);
       over = b == 0xFF;
       g.lives = b + 1;
+      break;
+    }
+    case kGameBlackjack: {
+      bool bust = rd(m, 0x86) == 0x0B && rd(m, 0x89) == 0xBB;  // out of chips
+      r = advance(g, bust ? 0 : packed_score(m, 0x89, 0x86, -1));
+      over = bust || g.score >= 1000;
       break;
     }
     case kGameBowling: {
@@ -118,6 +175,25 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       g.lives = b;
       break;
     }
+    case kGameCarnival: {
+      r = advance(g, 10 * packed_score(m, 0xAE, 0xAD, -1));
+      over = rd(m, 0x83) == 0;  // out of bullets
+      break;
+    }
+    case kGameCasino: {
+      int32_t s = packed_score(m, 0x95, 0x8C, -1);
+      r = g.reward;  // kept while input is locked (outside mode 3)
+      if (rd(m, 0xD4) == 3) {
+        r = s - g.score;
+        over = s > 0 && rd(m, 0x9E) == 0xAA;
+      } else {
+        bool locked = (rd(m, 0xD3) & 0x80) != 0;
+        if (!locked) r = s - g.score;
+        over = s == 0 || (packed2(rd(m, 0x9E)) > 0 && locked);
+      }
+      g.score = s;
+      break;
+    }
     case kGameCentipede: {
       r = advance(g, packed_score(m, 0xF6, 0xF5, 0xF4));
       if (r < 0) r = 0;
@@ -141,6 +217,28 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       over = g.lives == 0;
       break;
     }
+    case kGameCrossbow: {
+      r = advance(g, packed_score(m, 0x8D, 0x8C, 0x8B));
+      over = rd(m, 0xE7) == 0x82;
+      break;
+    }
+    case kGameDarkchambers: {
+      // aux[0]: health, aux[1]: level. Game over sticks once seen: a level or score that
+      // goes down, or health at zero.
+      over = g.terminal != 0;
+      int32_t level = rd(m, 0xD5);
+      if (level < g.aux[1]) {
+        over = true;
+      } else {
+        g.aux[1] = level;
+        int32_t s = 10 * packed_score(m, 0xCC, 0xCF, -1);
+        if (s < g.score) over = true;
+        else r = advance(g, s);
+        g.aux[0] = rd(m, 0xCA) & 0x1F;
+        if (g.aux[0] == 0) over = true;
+      }
+      break;
+    }
     case kGameDefender: {
       r = advance(g, nibble_digits(m, 0x9C, 6));
       g.lives = rd(m, 0xC2);
@@ -157,10 +255,27 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       g.aux[0] = 0;
       break;
     }
+    case kGameDonkeyKong: {
+      r = advance(g, 100 * packed_score(m, 0x88, 0x87, -1));
+      g.lives = rd(m, 0xA3);
+      over = g.lives == 0 && rd(m, 0x8F) == 0x03 && rd(m, 0x8B) == 0x1F;
+      break;
+    }
     case kGameDoubleDunk: {
       int32_t me = packed2(rd(m, 0xF6)), them = packed2(rd(m, 0xF7));
       r = advance(g, me - them);
       over = (me >= 24 || them >= 24) && rd(m, 0xFE) == 0xE7;
+      break;
+    }
+    case kGameEarthworld: {
+      r = advance(g, packed2(rd(m, 0xA7)));
+      over = g.score == 10;
+      break;
+    }
+    case kGameElevatorAction: {
+      r = advance(g, packed_score(m, 0x89, 0x88, 0x87));
+      g.lives = rd(m, 0x83);
+      over = g.lives == 0 && rd(m, 0x81) != 0;  // $81 is 0 on the title screen
       break;
     }
     case kGameEnduro: {
@@ -175,9 +290,25 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       over = rd(m, 0xAF) == 0xFF;
       break;
     }
+    case kGameEntombed: {
+      r = advance(g, rd(m, 0xE3));  // a plain binary count
+      over = (rd(m, 0xC7) & 0x03) == 0;
+      break;
+    }
+    case kGameEt: {
+      r = advance(g, packed_score(m, 0xE1, 0xE0, 0xDF));
+      g.lives = (int8_t)(uint8_t)(rd(m, 0xE5) + 1);  // ALE keeps it in a signed char
+      over = g.lives == 0 && rd(m, 0x80) == 0x08;
+      break;
+    }
     case kGameFishingDerby: {
       r = advance(g, packed2(rd(m, 0xBD)) - packed2(rd(m, 0xBE)));
       over = rd(m, 0xBD) == 0x99 || rd(m, 0xBE) == 0x99;
+      break;
+    }
+    case kGameFlagCapture: {
+      r = advance(g, packed2(rd(m, 0xEA)));
+      over = packed2(rd(m, 0xEB)) == 0;  // the clock has run out
       break;
     }
     case kGameFreeway: {
@@ -187,11 +318,26 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       over = rd(m, 0x96) == 1;
       break;
     }
+    case kGameFrogger: {
+      r = advance(g, packed_score(m, 0xCE, 0xCC, -1));
+      g.lives = rd(m, 0xD0);
+      over = g.lives == 0xFF;
+      break;
+    }
     case kGameFrostbite: {
       r = advance(g, packed_score(m, 0xCA, 0xC9, 0xC8));
       int32_t left = rd(m, 0xCC) & 0x0F;
       over = left == 0 && (rd(m, 0xF1) & 0x80) != 0;
       g.lives = left + 1;
+      break;
+    }
+    case kGameGalaxian: {
+      int32_t s = packed_score(m, 0xAE, 0xAD, 0xAC);
+      r = s - g.score;
+      if (r < 0) r = 1000000 - g.score + s;  // the six-digit score rolled over
+      g.score = s;
+      over = (rd(m, 0xBF) & 0x80) != 0;
+      g.lives = over ? 0 : rd(m, 0xB9) + 1;
       break;
     }
     case kGameGopher: {
@@ -208,10 +354,41 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       g.lives = screen == 0 ? 6 : rd(m, 0x84) + 1;
       break;
     }
+    case kGameHangman: {
+      // score: the guesser's points, aux[0]: the setter's, aux[1] / aux[2]: this and the
+      // previous frame's game timer. Any change of either score ends the episode.
+      int32_t mine = packed2(rd(m, 0xEB)), theirs = packed2(rd(m, 0xEC));
+      r = (mine - g.score) - (theirs - g.aux[0]);
+      g.score = mine;
+      g.aux[0] = theirs;
+      g.aux[2] = g.aux[1];
+      g.aux[1] = rd(m, 0xF1);
+      over = r != 0 || (g.aux[1] == 0 && g.aux[2] == 255);
+      break;
+    }
+    case kGameHauntedHouse: {
+      // aux[0]: matches used; every new match costs a point.
+      int32_t matches = packed2(rd(m, 0x82));
+      if (matches != g.aux[0]) {
+        r = -1;
+        g.aux[0] = matches;
+      }
+      g.lives = rd(m, 0x96);
+      bool escaped = rd(m, 0x99) == 0x44;  // left the house with the urn
+      if (escaped) r += 100;
+      over = g.lives == 0 || escaped;
+      break;
+    }
     case kGameHero: {
       r = advance(g, packed_score(m, 0xB9, 0xB8, 0xB7));
       g.lives = rd(m, 0xB3);
       over = g.lives == 0;
+      break;
+    }
+    case kGameHumanCannonball: {
+      r = advance(g, packed2(rd(m, 0xB6)));
+      g.aux[0] = packed2(rd(m, 0xB7));  // misses
+      over = g.score == 7 || g.aux[0] == 7;
       break;
     }
     case kGameIceHockey: {
@@ -225,6 +402,14 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       int32_t left = rd(m, 0x86) & 0x0F;
       over = left == 0 && rd(m, 0x8C) == 0x68;
       g.lives = left + 1;
+      break;
+    }
+    case kGameJourneyEscape: {
+      int32_t s = packed_score(m, 0x92, 0x91, 0x90);
+      r = s - g.score;
+      if (r == 50000) r = 0;  // the starting cash is not a reward
+      g.score = s;
+      over = rd(m, 0x95) == 0 && rd(m, 0x96) == 0;  // time is up
       break;
     }
     case kGameKangaroo: {

@@ -121,6 +121,8 @@ class ALEInterface:
             seed = int(time.time() * 1000) & 0x7FFFFFFF
         image, kwargs = emulator_kwargs(entry, data)
         s = self._settings
+        for key, value in entry.get("settings", {}).items():  # ALE's modifyEnvironmentSettings
+            s.set(key, value, int)
         self._emu = _console.Emulator(
             image, _game_id(entry["name"]), random_seed=seed,
             frame_skip=s.get("frame_skip", int),
@@ -128,7 +130,8 @@ class ALEInterface:
             max_num_frames_per_episode=s.get("max_num_frames_per_episode", int),
             reward_min=s.get("reward_min", int), reward_max=s.get("reward_max", int),
             truncate_on_loss_of_life=s.get("truncate_on_loss_of_life", bool),
-            color_averaging=s.get("color_averaging", bool), **kwargs)
+            color_averaging=s.get("color_averaging", bool),
+            paddle_min=s.get("paddle_min", int), paddle_max=s.get("paddle_max", int), **kwargs)
         self._entry, self._md5, self._rom = entry, md5, data
         self._settings.set("rom_file", str(path), str)
         self._mode = entry.get("default_mode", 0)

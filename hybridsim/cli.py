@@ -37,8 +37,8 @@ def _cmd_verify(args) -> int:
         games_table.by_name(name)
         result = verify.verify(ale_py.ALEInterface, ALEInterface, roms.rom_path(name), game=name,
                                frames=args.frames, repeat_action_probability=args.sticky,
-                               seed=args.seed, reset_every=args.reset_every,
-                               screen_every=args.screen_every)
+                               seed=args.seed, reset_every=args.reset_every, mode=args.mode,
+                               difficulty=args.difficulty, screen_every=args.screen_every)
         print(result, flush=True)
         inexact += not result.exact
     print(f"{len(names) - inexact} of {len(names)} games exact")
@@ -150,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--screen-every", type=int, default=1,
                    help="compare the screen every N frames (RAM, reward, lives every frame); "
                         "N > 1 also checks the frames hybridsim draws on demand")
+    p.add_argument("--mode", type=int, default=None, help="game mode (setMode), default: the game's")
+    p.add_argument("--difficulty", type=int, default=None, help="difficulty (setDifficulty)")
     p.set_defaults(func=_cmd_verify)
     p = sub.add_parser("analyze", help="statistics and plots from a run's HDF5 trajectory logs")
     p.add_argument("target", help="a run directory or one traj_rank*.h5 / trajectories.h5 file")

@@ -27,6 +27,12 @@ def mode_select_for(recipe, mode):
         return dict(ram=0x99, value=mode, ram2=0xA1, value2=0, hold=10)
     if custom == "double_dunk":  # menu walked with the joystick, in the console
         return {"custom": "double_dunk"}
+    if custom == "adventure":  # random SELECT holds from the environment RNG, in the console
+        return {"custom": "adventure"}
+    if custom == "frogger":  # the mode byte counts 1, 3, 5
+        return dict(ram=0xDD, value=1 + 2 * mode, hold=2)
+    if custom == "human_cannonball":  # mode + 1 and a one-player game
+        return dict(ram=0xB6, value=mode + 1, ram2=0xB7, value2=1, hold=2)
     if custom is not None:
         raise NotImplementedError(f"mode selection recipe {custom!r} is not implemented in the console yet")
     spec = dict(ram=recipe["ram"], value=mode + recipe.get("offset", 0), hold=recipe.get("hold", 1))

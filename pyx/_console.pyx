@@ -235,8 +235,11 @@ cdef int _set_mode_select(EnvConfig* cfg, spec) except -1:
     if spec == {"custom": "double_dunk"}:
         cfg.mode_custom = 1
         return 0
+    if spec == {"custom": "adventure"}:
+        cfg.mode_custom = 2
+        return 0
     if not isinstance(spec, dict) or "ram" not in spec or "value" not in spec:
-        raise ValueError(f"mode_select must be None, {{'custom': 'double_dunk'}} or a dict with 'ram' "
+        raise ValueError(f"mode_select must be None, {{'custom': 'double_dunk' or 'adventure'}} or a dict with 'ram' "
                          f"and 'value', got {spec!r}")
     unknown = set(spec) - {"ram", "value", "value_alt", "ram2", "value2", "hold", "before"}
     if unknown:

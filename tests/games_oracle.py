@@ -7,8 +7,8 @@ the first 64 frames, and then keeps stepping them through mode selection, a 4-fr
 soft reset and the starting actions. Only the RAM after the last of those frames is
 visible from Python, so the test "primes" the tracker: game_reset() followed by one
 game_step() on the RAM that reset_game left behind. This is exact whenever the settings'
-memory after reset depends on the last frame only, which holds for all 57 games as long
-as the game's latched flags and lives counters are already settled on that frame; it is
+memory after reset depends on the last frame only, which holds for every game in the
+table as long as its latched flags and lives counters are settled on that frame; it is
 CHECKED rather than assumed: after every reset the primed state is compared field by
 field with the settings state ALE serialises in cloneState() (see ale_settings_fields).
 The reward field is not compared there (ALE's is that of its last reset frame and is
@@ -28,10 +28,21 @@ FALSE_PATTERN = 0xBAD1BAD2
 
 # What each game's settings serialise, in order, at the end of cloneState():
 # r = last reward, s = score, t = terminal (bool), l = lives, b = a latch (bool),
-# p = previous lives byte, d/g = previous point / game difference (tennis).
+# p = previous lives byte, d/g = previous point / game difference (tennis),
+# c = the other side's score (hangman), h/v = health / level (darkchambers),
+# m = matches (haunted_house) or misses (human_cannonball).
 NO_LIVES = {"bowling", "boxing", "double_dunk", "enduro", "fishing_derby", "freeway",
-            "ice_hockey", "pong", "private_eye", "skiing", "surround"}
+            "ice_hockey", "pong", "private_eye", "skiing", "surround",
+            "air_raid", "atlantis2", "basic_math", "blackjack", "carnival", "casino", "crossbow",
+            "earthworld", "entombed", "flag_capture", "journey_escape"}
 LAYOUT_EXCEPTIONS = {
+    "adventure": "rt",
+    "backgammon": "rt",
+    "darkchambers": "rthvs",
+    "et": "rslt",
+    "hangman": "rcst",
+    "haunted_house": "rmlt",
+    "human_cannonball": "rsmt",
     "breakout": "rstbl",
     "qbert": "rstpl",
     "riverraid": "rstp",
@@ -85,6 +96,12 @@ def tracker_fields(tracker, name):
         out["p"] = a0
     if name == "tennis":
         out["d"], out["g"] = a0, a1
+    if name == "darkchambers":
+        out["h"], out["v"] = a0, a1
+    if name == "hangman":
+        out["c"] = a0
+    if name in ("haunted_house", "human_cannonball"):
+        out["m"] = a0
     return out
 
 

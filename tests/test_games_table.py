@@ -1,5 +1,5 @@
 """The static game table (tools/gen_games.py -> data/games.json, cuda/games_ids.h)
-checked against the installed ale-py 0.12.1 for all 57 games."""
+checked against the installed ale-py 0.12.1 for every game in it."""
 import hashlib
 import json
 import pathlib
@@ -23,8 +23,9 @@ ATARI_57 = ("alien amidar assault asterix asteroids atlantis bank_heist battle_z
 
 
 def test_table_covers_atari57_in_id_order():
-    assert NAMES == ATARI_57
-    assert [g["id"] for g in GAMES] == list(range(1, 58))
+    assert set(ATARI_57) <= set(NAMES)
+    assert NAMES == sorted(NAMES)
+    assert [g["id"] for g in GAMES] == list(range(1, len(GAMES) + 1))
 
 
 def test_generated_files_up_to_date():
@@ -33,7 +34,7 @@ def test_generated_files_up_to_date():
 
 def test_extension_ids_match_table():
     from hybridsim._games import NUM_GAMES, game_id, game_names
-    assert NUM_GAMES == 58
+    assert NUM_GAMES == len(GAMES) + 1
     assert game_names() == [""] + NAMES
     for g in GAMES:
         assert game_id(g["name"]) == g["id"]
