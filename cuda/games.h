@@ -73,6 +73,13 @@ HS_HD HS_INLINE int32_t advance(GameState& g, int32_t now) {
   return diff;
 }
 
+// A byte of the cartridge's extra RAM by its read-port address ($F080-$F0FF); 0 if absent.
+HS_HD HS_INLINE int32_t xrd(const uint8_t* xram, int32_t addr) { return xram ? xram[addr & 0x7F] : 0; }
+
+// Two's-complement int32 sums, as ALE's ints behave when they overflow.
+HS_HD HS_INLINE int32_t wrap_add(int32_t a, int32_t b) { return (int32_t)((uint32_t)a + (uint32_t)b); }
+HS_HD HS_INLINE int32_t wrap_sub(int32_t a, int32_t b) { return (int32_t)((uint32_t)a - (uint32_t)b); }
+
 HS_HD HS_INLINE int32_t alien_digit(int32_t v) { return v == 0x80 ? 0 : (v >> 3); }
 
 // River Raid draws digits from pointers that step by 8; anything else reads as 0.
@@ -106,12 +113,24 @@ HS_HD HS_INLINE int32_t game_initial_lives(int32_t game) {
     case kGameSpaceInvaders: case kGameTutankham: case kGameVideoPinball:
     case kGameWizardOfWor:
       return 3;
+    case kGameKeystoneKapers: return 3;
+    case kGameKingKong: return 3;
+    case kGameLostLuggage: return 3;
+    case kGameMrDo: return 4;
+    case kGamePacman: return 4;
+    case kGamePitfall2: return 1;
+    case kGamePooyan: return 3;
+    case kGameSirLancelot: return 3;
+    case kGameTrondead: return 5;
+    case kGameTurmoil: return 4;
+    case kGameVideoChess: return 1;
     default:
       return 0;  // games without a lives counter, and River Raid (lives live in aux[0])
   }
 }
 
 HS_HD HS_INLINE void game_reset(int32_t game, GameState& g) {
+  int32_t timer0 = g.aux[0], timer1 = g.aux[1];  // Video Cube's timer history survives
   g.reward = 0;
   g.terminal = 0;
   g.lives = game_initial_lives(game);
@@ -120,6 +139,12 @@ HS_HD HS_INLINE void game_reset(int32_t game, GameState& g) {
   g.score = game == kGamePitfall ? 2000 : (game == kGamePrivateEye ? 1000 : 0);
   if (game == kGameQbert) g.aux[0] = 2;          // previous lives byte
   if (game == kGameRiverraid) g.aux[0] = 0x58;   // previous lives byte
+  if (game == kGamePitfall2) g.score = 4000;
+  if (game == kGameVideoCube) {
+    g.aux[0] = timer0;
+    g.aux[1] = timer1;
+    g.aux[2] = 1;  // cube number (ALE keeps it but never uses it)
+  }
 }
 
 // Effects of ALE's mode selection on the settings' memory (call after the SELECT presses,
@@ -134,6 +159,12 @@ HS_HD HS_INLINE void game_set_mode(int32_t game, GameState& g, int32_t mode, con
       break;
     case kGameGravitar:
       g.lives = mode == 1 ? 15 : (mode == 3 ? 100 : (mode == 4 ? 25 : 6));
+      break;
+    case kGameVideoCheckers:
+      g.aux[0] = mode >= 11;  // reverse checkers: losing all pieces wins
+      break;
+    case kGameVideoCube:
+      if (mode >= 100) g.aux[2] = mode / 100;
       break;
     default:
       break;
@@ -157,8 +188,14 @@ HS_HD HS_INLINE int32_t game_lives(int32_t game, const GameState& g) {
     case kGameFishingDerby: case kGameFreeway: case kGameIceHockey: case kGamePong:
     case kGamePrivateEye: case kGameSkiing: case kGameTennis:
       return 0;
+    case kGameKoolaid: case kGameLaserGates:
+      return 0;
     // ALE's fallback rule: one life until game over
     case kGameSurround:
+      return g.terminal ? 0 : 1;
+    case kGameKaboom: case kGameKlax: case kGameMiniatureGolf: case kGameOthello:
+    case kGameSpaceWar: case kGameSuperman: case kGameTicTacToe3d: case kGameVideoCheckers:
+    case kGameVideoCube: case kGameWordZapper:
       return g.terminal ? 0 : 1;
     case kGameRiverraid:
       return g.terminal ? 0 : games_detail::riverraid_lives(g.aux[0]);
@@ -172,6 +209,36 @@ HS_HD HS_INLINE int32_t game_lives(int32_t game, const GameState& g) {
 HS_HD HS_INLINE bool game_terminal(int32_t game, const GameState& g) {
   (void)game;
   return g.terminal != 0;
+}
+
+// ALE's isLegal: an illegal action is played as NOOP (every game allows all 18 but Lost
+// Luggage, which refuses the fire button). a is a player action 0-17.
+HS_HD HS_INLINE bool game_action_legal(int32_t game, int32_t a) {
+  if (game == kGameLostLuggage) return !(a == 1 || (a >= 10 && a <= 17));
+  return true;
+}
+
+// The settings after ALE's restoreState: ALE reloads only what its saveState wrote, and
+// reads Miniature Golf's five counters back as ints although it wrote them as bools, so
+// each becomes one of the serializer's two bool patterns. `now` is the state before the
+// restore, `g` the restored one.
+HS_HD HS_INLINE void game_after_restore(int32_t game, GameState& g, const GameState& now) {
+  const int32_t kTrue = (int32_t)0xFAB1FAB2u, kFalse = (int32_t)0xBAD1BAD2u;
+  switch (game) {
+    case kGameMiniatureGolf:
+      g.score = g.score ? kTrue : kFalse;
+      for (int32_t k = 0; k < 4; ++k) g.aux[k] = g.aux[k] ? kTrue : kFalse;
+      break;
+    case kGameVideoCheckers:
+      g.aux[0] = now.aux[0];  // the reverse flag is not saved
+      break;
+    case kGameVideoCube:
+      g.aux[0] = now.aux[0];  // nor is the timer history
+      g.aux[1] = now.aux[1];
+      break;
+    default:
+      break;
+  }
 }
 
 }  // namespace hs

@@ -22,51 +22,80 @@ enum GameId : int32_t {
   kGameBreakout = 13,
   kGameCentipede = 14,
   kGameChopperCommand = 15,
-  kGameCrazyClimber = 16,
-  kGameDefender = 17,
-  kGameDemonAttack = 18,
-  kGameDoubleDunk = 19,
-  kGameEnduro = 20,
-  kGameFishingDerby = 21,
-  kGameFreeway = 22,
-  kGameFrostbite = 23,
-  kGameGopher = 24,
-  kGameGravitar = 25,
-  kGameHero = 26,
-  kGameIceHockey = 27,
-  kGameJamesbond = 28,
-  kGameKangaroo = 29,
-  kGameKrull = 30,
-  kGameKungFuMaster = 31,
-  kGameMontezumaRevenge = 32,
-  kGameMsPacman = 33,
-  kGameNameThisGame = 34,
-  kGamePhoenix = 35,
-  kGamePitfall = 36,
-  kGamePong = 37,
-  kGamePrivateEye = 38,
-  kGameQbert = 39,
-  kGameRiverraid = 40,
-  kGameRoadRunner = 41,
-  kGameRobotank = 42,
-  kGameSeaquest = 43,
-  kGameSkiing = 44,
-  kGameSolaris = 45,
-  kGameSpaceInvaders = 46,
-  kGameStarGunner = 47,
-  kGameSurround = 48,
-  kGameTennis = 49,
-  kGameTimePilot = 50,
-  kGameTutankham = 51,
-  kGameUpNDown = 52,
-  kGameVenture = 53,
-  kGameVideoPinball = 54,
-  kGameWizardOfWor = 55,
-  kGameYarsRevenge = 56,
-  kGameZaxxon = 57,
+  kGameCombat = 16,
+  kGameCrazyClimber = 17,
+  kGameDefender = 18,
+  kGameDemonAttack = 19,
+  kGameDoubleDunk = 20,
+  kGameEnduro = 21,
+  kGameFishingDerby = 22,
+  kGameFreeway = 23,
+  kGameFrostbite = 24,
+  kGameGopher = 25,
+  kGameGravitar = 26,
+  kGameHero = 27,
+  kGameIceHockey = 28,
+  kGameJamesbond = 29,
+  kGameJoust = 30,
+  kGameKaboom = 31,
+  kGameKangaroo = 32,
+  kGameKeystoneKapers = 33,
+  kGameKingKong = 34,
+  kGameKlax = 35,
+  kGameKoolaid = 36,
+  kGameKrull = 37,
+  kGameKungFuMaster = 38,
+  kGameLaserGates = 39,
+  kGameLostLuggage = 40,
+  kGameMarioBros = 41,
+  kGameMazeCraze = 42,
+  kGameMiniatureGolf = 43,
+  kGameMontezumaRevenge = 44,
+  kGameMrDo = 45,
+  kGameMsPacman = 46,
+  kGameNameThisGame = 47,
+  kGameOthello = 48,
+  kGamePacman = 49,
+  kGamePhoenix = 50,
+  kGamePitfall = 51,
+  kGamePitfall2 = 52,
+  kGamePong = 53,
+  kGamePooyan = 54,
+  kGamePrivateEye = 55,
+  kGameQbert = 56,
+  kGameRiverraid = 57,
+  kGameRoadRunner = 58,
+  kGameRobotank = 59,
+  kGameSeaquest = 60,
+  kGameSirLancelot = 61,
+  kGameSkiing = 62,
+  kGameSolaris = 63,
+  kGameSpaceInvaders = 64,
+  kGameSpaceWar = 65,
+  kGameStarGunner = 66,
+  kGameSuperman = 67,
+  kGameSurround = 68,
+  kGameTennis = 69,
+  kGameTetris = 70,
+  kGameTicTacToe3d = 71,
+  kGameTimePilot = 72,
+  kGameTrondead = 73,
+  kGameTurmoil = 74,
+  kGameTutankham = 75,
+  kGameUpNDown = 76,
+  kGameVenture = 77,
+  kGameVideoCheckers = 78,
+  kGameVideoChess = 79,
+  kGameVideoCube = 80,
+  kGameVideoPinball = 81,
+  kGameWarlords = 82,
+  kGameWizardOfWor = 83,
+  kGameWordZapper = 84,
+  kGameYarsRevenge = 85,
+  kGameZaxxon = 86,
 };
 
-constexpr int32_t kNumGames = 58;  // ids 0..57
+constexpr int32_t kNumGames = 87;  // ids 0..86
 
 // snake_case ROM name of a game id ("" for an unknown id).
 HS_HD inline const char* game_name(int32_t game) {
@@ -86,48 +115,77 @@ HS_HD inline const char* game_name(int32_t game) {
     case 13: return "breakout";
     case 14: return "centipede";
     case 15: return "chopper_command";
-    case 16: return "crazy_climber";
-    case 17: return "defender";
-    case 18: return "demon_attack";
-    case 19: return "double_dunk";
-    case 20: return "enduro";
-    case 21: return "fishing_derby";
-    case 22: return "freeway";
-    case 23: return "frostbite";
-    case 24: return "gopher";
-    case 25: return "gravitar";
-    case 26: return "hero";
-    case 27: return "ice_hockey";
-    case 28: return "jamesbond";
-    case 29: return "kangaroo";
-    case 30: return "krull";
-    case 31: return "kung_fu_master";
-    case 32: return "montezuma_revenge";
-    case 33: return "ms_pacman";
-    case 34: return "name_this_game";
-    case 35: return "phoenix";
-    case 36: return "pitfall";
-    case 37: return "pong";
-    case 38: return "private_eye";
-    case 39: return "qbert";
-    case 40: return "riverraid";
-    case 41: return "road_runner";
-    case 42: return "robotank";
-    case 43: return "seaquest";
-    case 44: return "skiing";
-    case 45: return "solaris";
-    case 46: return "space_invaders";
-    case 47: return "star_gunner";
-    case 48: return "surround";
-    case 49: return "tennis";
-    case 50: return "time_pilot";
-    case 51: return "tutankham";
-    case 52: return "up_n_down";
-    case 53: return "venture";
-    case 54: return "video_pinball";
-    case 55: return "wizard_of_wor";
-    case 56: return "yars_revenge";
-    case 57: return "zaxxon";
+    case 16: return "combat";
+    case 17: return "crazy_climber";
+    case 18: return "defender";
+    case 19: return "demon_attack";
+    case 20: return "double_dunk";
+    case 21: return "enduro";
+    case 22: return "fishing_derby";
+    case 23: return "freeway";
+    case 24: return "frostbite";
+    case 25: return "gopher";
+    case 26: return "gravitar";
+    case 27: return "hero";
+    case 28: return "ice_hockey";
+    case 29: return "jamesbond";
+    case 30: return "joust";
+    case 31: return "kaboom";
+    case 32: return "kangaroo";
+    case 33: return "keystone_kapers";
+    case 34: return "king_kong";
+    case 35: return "klax";
+    case 36: return "koolaid";
+    case 37: return "krull";
+    case 38: return "kung_fu_master";
+    case 39: return "laser_gates";
+    case 40: return "lost_luggage";
+    case 41: return "mario_bros";
+    case 42: return "maze_craze";
+    case 43: return "miniature_golf";
+    case 44: return "montezuma_revenge";
+    case 45: return "mr_do";
+    case 46: return "ms_pacman";
+    case 47: return "name_this_game";
+    case 48: return "othello";
+    case 49: return "pacman";
+    case 50: return "phoenix";
+    case 51: return "pitfall";
+    case 52: return "pitfall2";
+    case 53: return "pong";
+    case 54: return "pooyan";
+    case 55: return "private_eye";
+    case 56: return "qbert";
+    case 57: return "riverraid";
+    case 58: return "road_runner";
+    case 59: return "robotank";
+    case 60: return "seaquest";
+    case 61: return "sir_lancelot";
+    case 62: return "skiing";
+    case 63: return "solaris";
+    case 64: return "space_invaders";
+    case 65: return "space_war";
+    case 66: return "star_gunner";
+    case 67: return "superman";
+    case 68: return "surround";
+    case 69: return "tennis";
+    case 70: return "tetris";
+    case 71: return "tic_tac_toe_3d";
+    case 72: return "time_pilot";
+    case 73: return "trondead";
+    case 74: return "turmoil";
+    case 75: return "tutankham";
+    case 76: return "up_n_down";
+    case 77: return "venture";
+    case 78: return "video_checkers";
+    case 79: return "video_chess";
+    case 80: return "video_cube";
+    case 81: return "video_pinball";
+    case 82: return "warlords";
+    case 83: return "wizard_of_wor";
+    case 84: return "word_zapper";
+    case 85: return "yars_revenge";
+    case 86: return "zaxxon";
     default: return "";
   }
 }

@@ -31,13 +31,34 @@ FALSE_PATTERN = 0xBAD1BAD2
 # p = previous lives byte, d/g = previous point / game difference (tennis).
 NO_LIVES = {"bowling", "boxing", "double_dunk", "enduro", "fishing_derby", "freeway",
             "ice_hockey", "pong", "private_eye", "skiing", "surround"}
+# n = Othello's no-move counter, c = Video Cube's cube number; upper-case letters are
+# ints ALE writes as bools (Miniature Golf's level, par, carried hits, last stroke
+# counter and strokes at the start of the level).
 LAYOUT_EXCEPTIONS = {
     "breakout": "rstbl",
+    "kaboom": "rst",
+    "klax": "rst",
+    "koolaid": "rst",
+    "laser_gates": "rst",
+    "mario_bros": "rslt",
+    "miniature_golf": "rtLPHSA",
+    "othello": "rstn",
     "qbert": "rstpl",
     "riverraid": "rstp",
+    "space_war": "rst",
     "star_gunner": "rstlb",
+    "superman": "rst",
     "tennis": "rtdg",
+    "tetris": "rstbl",
+    "tic_tac_toe_3d": "rt",
+    "video_checkers": "rt",
+    "video_chess": "rtl",
+    "video_cube": "csrt",
+    "word_zapper": "rst",
 }
+# Games whose rule also reads the cartridge's extra RAM (fed to the tracker after the
+# 128 RIOT bytes; ale-py does not expose it, so it is read out of cloneState()).
+CART_RAM_GAMES = {"klax"}
 
 
 def layout(name):
@@ -59,7 +80,7 @@ def ale_settings_fields(ale, name):
     assert raw[-1] in (TRUE_PATTERN, FALSE_PATTERN), "unexpected serialisation layout"
     out = {}
     for letter, value in zip(lay, raw[:-1]):
-        if letter in "tb":
+        if letter in "tb" or letter.isupper():
             assert value in (TRUE_PATTERN, FALSE_PATTERN), (name, letter, hex(value))
             out[letter] = int(value == TRUE_PATTERN)
         else:
@@ -85,7 +106,36 @@ def tracker_fields(tracker, name):
         out["p"] = a0
     if name == "tennis":
         out["d"], out["g"] = a0, a1
+    if name == "tetris":
+        out["b"] = a0
+    if name == "othello":
+        out["n"] = a0
+    if name == "video_cube":
+        out["c"] = _a2
+    if name == "miniature_golf":
+        for letter, value in zip("LPHSA", (a0, a1, _a2, _a3, score)):
+            out[letter] = int(value != 0)
     return out
+
+
+def cart_ram(ale):
+    """The 128 bytes of an F8SC/F6SC cartridge's extra RAM, from ALE's serialised state
+    (the cartridge saves its name, its bank, then 128 and one int per byte)."""
+    blob = ale.cloneState().serialize()
+    for tag in (b"CartridgeF6SC", b"CartridgeF8SC"):
+        at = blob.find(tag)
+        if at >= 0:
+            at += len(tag)
+            count = struct.unpack_from("<i", blob, at + 4)[0]
+            assert count == 128, "unexpected cartridge serialisation"
+            return np.array(struct.unpack_from("<128i", blob, at + 8), np.uint8)
+    raise AssertionError("no Superchip cartridge in this state")
+
+
+def frame_ram(ale, name):
+    """What the tracker is fed for a frame: RIOT RAM, plus cartridge RAM where needed."""
+    ram = ale.getRAM()
+    return np.concatenate([ram, cart_ram(ale)]) if name in CART_RAM_GAMES else ram
 
 
 def make_ale(name, seed=0):
@@ -134,7 +184,9 @@ def run_stream(name, frames, seed=0, resets=2, check_internal=True, tracker_cls=
     def restart():
         ale.reset_game()
         tracker.reset()
-        tracker.step(ale.getRAM())
+        if mode is not None:  # what the game's setMode leaves in the settings (Video Checkers)
+            tracker.set_mode(mode, ale.getRAM())
+        tracker.step(frame_ram(ale, name))
         stats["episodes"] += 1
         where = f"{name}: after reset_game #{stats['episodes']}"
         want = ale_settings_fields(ale, name)
@@ -162,7 +214,7 @@ def run_stream(name, frames, seed=0, resets=2, check_internal=True, tracker_cls=
             hold = int(rng.geometric(0.15))
         hold -= 1
         r_ale = ale.act(action)
-        r_ours = tracker.step(ale.getRAM())
+        r_ours = tracker.step(frame_ram(ale, name))
         stats["frames"] += 1
         where = f"{name}: frame {f} of episode {stats['episodes']}"
         check_public(where, r_ale, r_ours)
@@ -225,7 +277,7 @@ def run_poked(name, frames, seed=0, poke_prob=0.2):
     def restart():
         ale.reset_game()
         tracker.reset()
-        tracker.step(ale.getRAM())
+        tracker.step(frame_ram(ale, name))
         stats["episodes"] += 1
         compare(f"{name}: after reset_game #{stats['episodes']}")
 
@@ -238,7 +290,7 @@ def run_poked(name, frames, seed=0, poke_prob=0.2):
                 ale.setRAM(int(idx), v)
             stats["pokes"] += 1
         r_ale = ale.act(actions[int(rng.integers(len(actions)))])
-        r_ours = tracker.step(ale.getRAM())
+        r_ours = tracker.step(frame_ram(ale, name))
         stats["frames"] += 1
         compare(f"{name}: poked run, frame {f}", r_ale, r_ours)
         if ale.game_over():
