@@ -212,9 +212,9 @@ HS_HD HS_INLINE bool game_terminal(int32_t game, const GameState& g) {
 }
 
 // ALE's isLegal: an illegal action is played as NOOP (every game allows all 18 but Lost
-// Luggage, which refuses the fire button). a is a player action 0-17.
+// Luggage and Skiing, which refuse the fire button). a is a player action 0-17.
 HS_HD HS_INLINE bool game_action_legal(int32_t game, int32_t a) {
-  if (game == kGameLostLuggage) return !(a == 1 || (a >= 10 && a <= 17));
+  if (game == kGameLostLuggage || game == kGameSkiing) return !(a == 1 || (a >= 10 && a <= 17));
   return true;
 }
 

@@ -2,8 +2,9 @@
 """Single source of the static game table: writes data/games.json and cuda/games_ids.h.
 
 Run from anywhere: `python tools/gen_games.py` (add --check to verify the outputs are
-up to date without writing). The table below states, for each of the 57 Atari-57 games,
-what ale-py 0.12.1 does with it; tests/test_games_table.py checks it against ale-py.
+up to date without writing). The table below states, for each game (the Atari-57 and
+more of the ROMs ale-py ships), what ale-py 0.12.1 does with it;
+tests/test_games_table.py checks it against ale-py.
 
 Per game:
   name          snake_case ROM name (ale_py.roms.get_rom_path(name))
@@ -364,7 +365,8 @@ G('sir_lancelot', 'dd0cbe5351551a538414fb9e37fc56e8',
 G('skiing', 'b76fbadc8ffb1f83e2ca08b6fb4d6c9f',
   ram=[0x91, 0xE8, 0xE9, 0xEA],
   actions=[0, 3, 4], modes=[0], difficulties=[0],
-  start=[5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5]),
+  start=[5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5],
+  illegal=[1, 10, 11, 12, 13, 14, 15, 16, 17]),
 G('solaris', 'e72eb8d4410152bdcb69e7fba327b420',
   ram=[0xD9, 0xDC, 0xDD, 0xDE],
   actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0]),
