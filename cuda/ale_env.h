@@ -328,7 +328,7 @@ HS_HD inline int32_t env_act(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs, i
     }
     if (env_terminal(e)) continue;  // oneStepAct returns 0 once the episode is over
     int32_t pa = e.player_a_action, pb = e.player_b_action;
-    // Illegal actions become NOOP (every action is legal in ALE's settings); so does RESET.
+    // Actions the game's settings call illegal (game_action_legal) become NOOP; so does RESET.
     if (pa == ACTION_RESET || (pa >= 0 && pa < B_NOOP && !game_action_legal(e.cfg.game, pa))) pa = A_NOOP;
     if (pb == ACTION_RESET || (pb >= B_NOOP && pb < B_NOOP + 18 && !game_action_legal(e.cfg.game, pb - B_NOOP)))
       pb = B_NOOP;

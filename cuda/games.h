@@ -130,7 +130,11 @@ HS_HD HS_INLINE int32_t game_initial_lives(int32_t game) {
 }
 
 HS_HD HS_INLINE void game_reset(int32_t game, GameState& g) {
-  int32_t timer0 = g.aux[0], timer1 = g.aux[1];  // Video Cube's timer history survives
+  int32_t timer0 = 0, timer1 = 0;  // Video Cube's timer history survives ALE's reset
+  if (game == kGameVideoCube) {
+    timer0 = g.aux[0];
+    timer1 = g.aux[1];
+  }
   g.reward = 0;
   g.terminal = 0;
   g.lives = game_initial_lives(game);

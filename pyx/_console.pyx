@@ -29,7 +29,9 @@ frame by frame, including its load and reset sequences and its sticky actions.
   mode_select    None (ALE's default setMode: nothing) or the game's recipe as a dict:
                  ram, value[, value_alt][, ram2, value2], hold, before=[steps]; see
                  hybridsim.console_props.mode_select_for (steps: ("act", action, n),
-                 ("select", hold), ("soft_reset",))
+                 ("select", hold), ("soft_reset",)); ram 0x100 + i watches byte i of
+                 the cartridge's extra RAM; or {"custom": "double_dunk"}, or
+                 {"custom": "video_cube", "value": variant byte, "cube": n}
   starting_actions: ALE action ids run one frame each at the end of every reset
 
   The constructor does what ALEInterface.loadROM does (console power-on, TV detection,

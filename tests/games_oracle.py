@@ -7,7 +7,7 @@ the first 64 frames, and then keeps stepping them through mode selection, a 4-fr
 soft reset and the starting actions. Only the RAM after the last of those frames is
 visible from Python, so the test "primes" the tracker: game_reset() followed by one
 game_step() on the RAM that reset_game left behind. This is exact whenever the settings'
-memory after reset depends on the last frame only, which holds for all 57 games as long
+memory after reset depends on the last frame only, which holds for every game as long
 as the game's latched flags and lives counters are already settled on that frame; it is
 CHECKED rather than assumed: after every reset the primed state is compared field by
 field with the settings state ALE serialises in cloneState() (see ale_settings_fields).
@@ -59,6 +59,9 @@ LAYOUT_EXCEPTIONS = {
 # Games whose rule also reads the cartridge's extra RAM (fed to the tracker after the
 # 128 RIOT bytes; ale-py does not expose it, so it is read out of cloneState()).
 CART_RAM_GAMES = {"klax"}
+# Games whose setMode leaves something in the settings that no later frame rewrites
+# (Video Checkers' reverse flag, Video Cube's cube number): the primed tracker needs it.
+SET_MODE_GAMES = {"video_checkers", "video_cube"}
 
 
 def layout(name):
@@ -184,7 +187,7 @@ def run_stream(name, frames, seed=0, resets=2, check_internal=True, tracker_cls=
     def restart():
         ale.reset_game()
         tracker.reset()
-        if mode is not None:  # what the game's setMode leaves in the settings (Video Checkers)
+        if mode is not None and name in SET_MODE_GAMES:
             tracker.set_mode(mode, ale.getRAM())
         tracker.step(frame_ram(ale, name))
         stats["episodes"] += 1

@@ -9,7 +9,7 @@ See games_oracle.py for how the tracker is put into ALE's post-reset state.
 
 A second stream per game pokes edge values into the RAM bytes the game's rule reads
 (ale.setRAM before the frame), reaching wrap-arounds, blank digits and game-over
-markers that random play seldom does; 34 multi-mode games also run in their last mode.
+markers that random play seldom does; the multi-mode games also run in their last mode.
 
 HYBRIDSIM_GAMES_FRAMES=N sets the frames per game (default 800; e.g. 30000 for a long
 run; the poked and other-mode streams scale with it).
