@@ -27,7 +27,9 @@ enum : int32_t {
 };
 
 enum : int32_t { MODE_STEP_ACT = 0, MODE_STEP_SELECT = 1, MODE_STEP_SOFT_RESET = 2 };
-enum : int32_t { MODE_CUSTOM_NONE = 0, MODE_CUSTOM_DOUBLE_DUNK = 1, MODE_CUSTOM_ADVENTURE = 2 };
+enum : int32_t {
+  MODE_CUSTOM_NONE = 0, MODE_CUSTOM_DOUBLE_DUNK = 1, MODE_CUSTOM_ADVENTURE = 2, MODE_CUSTOM_VIDEO_CUBE = 3
+};
 
 struct EnvConfig {
   int32_t game;                   // game id for games.h
@@ -39,7 +41,8 @@ struct EnvConfig {
   // Mode selection (the game's setMode). mode_ram < 0: the default setMode, which does
   // nothing. Otherwise: run `before` steps, then press SELECT (held mode_hold frames)
   // until RAM[mode_ram] is mode_value or mode_value_alt and, when mode_ram2 >= 0,
-  // RAM[mode_ram2] is mode_value2; then a soft reset. RAM indices are address & $7F.
+  // RAM[mode_ram2] is mode_value2; then a soft reset. RAM indices are address & $7F;
+  // mode_ram 0x100 + i reads the cartridge's extra RAM byte i instead (Klax).
   int32_t mode_ram, mode_value, mode_value_alt, mode_ram2, mode_value2, mode_hold;
   int32_t num_mode_before;
   int32_t mode_before[4][3];      // {MODE_STEP_*, action or hold, count}
@@ -138,7 +141,7 @@ HS_HD inline void env_apply_paddles(AleEnv& e, int32_t a, float sa, int32_t b, f
 
 HS_HD inline void env_game_step(AleEnv& e) {
   int32_t reward = 0;
-  game_step(e.cfg.game, e.game, e.console.riot.ram, &reward);
+  game_step(e.cfg.game, e.game, e.console.riot.ram, &reward, e.console.cart.ram);
   e.last_reward = reward;
 }
 
@@ -196,7 +199,13 @@ HS_HD inline int32_t env_act(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs, i
 
 HS_HD HS_INLINE bool env_mode_reached(AleEnv& e) {
   const EnvConfig& c = e.cfg;
-  uint8_t v = console_read_ram(e.console, c.mode_ram);
+  uint8_t v;
+  if (c.mode_ram >= 0x100) {  // a peek at the cartridge RAM's read port
+    v = e.console.cart.ram[c.mode_ram & 0x7F];
+    e.console.data_bus = v;
+  } else {
+    v = console_read_ram(e.console, c.mode_ram);
+  }
   bool first = v == (uint8_t)c.mode_value || (c.mode_value_alt >= 0 && v == (uint8_t)c.mode_value_alt);
   if (!first) return false;
   return c.mode_ram2 < 0 || console_read_ram(e.console, c.mode_ram2) == (uint8_t)c.mode_value2;
@@ -262,6 +271,23 @@ HS_HD inline void env_adventure_mode(AleEnv& e, const uint8_t* rom, FrameBuffers
   env_soft_reset(e, rom, fbs);
 }
 
+// Video Cube's setMode: mode_value is the wanted variant byte (RAM[$FB] & $1F), mode_value2
+// the cube number; SELECT presses for the variant, a soft reset, then RIGHT acts until the
+// cube number shows in $9F (packed decimal).
+HS_HD inline void env_video_cube_mode(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
+  int32_t guard = 0;
+  while ((console_read_ram(e.console, 0x7B) & 0x1F) != e.cfg.mode_value && guard++ < 1000)
+    env_press_select(e, rom, fbs, 2);
+  env_soft_reset(e, rom, fbs);
+  guard = 0;
+  while (true) {
+    uint8_t b = console_read_ram(e.console, 0x1F);
+    if ((b >> 4) * 10 + (b & 0x0F) == e.cfg.mode_value2 || guard++ >= 1000) break;
+    env_act(e, rom, fbs, A_RIGHT, B_NOOP, 1.0f, 1.0f);
+  }
+  game_set_mode(e.cfg.game, e.game, e.cfg.mode, e.console.riot.ram);
+}
+
 // StellaEnvironment::reset (reset_game).
 HS_HD inline void env_reset(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
   e.episode_frame_number = 0;
@@ -272,6 +298,7 @@ HS_HD inline void env_reset(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs) {
   game_reset(e.cfg.game, e.game);
   if (e.cfg.mode_custom == MODE_CUSTOM_DOUBLE_DUNK) env_double_dunk_mode(e, rom, fbs);
   else if (e.cfg.mode_custom == MODE_CUSTOM_ADVENTURE) env_adventure_mode(e, rom, fbs);
+  else if (e.cfg.mode_custom == MODE_CUSTOM_VIDEO_CUBE) env_video_cube_mode(e, rom, fbs);
   else if (e.cfg.mode_ram >= 0) env_select_mode(e, rom, fbs);
   else game_set_mode(e.cfg.game, e.game, e.cfg.mode, e.console.riot.ram);  // default setMode
   env_soft_reset(e, rom, fbs);
@@ -317,9 +344,10 @@ HS_HD inline int32_t env_act(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs, i
     }
     if (env_terminal(e)) continue;  // oneStepAct returns 0 once the episode is over
     int32_t pa = e.player_a_action, pb = e.player_b_action;
-    // Illegal actions become NOOP (every action is legal in ALE's settings); so does RESET.
-    if (pa == ACTION_RESET) pa = A_NOOP;
-    if (pb == ACTION_RESET) pb = B_NOOP;
+    // Actions the game's settings call illegal (game_action_legal) become NOOP; so does RESET.
+    if (pa == ACTION_RESET || (pa >= 0 && pa < B_NOOP && !game_action_legal(e.cfg.game, pa))) pa = A_NOOP;
+    if (pb == ACTION_RESET || (pb >= B_NOOP && pb < B_NOOP + 18 && !game_action_legal(e.cfg.game, pb - B_NOOP)))
+      pb = B_NOOP;
     env_emulate(e, rom, fbs, pa, pb, e.paddle_a_strength, e.paddle_b_strength, 1);
     e.frame_number += 1;
     e.episode_frame_number += 1;
@@ -362,6 +390,7 @@ HS_HD inline void env_restore(AleEnv& cur, const AleEnv& saved, bool with_rng) {
   cur.last_reward = keep.last_reward;
   game_keep_unsaved(keep.cfg.game, cur.game, keep.game);
   if (!with_rng) cur.env_rng = keep.env_rng;
+  game_after_restore(cur.cfg.game, cur.game, keep.game);
   // ALE serialises the DPC's fractional music clock as an integer count of 1e-8.
   cur.console.cart.dpc_fraction = (double)(int32_t)(uint32_t)(saved.console.cart.dpc_fraction * 100000000.0) / 100000000.0;
 }

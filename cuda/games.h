@@ -73,6 +73,13 @@ HS_HD HS_INLINE int32_t advance(GameState& g, int32_t now) {
   return diff;
 }
 
+// A byte of the cartridge's extra RAM by its read-port address ($F080-$F0FF); 0 if absent.
+HS_HD HS_INLINE int32_t xrd(const uint8_t* xram, int32_t addr) { return xram ? xram[addr & 0x7F] : 0; }
+
+// Two's-complement int32 sums, as ALE's ints behave when they overflow.
+HS_HD HS_INLINE int32_t wrap_add(int32_t a, int32_t b) { return (int32_t)((uint32_t)a + (uint32_t)b); }
+HS_HD HS_INLINE int32_t wrap_sub(int32_t a, int32_t b) { return (int32_t)((uint32_t)a - (uint32_t)b); }
+
 HS_HD HS_INLINE int32_t alien_digit(int32_t v) { return v == 0x80 ? 0 : (v >> 3); }
 
 // River Raid draws digits from pointers that step by 8; anything else reads as 0.
@@ -112,6 +119,17 @@ HS_HD HS_INLINE int32_t game_initial_lives(int32_t game) {
       return 3;
     case kGameDonkeyKong:
       return 2;
+    case kGameKeystoneKapers: return 3;
+    case kGameKingKong: return 3;
+    case kGameLostLuggage: return 3;
+    case kGameMrDo: return 4;
+    case kGamePacman: return 4;
+    case kGamePitfall2: return 1;
+    case kGamePooyan: return 3;
+    case kGameSirLancelot: return 3;
+    case kGameTrondead: return 5;
+    case kGameTurmoil: return 4;
+    case kGameVideoChess: return 1;
     default:
       // games without a lives counter, River Raid (lives live in aux[0]), and Atlantis II
       // and E.T., whose counters start at 0 (ALE never initialises Atlantis II's)
@@ -120,6 +138,11 @@ HS_HD HS_INLINE int32_t game_initial_lives(int32_t game) {
 }
 
 HS_HD HS_INLINE void game_reset(int32_t game, GameState& g) {
+  int32_t timer0 = 0, timer1 = 0;  // Video Cube's timer history survives ALE's reset
+  if (game == kGameVideoCube) {
+    timer0 = g.aux[0];
+    timer1 = g.aux[1];
+  }
   g.reward = 0;
   g.terminal = 0;
   g.lives = game_initial_lives(game);
@@ -129,6 +152,12 @@ HS_HD HS_INLINE void game_reset(int32_t game, GameState& g) {
   if (game == kGameQbert) g.aux[0] = 2;          // previous lives byte
   if (game == kGameRiverraid) g.aux[0] = 0x58;   // previous lives byte
   if (game == kGameHangman) g.aux[1] = g.aux[2] = -1;  // last two timer readings
+  if (game == kGamePitfall2) g.score = 4000;
+  if (game == kGameVideoCube) {
+    g.aux[0] = timer0;
+    g.aux[1] = timer1;
+    g.aux[2] = 1;  // cube number (ALE keeps it but never uses it)
+  }
 }
 
 // Effects of ALE's mode selection on the settings' memory (call after the SELECT presses,
@@ -143,6 +172,12 @@ HS_HD HS_INLINE void game_set_mode(int32_t game, GameState& g, int32_t mode, con
       break;
     case kGameGravitar:
       g.lives = mode == 1 ? 15 : (mode == 3 ? 100 : (mode == 4 ? 25 : 6));
+      break;
+    case kGameVideoCheckers:
+      g.aux[0] = mode >= 11;  // reverse checkers: losing all pieces wins
+      break;
+    case kGameVideoCube:
+      if (mode >= 100) g.aux[2] = mode / 100;
       break;
     default:
       break;
@@ -179,11 +214,17 @@ HS_HD HS_INLINE int32_t game_lives(int32_t game, const GameState& g) {
     case kGamePrivateEye: case kGameSkiing: case kGameTennis:
     case kGameCarnival: case kGameJourneyEscape:
       return 0;
+    case kGameKoolaid: case kGameLaserGates:
+      return 0;
     // ALE's fallback rule: one life until game over
     case kGameSurround:
     case kGameAirRaid: case kGameBackgammon: case kGameBasicMath: case kGameBlackjack:
     case kGameCasino: case kGameCrossbow: case kGameDarkchambers: case kGameEarthworld:
     case kGameEntombed: case kGameFlagCapture: case kGameHangman: case kGameHumanCannonball:
+      return g.terminal ? 0 : 1;
+    case kGameKaboom: case kGameKlax: case kGameMiniatureGolf: case kGameOthello:
+    case kGameSpaceWar: case kGameSuperman: case kGameTicTacToe3d: case kGameVideoCheckers:
+    case kGameVideoCube: case kGameWordZapper:
       return g.terminal ? 0 : 1;
     case kGameRiverraid:
       return g.terminal ? 0 : games_detail::riverraid_lives(g.aux[0]);
@@ -197,6 +238,36 @@ HS_HD HS_INLINE int32_t game_lives(int32_t game, const GameState& g) {
 HS_HD HS_INLINE bool game_terminal(int32_t game, const GameState& g) {
   (void)game;
   return g.terminal != 0;
+}
+
+// ALE's isLegal: an illegal action is played as NOOP (every game allows all 18 but Lost
+// Luggage and Skiing, which refuse the fire button). a is a player action 0-17.
+HS_HD HS_INLINE bool game_action_legal(int32_t game, int32_t a) {
+  if (game == kGameLostLuggage || game == kGameSkiing) return !(a == 1 || (a >= 10 && a <= 17));
+  return true;
+}
+
+// The settings after ALE's restoreState: ALE reloads only what its saveState wrote, and
+// reads Miniature Golf's five counters back as ints although it wrote them as bools, so
+// each becomes one of the serializer's two bool patterns. `now` is the state before the
+// restore, `g` the restored one.
+HS_HD HS_INLINE void game_after_restore(int32_t game, GameState& g, const GameState& now) {
+  const int32_t kTrue = (int32_t)0xFAB1FAB2u, kFalse = (int32_t)0xBAD1BAD2u;
+  switch (game) {
+    case kGameMiniatureGolf:
+      g.score = g.score ? kTrue : kFalse;
+      for (int32_t k = 0; k < 4; ++k) g.aux[k] = g.aux[k] ? kTrue : kFalse;
+      break;
+    case kGameVideoCheckers:
+      g.aux[0] = now.aux[0];  // the reverse flag is not saved
+      break;
+    case kGameVideoCube:
+      g.aux[0] = now.aux[0];  // nor is the timer history
+      g.aux[1] = now.aux[1];
+      break;
+    default:
+      break;
+  }
 }
 
 }  // namespace hs

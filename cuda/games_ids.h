@@ -30,65 +30,94 @@ enum GameId : int32_t {
   kGameCasino = 21,
   kGameCentipede = 22,
   kGameChopperCommand = 23,
-  kGameCrazyClimber = 24,
-  kGameCrossbow = 25,
-  kGameDarkchambers = 26,
-  kGameDefender = 27,
-  kGameDemonAttack = 28,
-  kGameDonkeyKong = 29,
-  kGameDoubleDunk = 30,
-  kGameEarthworld = 31,
-  kGameElevatorAction = 32,
-  kGameEnduro = 33,
-  kGameEntombed = 34,
-  kGameEt = 35,
-  kGameFishingDerby = 36,
-  kGameFlagCapture = 37,
-  kGameFreeway = 38,
-  kGameFrogger = 39,
-  kGameFrostbite = 40,
-  kGameGalaxian = 41,
-  kGameGopher = 42,
-  kGameGravitar = 43,
-  kGameHangman = 44,
-  kGameHauntedHouse = 45,
-  kGameHero = 46,
-  kGameHumanCannonball = 47,
-  kGameIceHockey = 48,
-  kGameJamesbond = 49,
-  kGameJourneyEscape = 50,
-  kGameKangaroo = 51,
-  kGameKrull = 52,
-  kGameKungFuMaster = 53,
-  kGameMontezumaRevenge = 54,
-  kGameMsPacman = 55,
-  kGameNameThisGame = 56,
-  kGamePhoenix = 57,
-  kGamePitfall = 58,
-  kGamePong = 59,
-  kGamePrivateEye = 60,
-  kGameQbert = 61,
-  kGameRiverraid = 62,
-  kGameRoadRunner = 63,
-  kGameRobotank = 64,
-  kGameSeaquest = 65,
-  kGameSkiing = 66,
-  kGameSolaris = 67,
-  kGameSpaceInvaders = 68,
-  kGameStarGunner = 69,
-  kGameSurround = 70,
-  kGameTennis = 71,
-  kGameTimePilot = 72,
-  kGameTutankham = 73,
-  kGameUpNDown = 74,
-  kGameVenture = 75,
-  kGameVideoPinball = 76,
-  kGameWizardOfWor = 77,
-  kGameYarsRevenge = 78,
-  kGameZaxxon = 79,
+  kGameCombat = 24,
+  kGameCrazyClimber = 25,
+  kGameCrossbow = 26,
+  kGameDarkchambers = 27,
+  kGameDefender = 28,
+  kGameDemonAttack = 29,
+  kGameDonkeyKong = 30,
+  kGameDoubleDunk = 31,
+  kGameEarthworld = 32,
+  kGameElevatorAction = 33,
+  kGameEnduro = 34,
+  kGameEntombed = 35,
+  kGameEt = 36,
+  kGameFishingDerby = 37,
+  kGameFlagCapture = 38,
+  kGameFreeway = 39,
+  kGameFrogger = 40,
+  kGameFrostbite = 41,
+  kGameGalaxian = 42,
+  kGameGopher = 43,
+  kGameGravitar = 44,
+  kGameHangman = 45,
+  kGameHauntedHouse = 46,
+  kGameHero = 47,
+  kGameHumanCannonball = 48,
+  kGameIceHockey = 49,
+  kGameJamesbond = 50,
+  kGameJourneyEscape = 51,
+  kGameJoust = 52,
+  kGameKaboom = 53,
+  kGameKangaroo = 54,
+  kGameKeystoneKapers = 55,
+  kGameKingKong = 56,
+  kGameKlax = 57,
+  kGameKoolaid = 58,
+  kGameKrull = 59,
+  kGameKungFuMaster = 60,
+  kGameLaserGates = 61,
+  kGameLostLuggage = 62,
+  kGameMarioBros = 63,
+  kGameMazeCraze = 64,
+  kGameMiniatureGolf = 65,
+  kGameMontezumaRevenge = 66,
+  kGameMrDo = 67,
+  kGameMsPacman = 68,
+  kGameNameThisGame = 69,
+  kGameOthello = 70,
+  kGamePacman = 71,
+  kGamePhoenix = 72,
+  kGamePitfall = 73,
+  kGamePitfall2 = 74,
+  kGamePong = 75,
+  kGamePooyan = 76,
+  kGamePrivateEye = 77,
+  kGameQbert = 78,
+  kGameRiverraid = 79,
+  kGameRoadRunner = 80,
+  kGameRobotank = 81,
+  kGameSeaquest = 82,
+  kGameSirLancelot = 83,
+  kGameSkiing = 84,
+  kGameSolaris = 85,
+  kGameSpaceInvaders = 86,
+  kGameSpaceWar = 87,
+  kGameStarGunner = 88,
+  kGameSuperman = 89,
+  kGameSurround = 90,
+  kGameTennis = 91,
+  kGameTetris = 92,
+  kGameTicTacToe3d = 93,
+  kGameTimePilot = 94,
+  kGameTrondead = 95,
+  kGameTurmoil = 96,
+  kGameTutankham = 97,
+  kGameUpNDown = 98,
+  kGameVenture = 99,
+  kGameVideoCheckers = 100,
+  kGameVideoChess = 101,
+  kGameVideoCube = 102,
+  kGameVideoPinball = 103,
+  kGameWarlords = 104,
+  kGameWizardOfWor = 105,
+  kGameWordZapper = 106,
+  kGameYarsRevenge = 107,
+  kGameZaxxon = 108,
 };
 
-constexpr int32_t kNumGames = 80;  // ids 0..79
+constexpr int32_t kNumGames = 109;  // ids 0..108
 
 // snake_case ROM name of a game id ("" for an unknown id).
 HS_HD inline const char* game_name(int32_t game) {
@@ -116,62 +145,91 @@ HS_HD inline const char* game_name(int32_t game) {
     case 21: return "casino";
     case 22: return "centipede";
     case 23: return "chopper_command";
-    case 24: return "crazy_climber";
-    case 25: return "crossbow";
-    case 26: return "darkchambers";
-    case 27: return "defender";
-    case 28: return "demon_attack";
-    case 29: return "donkey_kong";
-    case 30: return "double_dunk";
-    case 31: return "earthworld";
-    case 32: return "elevator_action";
-    case 33: return "enduro";
-    case 34: return "entombed";
-    case 35: return "et";
-    case 36: return "fishing_derby";
-    case 37: return "flag_capture";
-    case 38: return "freeway";
-    case 39: return "frogger";
-    case 40: return "frostbite";
-    case 41: return "galaxian";
-    case 42: return "gopher";
-    case 43: return "gravitar";
-    case 44: return "hangman";
-    case 45: return "haunted_house";
-    case 46: return "hero";
-    case 47: return "human_cannonball";
-    case 48: return "ice_hockey";
-    case 49: return "jamesbond";
-    case 50: return "journey_escape";
-    case 51: return "kangaroo";
-    case 52: return "krull";
-    case 53: return "kung_fu_master";
-    case 54: return "montezuma_revenge";
-    case 55: return "ms_pacman";
-    case 56: return "name_this_game";
-    case 57: return "phoenix";
-    case 58: return "pitfall";
-    case 59: return "pong";
-    case 60: return "private_eye";
-    case 61: return "qbert";
-    case 62: return "riverraid";
-    case 63: return "road_runner";
-    case 64: return "robotank";
-    case 65: return "seaquest";
-    case 66: return "skiing";
-    case 67: return "solaris";
-    case 68: return "space_invaders";
-    case 69: return "star_gunner";
-    case 70: return "surround";
-    case 71: return "tennis";
-    case 72: return "time_pilot";
-    case 73: return "tutankham";
-    case 74: return "up_n_down";
-    case 75: return "venture";
-    case 76: return "video_pinball";
-    case 77: return "wizard_of_wor";
-    case 78: return "yars_revenge";
-    case 79: return "zaxxon";
+    case 24: return "combat";
+    case 25: return "crazy_climber";
+    case 26: return "crossbow";
+    case 27: return "darkchambers";
+    case 28: return "defender";
+    case 29: return "demon_attack";
+    case 30: return "donkey_kong";
+    case 31: return "double_dunk";
+    case 32: return "earthworld";
+    case 33: return "elevator_action";
+    case 34: return "enduro";
+    case 35: return "entombed";
+    case 36: return "et";
+    case 37: return "fishing_derby";
+    case 38: return "flag_capture";
+    case 39: return "freeway";
+    case 40: return "frogger";
+    case 41: return "frostbite";
+    case 42: return "galaxian";
+    case 43: return "gopher";
+    case 44: return "gravitar";
+    case 45: return "hangman";
+    case 46: return "haunted_house";
+    case 47: return "hero";
+    case 48: return "human_cannonball";
+    case 49: return "ice_hockey";
+    case 50: return "jamesbond";
+    case 51: return "journey_escape";
+    case 52: return "joust";
+    case 53: return "kaboom";
+    case 54: return "kangaroo";
+    case 55: return "keystone_kapers";
+    case 56: return "king_kong";
+    case 57: return "klax";
+    case 58: return "koolaid";
+    case 59: return "krull";
+    case 60: return "kung_fu_master";
+    case 61: return "laser_gates";
+    case 62: return "lost_luggage";
+    case 63: return "mario_bros";
+    case 64: return "maze_craze";
+    case 65: return "miniature_golf";
+    case 66: return "montezuma_revenge";
+    case 67: return "mr_do";
+    case 68: return "ms_pacman";
+    case 69: return "name_this_game";
+    case 70: return "othello";
+    case 71: return "pacman";
+    case 72: return "phoenix";
+    case 73: return "pitfall";
+    case 74: return "pitfall2";
+    case 75: return "pong";
+    case 76: return "pooyan";
+    case 77: return "private_eye";
+    case 78: return "qbert";
+    case 79: return "riverraid";
+    case 80: return "road_runner";
+    case 81: return "robotank";
+    case 82: return "seaquest";
+    case 83: return "sir_lancelot";
+    case 84: return "skiing";
+    case 85: return "solaris";
+    case 86: return "space_invaders";
+    case 87: return "space_war";
+    case 88: return "star_gunner";
+    case 89: return "superman";
+    case 90: return "surround";
+    case 91: return "tennis";
+    case 92: return "tetris";
+    case 93: return "tic_tac_toe_3d";
+    case 94: return "time_pilot";
+    case 95: return "trondead";
+    case 96: return "turmoil";
+    case 97: return "tutankham";
+    case 98: return "up_n_down";
+    case 99: return "venture";
+    case 100: return "video_checkers";
+    case 101: return "video_chess";
+    case 102: return "video_cube";
+    case 103: return "video_pinball";
+    case 104: return "warlords";
+    case 105: return "wizard_of_wor";
+    case 106: return "word_zapper";
+    case 107: return "yars_revenge";
+    case 108: return "zaxxon";
     default: return "";
   }
 }

@@ -6,7 +6,10 @@
 
 namespace hs {
 
-HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128, int32_t* reward) {
+// xram: the cartridge's 128 bytes of extra (Superchip) RAM, or nullptr; only Klax reads
+// it, and reads zeros without it.
+HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128, int32_t* reward,
+                               const uint8_t* xram = nullptr) {
   using namespace games_detail;
   const uint8_t* m = ram128;
   int32_t r = 0;
@@ -412,11 +415,49 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       over = rd(m, 0x95) == 0 && rd(m, 0x96) == 0;  // time is up
       break;
     }
+    case kGameKaboom: {
+      r = advance(g, packed_score(m, 0xA5, 0xA4, 0xA3));
+      over = rd(m, 0xA1) == 0 || g.score == 999999;
+      break;
+    }
     case kGameKangaroo: {
       r = advance(g, 100 * packed_score(m, 0xA8, 0xA7, -1));
       int32_t b = rd(m, 0xAD);
       over = b == 0xFF;
       g.lives = (b & 0x07) + 1;
+      break;
+    }
+    case kGameKeystoneKapers: {
+      r = advance(g, packed_score(m, 0x9C, 0x9B, -1));
+      g.lives = rd(m, 0x96);
+      over = g.lives == 0 && rd(m, 0x88) == 0;
+      break;
+    }
+    case kGameKingKong: {
+      r = advance(g, packed_score(m, 0x83, 0x82, -1));
+      g.lives = rd(m, 0xEE);
+      over = g.lives == 0;
+      break;
+    }
+    case kGameKlax: {
+      // Score, misses and level live in the cartridge's extra RAM (read port $F080).
+      int32_t s = packed2(xrd(xram, 0xF0B4)) + 100 * packed2(xrd(xram, 0xF0B5)) +
+                  10000 * packed2(xrd(xram, 0xF0B6));
+      r = advance(g, s);
+      int32_t misses = xrd(xram, 0xF0EE), allowed = xrd(xram, 0xF0E9);
+      // 25 well cells at $B3-$CB; the grey filler of the end-of-level bonus is not a tile.
+      int32_t tiles = 0;
+      for (int32_t a = 0xB3; a < 0xB3 + 25; ++a) {
+        int32_t t = rd(m, a);
+        if (t != 0 && t != 2 && t != 6 && t != 10 && t != 14) ++tiles;
+      }
+      over = (allowed > 0 && misses == allowed) || (rd(m, 0xA8) == 4 && tiles == 25) ||
+             xrd(xram, 0xF09D) == 0x99;
+      break;
+    }
+    case kGameKoolaid: {
+      r = advance(g, 100 * packed_score(m, 0x81, 0x80, -1));
+      over = rd(m, 0xD1) == 0x80;
       break;
     }
     case kGameKrull: {
@@ -433,11 +474,58 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       g.lives = (b & 0x07) + 1;
       break;
     }
+    case kGameLaserGates: {
+      r = advance(g, packed_score(m, 0x82, 0x81, 0x80));
+      over = rd(m, 0x83) == 0;
+      break;
+    }
+    case kGameLostLuggage: {
+      r = advance(g, packed_score(m, 0x96, 0x95, 0x94));
+      g.lives = rd(m, 0xCA);
+      over = g.lives == 0 && rd(m, 0xC8) == 0x0A && rd(m, 0xA5) == 0 && rd(m, 0xA9) == 0;
+      break;
+    }
+    case kGameMarioBros: {
+      r = advance(g, 100 * packed_score(m, 0x8A, 0x89, -1));
+      g.lives = rd(m, 0x87);
+      over = g.lives == 0;
+      break;
+    }
+    case kGameMiniatureGolf: {
+      // aux: level shown, its par, hits carried past a wrap of the 2-digit counter,
+      // last counter value; score: the counter when the level began. The reward (par
+      // minus strokes) comes when the level number changes; sums wrap like ALE's ints
+      // (they hold ALE's boolean patterns after a restoreState, see game_after_restore).
+      int32_t strokes = packed2(rd(m, 0x87)), par = packed2(rd(m, 0x88));
+      int32_t level = packed2(rd(m, 0xAF));
+      over = g.terminal != 0;
+      if (level != g.aux[0]) {
+        int32_t used = wrap_sub(wrap_add(g.aux[3], g.aux[2]), g.score);
+        if (used > 0) r = wrap_sub(g.aux[1], used);
+        if (level == 0) over = true;
+        g.aux[0] = level;
+        g.aux[2] = 0;
+        g.score = g.aux[3];
+      }
+      if (par != 0) {
+        g.aux[1] = par;  // between holes the right display shows the par
+      } else {
+        if (strokes < g.aux[3]) g.aux[2] = wrap_add(g.aux[2], g.aux[3]);
+        g.aux[3] = strokes;
+      }
+      break;
+    }
     case kGameMontezumaRevenge: {
       r = advance(g, packed_score(m, 0x95, 0x94, 0x93));
       int32_t left = rd(m, 0xBA);
       over = left == 0 && rd(m, 0xFE) == 0x60;
       g.lives = (left & 0x07) + 1;
+      break;
+    }
+    case kGameMrDo: {
+      r = advance(g, 10 * packed_score(m, 0x82, 0x83, -1));
+      g.lives = rd(m, 0xDB);
+      over = rd(m, 0xDA) == 0x40;
       break;
     }
     case kGameMsPacman: {
@@ -451,6 +539,19 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       r = advance(g, packed_score(m, 0xC6, 0xC5, 0xC4));
       g.lives = rd(m, 0xC7) & 0x07;
       over = g.lives == 0;
+      break;
+    }
+    case kGameOthello: {
+      r = advance(g, packed2(rd(m, 0xCE)) - packed2(rd(m, 0xD0)));
+      // $C0 is 0 while nobody is to move; long enough means the game has ended.
+      g.aux[0] = rd(m, 0xC0) == 0 ? g.aux[0] + 1 : 0;
+      over = g.aux[0] > 50;
+      break;
+    }
+    case kGamePacman: {
+      r = advance(g, packed_score(m, 0xCC, 0xCE, 0xD0));
+      g.lives = rd(m, 0x98) + 1;
+      over = g.lives == 1 && rd(m, 0xE4) == 0x3F;
       break;
     }
     case kGamePhoenix: {
@@ -467,10 +568,23 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       g.lives = marks == 0x0A ? 3 : (marks == 0x08 ? 2 : 1);
       break;
     }
+    case kGamePitfall2: {
+      r = advance(g, packed_score(m, 0xC9, 0xC8, 0xC7));
+      g.lives = 1;
+      over = g.score == 199000;  // the top score stands in for the end of the adventure
+      break;
+    }
     case kGamePong: {
       int32_t cpu = rd(m, 0x8D), player = rd(m, 0x8E);
       r = advance(g, player - cpu);
       over = cpu == 21 || player == 21;
+      break;
+    }
+    case kGamePooyan: {
+      r = advance(g, packed_score(m, 0x8A, 0x89, 0x88));
+      int32_t b = rd(m, 0x96);
+      over = b == 0 && rd(m, 0x98) == 0x05;
+      g.lives = (b & 0x07) + 1;
       break;
     }
     case kGamePrivateEye: {
@@ -522,6 +636,12 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       g.lives = rd(m, 0xBB) + 1;
       break;
     }
+    case kGameSirLancelot: {
+      r = advance(g, packed_score(m, 0xA0, 0x9F, 0x9E));
+      g.lives = rd(m, 0xA9);
+      over = g.lives == 0 && rd(m, 0xA7) == 0xA0;
+      break;
+    }
     case kGameSkiing: {
       int32_t elapsed = 6000 * rd(m, 0xE8) + packed_score(m, 0xEA, 0xE9, -1);
       r = -advance(g, elapsed);  // time spent is the cost
@@ -542,12 +662,26 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       over = (rd(m, 0x98) & 0x80) != 0 || g.lives == 0;
       break;
     }
+    case kGameSpaceWar: {
+      int32_t s = packed2(rd(m, 0xA7));
+      r = advance(g, s);
+      over = s == 10 || rd(m, 0x80) == 0;  // ten hits, or the clock at $80 ran out
+      break;
+    }
     case kGameStarGunner: {
       r = advance(g, 100 * nibble_digits(m, 0x83, 4));
       int32_t b = rd(m, 0x87);
       over = b == 0;
       if (b == 0x05) g.aux[0] = 1;  // latched: a full set of lives was shown
       g.lives = g.aux[0] ? (b & 0x0F) : 5;
+      break;
+    }
+    case kGameSuperman: {
+      int32_t t = 60 * packed2(rd(m, 0xE3)) + packed2(rd(m, 0xE2));  // minutes, seconds
+      g.score = t;
+      int32_t room = rd(m, 0x80) | (rd(m, 0x81) << 8);
+      over = (rd(m, 0x9F) & 0x40) != 0 && room == 0xF2AC;  // Clark Kent at the Daily Planet
+      r = over ? (99 * 60 + 59) - t : 0;  // paid once, for the time left
       break;
     }
     case kGameSurround: {
@@ -574,10 +708,46 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
              their_pts == 7;
       break;
     }
+    case kGameTetris: {
+      int32_t s = packed_score(m, 0xF1, 0xF2, -1);
+      r = s > g.score ? s - g.score : 0;
+      g.score = s;
+      g.aux[0] = 1;  // started
+      over = (rd(m, 0xF3) & 0x80) != 0;
+      if (over) {
+        g.score = 0;
+        g.aux[0] = 0;
+      }
+      break;
+    }
+    case kGameTicTacToe3d: {
+      over = g.terminal != 0;  // stays over until the next reset
+      if (rd(m, 0xFF) == 0xF3 && rd(m, 0xFE) == 0x10) {  // the game-over return address
+        r = rd(m, 0xE1) == 0x08 ? 1 : -1;
+        over = true;
+      }
+      bool full = true;  // a full board is a draw
+      for (int32_t a = 0x9A; a <= 0xD9 && full; ++a) full = rd(m, a) != 0;
+      if (full) over = true;
+      break;
+    }
     case kGameTimePilot: {
       r = advance(g, 100 * packed_score(m, 0x8D, 0x8F, -1));
       over = rd(m, 0xA0) != 0;
       if ((rd(m, 0x80) & 0x0F) == 2) g.lives = (rd(m, 0x8B) & 0x07) + 1;
+      break;
+    }
+    case kGameTrondead: {
+      r = advance(g, packed_score(m, 0xBF, 0xBE, 0xBD));
+      int32_t hits = rd(m, 0xC8);
+      over = hits == 5;
+      g.lives = 5 - hits;
+      break;
+    }
+    case kGameTurmoil: {
+      r = advance(g, 10 * (packed_score(m, 0x89, 0x8A, -1) + rd(m, 0xD3)));
+      g.lives = rd(m, 0xB9);
+      over = g.lives == 0 && rd(m, 0xC5) == 0x01;
       break;
     }
     case kGameTutankham: {
@@ -601,6 +771,60 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       g.lives = (left & 0x07) + 1;
       break;
     }
+    case kGameVideoCheckers: {
+      // Board squares in four runs of eight; 0x10/0x20 a black piece, 0x90/0xA0 white.
+      int32_t black = 0, white = 0;
+      for (int32_t row = 0; row < 4; ++row) {
+        for (int32_t a = 0x80 + 9 * row; a < 0x88 + 9 * row; ++a) {
+          int32_t v = rd(m, a);
+          if (v == 0x10 || v == 0x20) ++black;
+          if (v == 0x90 || v == 0xA0) ++white;
+        }
+      }
+      r = g.reward;  // ALE keeps the last reward until something new happens
+      over = g.terminal != 0;
+      int32_t sign = g.aux[0] ? -1 : 1;  // reverse checkers (set by the mode)
+      if (black == 0) {
+        r = -sign;
+        over = true;
+      } else if (white == 0) {
+        r = sign;
+        over = true;
+      }
+      break;
+    }
+    case kGameVideoChess: {
+      over = g.terminal != 0;
+      if (rd(m, 0xE1) == 0x82) {  // only when white is to move: $EE 0 mate of black, 1 of white
+        int32_t mate = rd(m, 0xEE);
+        if (mate == 0) {
+          r = 1;
+          over = true;
+        } else if (mate == 1) {
+          r = -1;
+          over = true;
+        }
+      }
+      break;
+    }
+    case kGameVideoCube: {
+      // Six faces of nine colour bytes from $A0; reward: change in solved faces, or -1
+      // when the timer at $DB wraps from $FF to 0 (aux[0], aux[1]: its last two values).
+      int32_t solved = 0;
+      for (int32_t face = 0; face < 6; ++face) {
+        int32_t first = 0xA0 + 9 * face;
+        bool same = true;
+        for (int32_t k = 1; k < 9 && same; ++k) same = rd(m, first + k) == rd(m, first);
+        solved += same;
+      }
+      g.aux[1] = g.aux[0];
+      g.aux[0] = rd(m, 0xDB);
+      bool timeout = g.aux[0] == 0 && g.aux[1] == 0xFF;
+      r = timeout ? -1 : solved - g.score;
+      g.score = solved;
+      over = timeout || solved == 6;
+      break;
+    }
     case kGameVideoPinball: {
       r = advance(g, packed_score(m, 0xB0, 0xB2, 0xB4));
       over = (rd(m, 0xAF) & 0x01) != 0;
@@ -614,6 +838,16 @@ HS_HD HS_INLINE void game_step(int32_t game, GameState& g, const uint8_t* ram128
       int32_t left = rd(m, 0x8D) & 0x0F;
       over = left == 0 && rd(m, 0xF4) == 0xF8;
       if ((rd(m, 0xD7) & 0x01) == 0) g.lives = left;  // only between rounds
+      break;
+    }
+    case kGameWordZapper: {
+      r = g.reward;  // nothing is updated while the clock at $CF shows 0
+      over = g.terminal != 0;
+      if (packed2(rd(m, 0xCF)) > 0) {
+        int32_t s = 2 - (int32_t)(int8_t)(uint8_t)rd(m, 0xDC);  // rounds done; $DC counts down
+        r = advance(g, s);
+        over = s == 3 || packed2(rd(m, 0xDE)) == 0;
+      }
       break;
     }
     case kGameYarsRevenge: {

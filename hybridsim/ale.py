@@ -172,7 +172,9 @@ class ALEInterface:
         return [Action(a) for a in self._entry["minimal_actions"]]
 
     def getLegalActionSet(self) -> list[Action]:
-        return [Action(a) for a in range(NUM_ACTIONS)]
+        # ALE's legal set after loadROM: all 18 unless the game refuses some (Lost Luggage).
+        legal = self._entry.get("legal_actions") if self._entry else None
+        return [Action(a) for a in (range(NUM_ACTIONS) if legal is None else legal)]
 
     def getAvailableModes(self) -> list[int]:
         self._require_rom()

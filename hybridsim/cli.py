@@ -26,8 +26,8 @@ def _cmd_verify(args) -> int:
     from hybridsim import games_table, roms, verify
     from hybridsim.ale import ALEInterface
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
-    if args.all:
-        names = [g["name"] for g in games_table.games()]
+    if args.all:  # ale-py cannot load the games ALE has no settings for
+        names = [g["name"] for g in games_table.games() if g.get("ale_settings", True)]
     elif args.games:
         names = [n.strip() for n in args.games.split(",") if n.strip()]
     else:
@@ -86,13 +86,15 @@ def _cmd_eval(args) -> int:
 def _cmd_games(args) -> int:
     from hybridsim import games_table
     rows = games_table.games()
-    print(f"{'game':22s} {'md5':32s} {'cart':>11s} {'TV':>5s} {'actions':>7s} {'modes':>5s} "
+    # cart: the mapper and TV: the standard the console detects (both stored in games.json
+    # by tools/gen_games.py from the ROMs); settings: whether ALE has game settings for it.
+    print(f"{'game':22s} {'md5':32s} {'cart':>10s} {'TV':>4s} {'actions':>7s} {'modes':>5s} "
           f"{'diffs':>5s}  settings")
     for g in rows:
-        props = g["properties"]
-        print(f"{g['name']:22s} {g['md5']:32s} {props.get('Cartridge.Type', 'AUTO-DETECT'):>11s} "
-              f"{props.get('Display.Format', 'AUTO-DETECT')[:5]:>5s} {len(g['minimal_actions']):7d} "
-              f"{len(g['modes']):5d} {len(g['difficulties']):5d}  ALE")
+        settings = "ALE" if g.get("ale_settings", True) else "none (no ALE settings)"
+        print(f"{g['name']:22s} {g['md5']:32s} {g['mapper']:>10s} {g['tv']:>4s} "
+              f"{len(g['minimal_actions']):7d} {len(g['modes']):5d} {len(g['difficulties']):5d}  "
+              f"{settings}")
     print(f"{len(rows)} games")
     return 0
 

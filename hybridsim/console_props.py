@@ -33,9 +33,18 @@ def mode_select_for(recipe, mode):
         return dict(ram=0xDD, value=1 + 2 * mode, hold=2)
     if custom == "human_cannonball":  # mode + 1 and a one-player game
         return dict(ram=0xB6, value=mode + 1, ram2=0xB7, value2=1, hold=2)
+    if custom == "video_cube":  # mode = 100 * cube + variant; cube 0 keeps cube 1
+        return {"custom": "video_cube", "value": (0, 2, 8)[mode % 100],
+                "cube": mode // 100 if mode >= 100 else 1}
     if custom is not None:
         raise NotImplementedError(f"mode selection recipe {custom!r} is not implemented in the console yet")
-    spec = dict(ram=recipe["ram"], value=mode + recipe.get("offset", 0), hold=recipe.get("hold", 1))
+    value = mode + recipe.get("offset", 0)
+    if recipe.get("values") is not None:  # per-mode bytes (keys are strings in JSON)
+        value = recipe["values"][str(mode)] if str(mode) in recipe["values"] else recipe["values"][mode]
+    ram = recipe["ram"] + (0x100 if recipe.get("cart_ram") else 0)  # cartridge RAM byte
+    spec = dict(ram=ram, value=value, hold=recipe.get("hold", 1))
+    if recipe.get("ram2") is not None:
+        spec["ram2"], spec["value2"] = recipe["ram2"], recipe.get("value2", 0)
     if recipe.get("also") is not None:
         spec["value_alt"] = mode + recipe["also"]
     before = []

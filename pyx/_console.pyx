@@ -29,7 +29,9 @@ frame by frame, including its load and reset sequences and its sticky actions.
   mode_select    None (ALE's default setMode: nothing) or the game's recipe as a dict:
                  ram, value[, value_alt][, ram2, value2], hold, before=[steps]; see
                  hybridsim.console_props.mode_select_for (steps: ("act", action, n),
-                 ("select", hold), ("soft_reset",))
+                 ("select", hold), ("soft_reset",)); ram 0x100 + i watches byte i of
+                 the cartridge's extra RAM; or {"custom": "double_dunk"}, or
+                 {"custom": "video_cube", "value": variant byte, "cube": n}
   starting_actions: ALE action ids run one frame each at the end of every reset
 
   The constructor does what ALEInterface.loadROM does (console power-on, TV detection,
@@ -236,15 +238,20 @@ cdef int _set_mode_select(EnvConfig* cfg, spec) except -1:
         cfg.mode_custom = 1
         return 0
     if spec == {"custom": "adventure"}:
-        cfg.mode_custom = 2
+        cfg.mode_custom = 2  # MODE_CUSTOM_ADVENTURE
+        return 0
+    if isinstance(spec, dict) and spec.get("custom") == "video_cube":
+        cfg.mode_custom = 3  # MODE_CUSTOM_VIDEO_CUBE: variant byte and cube number, see env_video_cube_mode
+        cfg.mode_value = int(spec["value"])
+        cfg.mode_value2 = int(spec["cube"])
         return 0
     if not isinstance(spec, dict) or "ram" not in spec or "value" not in spec:
-        raise ValueError(f"mode_select must be None, {{'custom': 'double_dunk' or 'adventure'}} or a dict with 'ram' "
+        raise ValueError(f"mode_select must be None, {{'custom': 'double_dunk' | 'adventure' | 'video_cube', ...}} or a dict with 'ram' "
                          f"and 'value', got {spec!r}")
     unknown = set(spec) - {"ram", "value", "value_alt", "ram2", "value2", "hold", "before"}
     if unknown:
         raise ValueError(f"mode_select has unknown keys {sorted(unknown)}")
-    cfg.mode_ram = int(spec["ram"]) & 0x7F
+    cfg.mode_ram = int(spec["ram"]) & 0x17F  # 0x100 + i: byte i of the cartridge's extra RAM
     cfg.mode_value = int(spec["value"])
     cfg.mode_value_alt = int(spec.get("value_alt", -1))
     cfg.mode_ram2 = int(spec["ram2"]) & 0x7F if spec.get("ram2") is not None else -1
@@ -352,8 +359,9 @@ cdef class Emulator:
         ctype, size = CART_TYPES[cart_type]
         if len(rom) != size and not (cart_type == "DPC" and len(rom) > size):
             raise ValueError(f"a {cart_type} cartridge holds {size} bytes, the ROM has {len(rom)}")
-        if not (0 <= ystart <= 100) or not (100 <= height <= 250) or ystart + height > 290:
-            raise ValueError(f"display window out of range (0-100, 100-250, sum <= 290): "
+        # Combat's properties ask for 256 rows from line 39 (ALE cannot load it; hybridsim can).
+        if not (0 <= ystart <= 100) or not (100 <= height <= 256) or ystart + height > 300:
+            raise ValueError(f"display window out of range (0-100, 100-256, sum <= 300): "
                              f"ystart={ystart}, height={height}")
         if display_format not in ("AUTO", "AUTO-DETECT", "NTSC", "PAL"):
             raise ValueError(f"display_format must be AUTO, NTSC or PAL, got {display_format!r}")

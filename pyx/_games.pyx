@@ -16,6 +16,8 @@ cdef extern from "games.h" namespace "hs" nogil:
     void game_reset(int32_t game, GameState& g)
     void game_set_mode(int32_t game, GameState& g, int32_t mode, const uint8_t* ram128)
     void game_step(int32_t game, GameState& g, const uint8_t* ram128, int32_t* reward)
+    void game_step(int32_t game, GameState& g, const uint8_t* ram128, int32_t* reward,
+                   const uint8_t* xram)
     int32_t game_lives(int32_t game, const GameState& g)
     bint game_terminal(int32_t game, const GameState& g)
 
@@ -67,9 +69,13 @@ cdef class GameTracker:
         game_set_mode(self.game, self.st, mode, _ram_ptr(ram))
 
     def step(self, const uint8_t[::1] ram):
-        """Feed one emulated frame's RAM ($80-$FF); returns that frame's reward."""
+        """Feed one emulated frame's RAM ($80-$FF); returns that frame's reward. 256 bytes
+        are RIOT RAM followed by the cartridge's extra RAM (which Klax's rule reads)."""
         cdef int32_t r = 0
-        game_step(self.game, self.st, _ram_ptr(ram), &r)
+        if ram.shape[0] == 256:
+            game_step(self.game, self.st, &ram[0], &r, &ram[128])
+        else:
+            game_step(self.game, self.st, _ram_ptr(ram), &r)
         return r
 
     def lives(self):

@@ -18,7 +18,7 @@ ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 from hybridsim.ale import ALEInterface  # noqa: E402
 
 FRAMES = int(os.environ.get("HYBRIDSIM_ORACLE_FRAMES", "240"))
-GAMES = [g["name"] for g in games_table.games() if g.get("settings_source", "ALE") == "ALE"]
+GAMES = [g["name"] for g in games_table.games() if g.get("ale_settings", True)]
 
 
 @pytest.mark.parametrize("sticky,screen_every", [(0.25, 3), (0.0, 1)])

@@ -2,8 +2,9 @@
 """Single source of the static game table: writes data/games.json and cuda/games_ids.h.
 
 Run from anywhere: `python tools/gen_games.py` (add --check to verify the outputs are
-up to date without writing). The table below states, for each of the 57 Atari-57 games,
-what ale-py 0.12.1 does with it; tests/test_games_table.py checks it against ale-py.
+up to date without writing). The table below states, for each game (the Atari-57 and
+more of the ROMs ale-py ships), what ale-py 0.12.1 does with it;
+tests/test_games_table.py checks it against ale-py.
 
 Per game:
   name          snake_case ROM name (ale_py.roms.get_rom_path(name))
@@ -18,6 +19,15 @@ Per game:
   props         per-ROM emulator properties that differ from the defaults (PROP_DEFAULTS)
   settings      ALE settings the game forces when its ROM is loaded (ALE's
                 modifyEnvironmentSettings; only paddle_max so far)
+  illegal       actions ALE's isLegal refuses (played as NOOP; left out of the legal set)
+  ale           False for ROMs ale-py ships but ALE has no game settings for (it refuses
+                to load them); hybridsim plays them with reward 0, never terminal, lives 0
+                and all 18 actions
+
+The cartridge mapper and TV standard of every ROM are not written here: they are
+computed from the ale-py ROMs when the table is generated (ALE's mapper detection in
+hybridsim.carts, and the console's 60-frame NTSC/PAL check), so the generator needs
+ale-py and the built extension.
 """
 import argparse
 import json
@@ -65,7 +75,10 @@ Generic recipe (fields ram, hold, and optionally before, also, offset):
   run each step of `before` ('act', action, n) = n act calls; ('select', h) = one
   select press of hold h; ('soft_reset',) = a 4-frame soft reset);
   then while RAM[ram] != mode + offset (and, with `also`, != mode + also): select press
-  of hold `hold`.
+  of hold `hold`. With `values` (a map mode -> byte) the wanted byte is values[mode]
+  instead of mode + offset; with `ram2` the loop also waits for RAM[ram2] == value2;
+  with `cart_ram` the byte is the cartridge's extra RAM at index `ram` (read port
+  $F080 + ram) instead of RIOT RAM.
 Custom recipes:
   ms_pacman: mode 0 presses (hold 10) until RAM[0x99] == 1 and RAM[0xA1] == 1; any other
     mode presses (hold 10) until RAM[0x99] == mode and RAM[0xA1] == 0.
@@ -80,6 +93,9 @@ Custom recipes:
     2 + (next 32-bit draw of the environment RNG) % 256, then act(NOOP).
   frogger: presses (hold 2) until RAM[0xDD] == 1 + 2 * mode.
   human_cannonball: presses (hold 2) until RAM[0xB6] == mode + 1 and RAM[0xB7] == 1.
+  video_cube: mode = 100 * cube + variant (variant 0-2; cube 0 means cube 1). Select
+    presses (hold 2) until RAM[0xFB] & 0x1F == (0, 2, 8)[variant]; a 4-frame soft reset;
+    then act(RIGHT) until the packed-decimal RAM[0x9F] equals the cube number.
 Whatever the recipe, it ends with a 4-frame soft reset (RESET held, settings stepped),
 then the starting actions follow. Games with a single mode 0 and no select entry do
 nothing here except that soft reset. After the presses, call hs::game_set_mode."""
@@ -96,10 +112,11 @@ GAMES = []
 
 
 def G(name, md5, ram, actions, modes, difficulties, start=(), select=None, props=None,
-      settings=None):
+      settings=None, illegal=(), ale=True):
     GAMES.append(dict(name=name, md5=md5, ram=list(ram), actions=list(actions), modes=list(modes),
                       difficulties=list(difficulties), start=list(start), select=select,
-                      props=dict(props or {}), settings=dict(settings or {})))
+                      props=dict(props or {}), settings=dict(settings or {}), illegal=list(illegal),
+                      ale=ale))
 
 
 # fmt: off
@@ -200,6 +217,11 @@ G('chopper_command', 'c1cb228470a87beb5f36e90ac745da26',
   ram=[0xC2, 0xE4, 0xEC, 0xEE],
   actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0, 2], difficulties=[0, 1],
   select=dict(ram=0xE0, hold=2)),
+G('combat', '0ef64cdbecccb7049752a3de0b7ade14',
+  ram=[],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0],
+  ale=False,
+  props={'ystart': '39', 'height': '256'}),
 G('crazy_climber', '55ef7b65066428367844342ed59f956c',
   ram=[0x82, 0x83, 0x84, 0x85, 0xAA],
   actions=[0, 2, 3, 4, 5, 6, 7, 8, 9], modes=[0, 1, 2, 3], difficulties=[0, 1],
@@ -310,19 +332,72 @@ G('journey_escape', '718ae62c70af4e5fd8e932fee216948a',
   actions=[0, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0, 1],
   start=[1],
   props={'height': '230'}),
+G('joust', '3276c777cbe97cdd2b4a63ffc16b7151',
+  ram=[],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0],
+  ale=False),
+G('kaboom', '5428cdfada281c569c74c7308c7f2c26',
+  ram=[0xA1, 0xA3, 0xA4, 0xA5],
+  actions=[0, 1, 3, 4], modes=[0], difficulties=[0],
+  start=[1],
+  props={'left': 'PADDLES'}),
 G('kangaroo', '4326edb70ff20d0ee5ba58fa5cb09d60',
   ram=[0xA7, 0xA8, 0xAD],
   actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0, 1], difficulties=[0],
   select=dict(ram=0xBA, hold=2, also=0x80)),
+G('keystone_kapers', '6c1f3f2e359dbf55df462ccbcdd2f6bf',
+  ram=[0x88, 0x96, 0x9B, 0x9C],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], modes=[0], difficulties=[0],
+  start=[40]),
+G('king_kong', '0dd4c69b5f9a7ae96a7a08329496779a',
+  ram=[0x82, 0x83, 0xEE],
+  actions=[0, 1, 2, 3, 4, 5], modes=[0, 1, 2, 3], difficulties=[0],
+  select=dict(ram=0xEC, hold=2, values={0: 0, 1: 2, 2: 4, 3: 6})),
+G('klax', 'eed9eaf1a0b6a2b9bc4c8032cb43e3fb',
+  ram=[0xA8] + list(range(0xB3, 0xCC)),
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0, 1, 2], difficulties=[0],
+  start=[1, 0],
+  select=dict(ram=0x6A, cart_ram=True, hold=2)),
+G('koolaid', '534e23210dd1993c828d944c6ac4d9fb',
+  ram=[0x80, 0x81, 0xD1],
+  actions=[0, 2, 3, 4, 5, 6, 7, 8, 9], modes=[0], difficulties=[0]),
 G('krull', '4baada22435320d185c95b7dd2bcdb24',
   ram=[0x80, 0x9C, 0x9D, 0x9E, 0x9F, 0xA2],
   actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0]),
 G('kung_fu_master', '5b92a93b23523ff16e2789b820e2a4c5',
   ram=[0x98, 0x99, 0x9A, 0x9D],
   actions=[0, 2, 3, 4, 5, 8, 9, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0]),
+G('laser_gates', '8e4cd60d93fcde8065c1a2b972a26377',
+  ram=[0x80, 0x81, 0x82, 0x83],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0],
+  start=[40]),
+G('lost_luggage', '2d76c5d1aad506442b9e9fb67765e051',
+  ram=[0x94, 0x95, 0x96, 0xA5, 0xA9, 0xC8, 0xCA],
+  actions=[0, 2, 3, 4, 5, 6, 7, 8, 9], modes=[0, 1], difficulties=[0, 1],
+  start=[1],
+  select=dict(ram=0x94, hold=2, values={0: 1, 1: 4}),
+  illegal=[1, 10, 11, 12, 13, 14, 15, 16, 17]),
+G('mario_bros', 'e908611d99890733be31733a979c62d8',
+  ram=[0x87, 0x89, 0x8A],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0, 2, 4, 6], difficulties=[0],
+  start=[0] * 10 + [1] * 7,
+  select=dict(ram=0x80, hold=5)),
+G('maze_craze', 'ed2218b3075d15eaa34e3356025ccca3',
+  ram=[],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0],
+  ale=False,
+  props={'format': 'PAL'}),
+G('miniature_golf', 'df62a658496ac98a3aa4a6ee5719c251',
+  ram=[0x87, 0x88, 0xAF],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0, 1]),
 G('montezuma_revenge', '3347a6dd59049b15a38394aa2dafa585',
   ram=[0x93, 0x94, 0x95, 0xBA, 0xFE],
   actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0]),
+G('mr_do', 'aa7bb54d2c189a31bb1fa20099e42859',
+  ram=[0x82, 0x83, 0xDA, 0xDB],
+  actions=[0, 1, 2, 3, 4, 5, 10, 11, 12, 13], modes=[0, 1, 2, 3], difficulties=[0],
+  start=[1],
+  select=dict(ram=0x80, hold=5)),
 G('ms_pacman', '87e79cd41ce136fd4f72cc6e2c161bee',
   ram=[0xA7, 0xF8, 0xF9, 0xFA, 0xFB],
   actions=[0, 2, 3, 4, 5, 6, 7, 8, 9], modes=[0, 1, 2, 3], difficulties=[0],
@@ -332,6 +407,14 @@ G('name_this_game', '36306070f0c90a72461551a7a4f3a209',
   ram=[0xC4, 0xC5, 0xC6, 0xC7],
   actions=[0, 1, 3, 4, 11, 12], modes=[8, 24, 40], difficulties=[0, 1],
   select=dict(ram=0xDE, hold=2)),
+G('othello', '113cd09c9771ac278544b7e90efe7df2',
+  ram=[0xC0, 0xCE, 0xD0],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], modes=[0, 1, 2], difficulties=[0, 2],
+  select=dict(ram=0xDE, hold=2, offset=1)),
+G('pacman', 'fc2233fc116faef0d3c31541717ca2db',
+  ram=[0x98, 0xCC, 0xCE, 0xD0, 0xE4],
+  actions=[0, 2, 3, 4, 5], modes=[0, 1, 2, 3, 4, 5, 6, 7], difficulties=[0, 1],
+  select=dict(ram=0xCC, hold=2, offset=1, ram2=0xE6, value2=0)),
 G('phoenix', '7e52a95074a66640fcfde124fffd491a',
   ram=[0xC7, 0xC8, 0xC9, 0xCB, 0xCC],
   actions=[0, 1, 3, 4, 5, 11, 12, 13], modes=[0], difficulties=[0]),
@@ -339,11 +422,20 @@ G('pitfall', '3e90cf23106f2e08b2781e41299de556',
   ram=[0x80, 0x9E, 0xD5, 0xD6, 0xD7],
   actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0],
   start=[2]),
+G('pitfall2', '6d842c96d5a01967be9680080dd5be54',
+  ram=[0xC7, 0xC8, 0xC9],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0],
+  start=[2]),
 G('pong', '60e0ea3cbe0913d39803477945e9e5ec',
   ram=[0x8D, 0x8E],
   actions=[0, 1, 3, 4, 11, 12], modes=[0, 1], difficulties=[0, 1, 2, 3],
   select=dict(ram=0x96, hold=2),
   props={'left': 'PADDLES', 'right': 'PADDLES', 'swap_paddles': 'YES'}),
+G('pooyan', '4799a40b6e889370b7ee55c17ba65141',
+  ram=[0x88, 0x89, 0x8A, 0x96, 0x98],
+  actions=[0, 1, 2, 5, 10, 13], modes=[10, 30, 50, 70], difficulties=[0],
+  select=dict(ram=0xBD, hold=2, before=[('select', 2)]),
+  props={'ystart': '26', 'height': '220'}),
 G('private_eye', 'ef3a4f64b6494ba770862768caf04b86',
   ram=[0xC2, 0xC8, 0xC9, 0xCA],
   actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0, 1, 2, 3, 4], difficulties=[0, 1, 2, 3],
@@ -365,10 +457,15 @@ G('robotank', '4f618c2429138e0280969193ed6c107e',
 G('seaquest', '240bfbac5163af4df5ae713985386f92',
   ram=[0xA3, 0xB8, 0xB9, 0xBA, 0xBB],
   actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0, 1]),
+G('sir_lancelot', 'dd0cbe5351551a538414fb9e37fc56e8',
+  ram=[0x9E, 0x9F, 0xA0, 0xA7, 0xA9],
+  actions=[0, 1, 3, 4, 11, 12], modes=[0], difficulties=[0],
+  start=[40, 4]),
 G('skiing', 'b76fbadc8ffb1f83e2ca08b6fb4d6c9f',
   ram=[0x91, 0xE8, 0xE9, 0xEA],
   actions=[0, 3, 4], modes=[0], difficulties=[0],
-  start=[5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5]),
+  start=[5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5],
+  illegal=[1, 10, 11, 12, 13, 14, 15, 16, 17]),
 G('solaris', 'e72eb8d4410152bdcb69e7fba327b420',
   ram=[0xD9, 0xDC, 0xDD, 0xDE],
   actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0]),
@@ -376,10 +473,17 @@ G('space_invaders', '72ffbef6504b75e69ee1045af9075f66',
   ram=[0x98, 0xC9, 0xE6, 0xE8],
   actions=[0, 1, 3, 4, 11, 12], modes=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], difficulties=[0, 1],
   select=dict(ram=0xDC, hold=2)),
+G('space_war', 'b702641d698c60bcdc922dbd8c9dd49c',
+  ram=[0x80, 0xA7],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], difficulties=[0],
+  select=dict(ram=0xA7, hold=2, values={m: (m // 10) * 16 + m % 10 for m in range(6, 18)})),
 G('star_gunner', 'a3c1c70024d7aabb41381adbfb6d3b25',
   ram=[0x83, 0x84, 0x85, 0x86, 0x87],
   actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0, 1, 2, 3], difficulties=[0],
   select=dict(ram=0xF4, hold=15)),
+G('superman', 'a9531c763077464307086ec9a1fd057d',
+  ram=[0x80, 0x81, 0x9F, 0xE2, 0xE3],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0, 1, 2, 3]),
 G('surround', '4d7517ae69f95cfbc053be01312b7dba',
   ram=[0xF6, 0xF7],
   actions=[0, 2, 3, 4, 5], modes=[0, 2], difficulties=[0, 1, 2, 3],
@@ -389,9 +493,24 @@ G('tennis', '42cdd6a9e42a3639e190722b8ea3fc51',
   ram=[0xC5, 0xC6, 0xC7, 0xC8],
   actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0, 2], difficulties=[0, 1, 2, 3],
   select=dict(ram=0x80, hold=2)),
+G('tetris', 'b0e1ee07fbc73493eac5651a52f90f00',
+  ram=[0xF1, 0xF2, 0xF3],
+  actions=[0, 1, 3, 4, 5], modes=[0], difficulties=[0]),
+G('tic_tac_toe_3d', '0db4f4150fecf77e4ce72ca4d04c052f',
+  ram=list(range(0x9A, 0xDA)) + [0xE1, 0xFE, 0xFF],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], modes=[0, 1, 2, 3, 4, 5, 6, 7, 8], difficulties=[0, 2],
+  select=dict(ram=0x88, hold=2)),
 G('time_pilot', 'fc2104dd2dadf9a6176c1c1c8f87ced9',
   ram=[0x80, 0x8B, 0x8D, 0x8F, 0xA0],
   actions=[0, 1, 2, 3, 4, 5, 10, 11, 12, 13], modes=[0], difficulties=[0, 1, 2]),
+G('trondead', 'fb27afe896e7c928089307b32e5642ee',
+  ram=[0xBD, 0xBE, 0xBF, 0xC8],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0, 1]),
+G('turmoil', '7a5463545dfb2dcfdafa6074b2f2c15e',
+  ram=[0x89, 0x8A, 0xB9, 0xC5, 0xD3],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12], modes=[0, 1, 2, 3, 4, 5, 6, 7, 8], difficulties=[0],
+  start=[1],
+  select=dict(ram=0xEA, hold=2)),
 G('tutankham', '085322bae40d904f53bdcc56df0593fc',
   ram=[0x81, 0x9A, 0x9C, 0x9E],
   actions=[0, 2, 3, 4, 5, 10, 11, 12], modes=[0, 4, 8, 12], difficulties=[0],
@@ -404,14 +523,37 @@ G('up_n_down', 'a499d720e7ee35c62424de882a3351b6',
 G('venture', '3e899eba0ca8cd2972da1ae5479b4f0d',
   ram=[0xBF, 0xC6, 0xC7, 0xC8, 0xCD],
   actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0, 1, 2, 3]),
+G('video_checkers', '539d26b6e9df0da8e7465f0f5ad863b7',
+  ram=list(range(0x80, 0x88)) + list(range(0x89, 0x91)) + list(range(0x92, 0x9A)) + list(range(0x9B, 0xA3)),
+  actions=[1, 6, 7, 8, 9], modes=[1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19], difficulties=[0],
+  select=dict(ram=0xF6, hold=1, values={m: m + 6 if m >= 11 else m for m in list(range(1, 10)) + list(range(11, 20))})),
+G('video_chess', 'f0b7db930ca0e548c41a97160b9f6275',
+  ram=[0xE1, 0xEE],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], modes=[0, 1, 2, 3, 4], difficulties=[0],
+  select=dict(ram=0xEA, hold=1)),
+G('video_cube', '3f540a30fdee0b20aed7288e4a5ea528',
+  ram=list(range(0xA0, 0xD6)) + [0xDB],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[cube * 100 + m for cube in range(51) for m in range(3)], difficulties=[0, 1],
+  start=[0] * 61 + [1, 0, 0],
+  select=dict(custom='video_cube')),
 G('video_pinball', '107cc025334211e6d29da0b6be46aec7',
   ram=[0x99, 0xA8, 0xAF, 0xB0, 0xB2, 0xB4],
   actions=[0, 1, 2, 3, 4, 5, 10, 11, 12], modes=[0, 2], difficulties=[0, 1],
   select=dict(ram=0xC1, hold=2)),
+G('warlords', 'cbe5a166550a8129a5e6d374901dffad',
+  ram=[],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0], difficulties=[0],
+  ale=False,
+  props={'left': 'PADDLES', 'right': 'PADDLES'}),
 G('wizard_of_wor', '7e8aa18bc9502eb57daaf5e7c1e94da7',
   ram=[0x86, 0x88, 0x8D, 0xD7, 0xF4],
   actions=[0, 1, 2, 3, 4, 5, 10, 11, 12, 13], modes=[0], difficulties=[0, 1],
   props={'swap_ports': 'YES'}),
+G('word_zapper', 'ec3beb6d8b5689e867bafb5d5f507491',
+  ram=[0xCF, 0xDC, 0xDE],
+  actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=list(range(24)), difficulties=[0, 1, 2, 3],
+  start=[0] * 486 + [1, 0, 0],
+  select=dict(ram=0xDB, hold=2)),
 G('yars_revenge', 'c5930d0e8cdae3e037349bfa08e871be',
   ram=[0x9E, 0xE0, 0xE1, 0xE2],
   actions=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], modes=[0, 32, 64, 96], difficulties=[0, 1],
@@ -426,6 +568,25 @@ G('zaxxon', 'eea0da9b987d661264cce69a7c13c3bd',
 
 def enum_name(name):
     return "kGame" + "".join(part.capitalize() for part in name.split("_"))
+
+
+def rom_facts(entry):
+    """(mapper, tv) of a game's ROM as hybridsim detects them, ALE's way: the mapper by
+    ALE's auto-detection, the TV standard by emulating the 60 frames ALE looks at."""
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    from ale_py import roms
+    from hybridsim import _console
+    from hybridsim.carts import ale_cart_type
+    from hybridsim.console_props import emulator_kwargs
+    with open(roms.get_rom_path(entry["name"]), "rb") as f:
+        rom = f.read()
+    image, kwargs = emulator_kwargs(entry, rom)
+    # The TV standard is settled at power-on: no mode selection or starting actions are
+    # needed, and any game id will do (this also works while games_ids.h is stale).
+    kwargs.update(mode_select=None, starting_actions=())
+    emu = _console.Emulator(image, min(_console.GAME_IDS.values()), **kwargs)
+    return ale_cart_type(rom), emu.tv_standard
 
 
 def build_json():
@@ -448,9 +609,12 @@ def build_json():
             "set_mode": g["select"],
             "set_mode_needs_steps": g["select"] is not None,
             "properties": {PROP_LONG_NAMES[k]: v for k, v in props.items()},
+            "legal_actions": [a for a in range(18) if a not in g["illegal"]],
+            "ale_settings": g["ale"],
         }
         if g["settings"]:
             entry["settings"] = dict(g["settings"])
+        entry["mapper"], entry["tv"] = rom_facts(entry)
         games.append(entry)
     return {
         "generated_by": "tools/gen_games.py",
