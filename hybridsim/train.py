@@ -114,6 +114,8 @@ class TrainConfig:
     """Also log observations (every obs_stride steps, for env 0) into the trajectory files."""
     obs_stride: int = 100
     """Step interval between logged observations."""
+    log_flush_seconds: float = 2.0
+    """Seconds between appends to the trajectory files (a kill -9 loses at most this much of the log)."""
     sync_check_every: int = 100
     """Updates between checks that all MPI ranks hold identical parameters."""
     disk_reserve: bool = True
@@ -320,6 +322,7 @@ class Trainer:
                                                  env_ids=(int(self.env_ids[0]),))
             self.traj = trajlog.TrajectoryWriter(
                 trajlog.rank_file(self.log_dir, self.rank), batch_size=self.env_batch,
+                flush_every=1 << 20, flush_seconds=self.cfg.log_flush_seconds,  # 4 MB caps the rows
                 resume_after_frame=self.frames if self.cfg.resume else None,
                 num_actions=self.num_actions, observations=obs,
                 attrs={"game": self.cfg.game, "rank": self.rank, "world_size": self.world_size,
@@ -522,10 +525,10 @@ class Trainer:
         from hybridsim import trajlog
         row = self.env_batch * (sum(np.dtype(t).itemsize for t, _ in trajlog.STEP_FIELDS.values())
                                 + 4 * self.num_actions)
-        flush_rows = 2 * trajlog.DEFAULT_FLUSH_EVERY  # a failed flush's rows and the next ones
-        need = flush_rows * row + trajlog.DEFAULT_MIN_FREE_BYTES + (1 << 20)  # + HDF5 metadata
+        # a failed flush's rows and the next iteration's (each capped at DEFAULT_FLUSH_BYTES)
+        need = 2 * (trajlog.DEFAULT_FLUSH_BYTES + row) + trajlog.DEFAULT_MIN_FREE_BYTES + (1 << 20)
         if self.cfg.log_observations:
-            need += flush_rows * int(np.prod(self.obs_shape))
+            need += 2 * (trajlog.DEFAULT_FLUSH_BYTES + int(np.prod(self.obs_shape)))
         if self.rank == 0:
             params = sum(p.numel() * p.element_size() for p in self.model.parameters())
             moments = 2 if self.cfg.optimizer == "adam" else 1  # Adam: 2 moments, RMSprop: 1

@@ -30,6 +30,7 @@ from hybridsim.storage import StorageError, free_bytes
 FORMAT_VERSION = 1
 RANK_FILE_PATTERN = "traj_rank{rank:05d}.h5"
 DEFAULT_FLUSH_EVERY = 64  # steps buffered between appends
+DEFAULT_FLUSH_BYTES = 4 << 20  # ... or this many bytes of rows or observations, if sooner
 DEFAULT_MIN_FREE_BYTES = 1 << 20  # free space a flush leaves, or it stops before writing
 MASTER_FILE = "trajectories.h5"
 
@@ -90,8 +91,10 @@ class TrajectoryWriteError(StorageError, TrajectoryLogError):
 class TrajectoryWriter:
     """Appends per-step rows and finished episodes of one rank to its HDF5 file.
 
-    Rows go into preallocated numpy buffers of `flush_every` steps and are written in one
-    resize + write per dataset at flush time. A flush that fails leaves the file as it was
+    Rows go into preallocated numpy buffers and are written in one resize + write per
+    dataset at flush time: every `flush_every` steps, or `flush_seconds`, or when the
+    buffered rows or observations reach `flush_bytes`, whichever comes first (a flush costs
+    about 10-20 ms, mostly HDF5's metadata flush, so fast runs flush by time, not steps). A flush that fails leaves the file as it was
     after the previous one (rows are written at offsets the writer tracks itself, so a
     retry rewrites the same places) and keeps the rows buffered.
     """
@@ -100,7 +103,8 @@ class TrajectoryWriter:
                  observations: ObservationLogging | None = None, compression: str = "lzf",
                  flush_every: int = DEFAULT_FLUSH_EVERY, chunk_steps: int = 256,
                  resume_after_frame: int | None = None,
-                 min_free_bytes: int | None = DEFAULT_MIN_FREE_BYTES):
+                 min_free_bytes: int | None = DEFAULT_MIN_FREE_BYTES,
+                 flush_seconds: float | None = None, flush_bytes: int = DEFAULT_FLUSH_BYTES):
         """Create the file, or with `resume_after_frame` reopen an existing one and drop the
         rows logged after that global frame (they will be produced again by the resumed run).
 
@@ -112,7 +116,15 @@ class TrajectoryWriter:
         self.path = pathlib.Path(path)
         self.batch_size = batch_size
         self.num_actions = num_actions
-        self.flush_every = max(1, flush_every)
+        row_bytes = batch_size * (sum(np.dtype(t).itemsize for t, _ in STEP_FIELDS.values())
+                                  + 4 * num_actions)
+        self.flush_every = max(1, min(flush_every, flush_bytes // row_bytes))
+        self.flush_seconds = flush_seconds
+        self.flush_bytes = flush_bytes
+        self._obs_bytes = 0
+        self._last_flush = time.time()
+        self._shape = (batch_size,)
+        self._logits_shape = (batch_size, num_actions)
         self.observations = observations
         self.min_free_bytes = min_free_bytes
         self.failed: TrajectoryWriteError | None = None
@@ -214,9 +226,10 @@ class TrajectoryWriter:
                "terminated": terminated, "truncated": truncated, "lives": lives, "value": value,
                "env_id": env_id, "episode_id": episode_id, "global_frame": global_frame}
         for name, array in row.items():
-            if np.shape(array) != (self.batch_size,):
+            if getattr(array, "shape", None) != self._shape and np.shape(array) != self._shape:
                 raise ValueError(f"{name} must have shape ({self.batch_size},), got {np.shape(array)}")
-        if np.shape(behavior_logits) != (self.batch_size, self.num_actions):
+        if getattr(behavior_logits, "shape", None) != self._logits_shape \
+                and np.shape(behavior_logits) != self._logits_shape:
             raise ValueError(f"behavior_logits must have shape ({self.batch_size}, {self.num_actions}), "
                              f"got {np.shape(behavior_logits)}")
         if self._buffered == len(self._buffers["action"]):  # only after a failed flush
@@ -224,8 +237,9 @@ class TrajectoryWriter:
         i = self._buffered
         buffers = self._buffers
         for name, array in row.items():
-            buffers[name][i] = array
-        buffers["unix_time"][i] = time.time() if unix_time is None else unix_time
+            buffers[name][i] = array  # casts to the field's dtype
+        now = time.time()
+        buffers["unix_time"][i] = now if unix_time is None else unix_time
         buffers["behavior_logits"][i] = behavior_logits
         self._buffered = i + 1
         step_index = self._steps_written + i
@@ -234,9 +248,13 @@ class TrajectoryWriter:
             env_ids = np.asarray(env_id)
             for k, eid in enumerate(env_ids):
                 if int(eid) in obs_cfg.env_ids:
-                    self._pending_obs.append((np.array(observation[k], dtype=np.uint8, copy=True),
-                                              (step_index, int(eid), int(np.asarray(global_frame)[k]))))
-        if self._buffered >= self.flush_every and self.failed is None:
+                    frame = np.array(observation[k], dtype=np.uint8, copy=True)
+                    self._pending_obs.append((frame, (step_index, int(eid),
+                                                      int(np.asarray(global_frame)[k]))))
+                    self._obs_bytes += frame.nbytes
+        if self.failed is None and (
+                self._buffered >= self.flush_every or self._obs_bytes >= self.flush_bytes
+                or (self.flush_seconds is not None and now - self._last_flush >= self.flush_seconds)):
             self.flush()
 
     def _grow_buffers(self):
@@ -322,6 +340,8 @@ class TrajectoryWriter:
         self._buffered = 0
         self._pending_episodes.clear()
         self._pending_obs.clear()
+        self._obs_bytes = 0
+        self._last_flush = time.time()
 
     def _roll_back(self):
         """Shrink the datasets a failed flush grew back to the rows known to be written, so

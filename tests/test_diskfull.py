@@ -216,7 +216,8 @@ from hybridsim import analyze, cli  # noqa: E402
 from hybridsim.train import TrainConfig, Trainer  # noqa: E402
 
 TRAIN = ["train", "--backend", "ale-py", "--num-envs", "4", "--num-minibatches", "2",
-         "--num-threads", "1", "--torch-threads", "1", "--log-every", "0", "--noop-max", "5"]
+         "--num-threads", "1", "--torch-threads", "1", "--log-every", "0", "--noop-max", "5",
+         "--log-flush-seconds", "0.1"]
 
 
 def reserve_of(log_dir):
@@ -269,7 +270,7 @@ def test_full_disk_during_trajectory_writes_stops_cleanly(tmp_path, monkeypatch,
     assert f"{tmp_path}/traj_rank00000.h5: writing trajectory rows failed: No space left on device" in err
     assert f"final checkpoint: {tmp_path}/checkpoint.pt" in err and "--resume" in err
     frames = stopped_frames(err)
-    assert 5 * 64 * 16 <= frames < 100000
+    assert 5 * 16 <= frames < 100000  # 5 good flushes of at least one step
     monkeypatch.undo()
     check_logs_and_resume(tmp_path, frames, frames + 800)
 
