@@ -118,6 +118,8 @@ class TrainConfig:
     """Seconds between appends to the trajectory files (a kill -9 loses at most this much of the log)."""
     sync_check_every: int = 100
     """Updates between checks that all MPI ranks hold identical parameters."""
+    allreduce: str = "auto"
+    """Gradient averaging across ranks: mpi (mpi4py, staged through host memory), nccl or gloo (torch.distributed bootstrapped from the MPI ranks), auto (nccl for a CUDA learner, else mpi); MPI is the fallback."""
     disk_reserve: bool = True
     """Hold a file the size of a checkpoint in log_dir and delete it when the disk fills, so the final checkpoint and the last trajectory rows still fit."""
     fallback_dir: str = ""
@@ -133,6 +135,8 @@ class TrainConfig:
             (self.backend in ("cpu", "gpu", "hybrid", "ale-py"),
              f"backend must be cpu, gpu, hybrid or ale-py, got {self.backend!r}"),
             (self.frame_skip >= 1, f"frame_skip must be >= 1, got {self.frame_skip}"),
+            (self.allreduce in dist.ALLREDUCE_CHOICES,
+             f"allreduce must be one of {', '.join(dist.ALLREDUCE_CHOICES)}, got {self.allreduce!r}"),
         ]
         if self.schedule == "a2c":
             checks.append((self.num_envs % self.num_minibatches == 0,
@@ -200,6 +204,10 @@ class Trainer:
         self.log_dir = pathlib.Path(cfg.log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.device = pick_device(cfg.device)
+        self.comm = dist.with_gradient_backend(self.comm, cfg.allreduce, self.device)
+        if rank == 0 and self.world_size > 1:
+            print(f"{self.world_size} ranks; gradients averaged by {self.comm.gradient_path}",
+                  flush=True)
         torch.set_num_threads(cfg.torch_threads or len(os.sched_getaffinity(0)))
         torch.manual_seed(cfg.seed)
         # Global env ids rank*N..rank*N+N-1; env e is seeded seed + e and draws its action
