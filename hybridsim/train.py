@@ -369,8 +369,12 @@ class Trainer:
                         self.tb.add_scalar(tag, value, self.frames)
                     self.tb.flush()  # the writer thread's errors surface here, not later
                 except (OSError, RuntimeError) as exc:
-                    self._note_storage_failure(StorageError.from_exception(
-                        self.log_dir / "tensorboard", "TensorBoard events", exc))
+                    failure = StorageError.from_exception(self.log_dir / "tensorboard",
+                                                          "TensorBoard events", exc)
+                    if failure.errno is not None:
+                        self._note_storage_failure(failure)
+                    else:  # not a write the disk refused: lose TensorBoard, keep training
+                        print(f"warning: TensorBoard logging stopped: {exc}", file=sys.stderr)
                     self._close_tensorboard()
             done = min(1.0, self.frames / self.cfg.total_frames)
             bar = "#" * int(30 * done) + "." * (30 - int(30 * done))

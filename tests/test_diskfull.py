@@ -347,3 +347,22 @@ def test_full_disk_on_a_real_tmpfs(small_fs, tmp_path):
         assert f["steps/global_frame"][-1, 0] == frames
         assert f["observations/frames"].shape[0] > 0
     check_logs_and_resume(log_dir, frames, frames + 800)
+
+
+def test_full_disk_for_tensorboard_events(tmp_path, monkeypatch, capsys):
+    from torch.utils.tensorboard import SummaryWriter
+    calls = {"n": 0}
+    real_flush = SummaryWriter.flush
+
+    def flush(self):
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise ENOSPC
+        real_flush(self)
+
+    monkeypatch.setattr(SummaryWriter, "flush", flush)
+    code = cli.main([*TRAIN, "--total-frames", "100000", "--log-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == cli.STORAGE_EXIT_CODE, err
+    assert f"{tmp_path}/tensorboard: writing TensorBoard events failed: No space left on device" in err
+    assert f"final checkpoint: {tmp_path}/checkpoint.pt" in err
