@@ -114,8 +114,8 @@ class TrainConfig:
     """Also log observations (every obs_stride steps, for env 0) into the trajectory files."""
     obs_stride: int = 100
     """Step interval between logged observations."""
-    log_flush_seconds: float = 2.0
-    """Seconds between appends to the trajectory files (a kill -9 loses at most this much of the log)."""
+    log_flush_seconds: float = 30.0
+    """Longest time trajectory rows wait in memory (a kill -9 loses at most this much of the log); they are appended sooner, at most every 2 s, whenever a whole chunk of 256 steps is ready."""
     sync_check_every: int = 100
     """Updates between checks that all MPI ranks hold identical parameters."""
     allreduce: str = "auto"
@@ -331,6 +331,7 @@ class Trainer:
             self.traj = trajlog.TrajectoryWriter(
                 trajlog.rank_file(self.log_dir, self.rank), batch_size=self.env_batch,
                 flush_every=1 << 20, flush_seconds=self.cfg.log_flush_seconds,  # 4 MB caps the rows
+                min_flush_seconds=min(2.0, self.cfg.log_flush_seconds),
                 resume_after_frame=self.frames if self.cfg.resume else None,
                 num_actions=self.num_actions, observations=obs,
                 attrs={"game": self.cfg.game, "rank": self.rank, "world_size": self.world_size,
