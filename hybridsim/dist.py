@@ -129,15 +129,27 @@ class TorchDistComm(MPIComm):
         self.backend = backend
         self.device = device
         self.gradient_path = f"{backend} (torch.distributed, bootstrapped over MPI)"
+        hosts = comm.allgather(socket.gethostname())
+        address = problem = None
         if self.rank == 0:
-            host = os.environ.get("HYBRIDSIM_DIST_ADDR") or socket.gethostbyname(socket.gethostname())
-            with socket.socket() as s:  # a free port on rank 0's host; its TCPStore listens there
-                s.bind(("", 0))
-                port = s.getsockname()[1]
-            address = f"tcp://{host}:{port}"
-        else:
-            address = None
-        address = comm.bcast(address, root=0)
+            host = os.environ.get("HYBRIDSIM_DIST_ADDR")
+            if not host and len(set(hosts)) == 1:
+                host = "127.0.0.1"
+            elif not host:  # an address of rank 0's host the others can reach: not loopback
+                found = [info[4][0] for info in socket.getaddrinfo(hosts[0], None, socket.AF_INET)
+                         if not info[4][0].startswith("127.")]
+                host = found[0] if found else None
+                if host is None:
+                    problem = (f"{hosts[0]} resolves only to loopback addresses; set "
+                               f"HYBRIDSIM_DIST_ADDR to an address of it the other nodes reach")
+            if host:
+                with socket.socket() as s:  # a free port on rank 0's host; its TCPStore listens there
+                    s.bind(("", 0))
+                    port = s.getsockname()[1]
+                address = f"tcp://{host}:{port}"
+        address, problem = comm.bcast((address, problem), root=0)
+        if problem:
+            raise ValueError(problem)
         tdist.init_process_group(backend, init_method=address, rank=self.rank, world_size=self.size,
                                  timeout=datetime.timedelta(seconds=timeout_s))
         self._tdist = tdist
@@ -177,7 +189,7 @@ ALLREDUCE_CHOICES = ("auto", "mpi", "nccl", "gloo")
 
 def gradient_backend(requested: str, device: torch.device) -> str:
     """The gradient path to use: auto means nccl for CUDA learners (when torch has NCCL),
-    else mpi."""
+    else mpi. (Training's default is mpi until NCCL has been measured against it on GPUs.)"""
     if requested not in ALLREDUCE_CHOICES:
         raise ValueError(f"allreduce must be one of {', '.join(ALLREDUCE_CHOICES)}, got {requested!r}")
     if requested != "auto":

@@ -118,8 +118,8 @@ class TrainConfig:
     """Longest time trajectory rows wait in memory (a kill -9 loses at most this much of the log); they are appended sooner, at most every 2 s, whenever a whole chunk of 256 steps is ready."""
     sync_check_every: int = 100
     """Updates between checks that all MPI ranks hold identical parameters."""
-    allreduce: str = "auto"
-    """Gradient averaging across ranks: mpi (mpi4py, staged through host memory), nccl or gloo (torch.distributed bootstrapped from the MPI ranks), auto (nccl for a CUDA learner, else mpi); MPI is the fallback."""
+    allreduce: str = "mpi"
+    """Gradient averaging across ranks: mpi (mpi4py, staged through host memory), nccl or gloo (torch.distributed bootstrapped from the MPI ranks; MPI if it cannot start), auto (nccl for a CUDA learner, else mpi)."""
     disk_reserve: bool = True
     """Hold a file the size of a checkpoint in log_dir and delete it when the disk fills, so the final checkpoint and the last trajectory rows still fit."""
     fallback_dir: str = ""
