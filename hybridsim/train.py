@@ -538,10 +538,11 @@ class Trainer:
         from hybridsim import trajlog
         row = self.env_batch * (sum(np.dtype(t).itemsize for t, _ in trajlog.STEP_FIELDS.values())
                                 + 4 * self.num_actions)
-        # a failed flush's rows and the next iteration's (each capped at DEFAULT_FLUSH_BYTES)
-        need = 2 * (trajlog.DEFAULT_FLUSH_BYTES + row) + trajlog.DEFAULT_MIN_FREE_BYTES + (1 << 20)
-        if self.cfg.log_observations:
-            need += 2 * (trajlog.DEFAULT_FLUSH_BYTES + int(np.prod(self.obs_shape)))
+        need = 0
+        if self.traj is not None:  # a failed flush's rows and the next iteration's, each capped
+            need += 2 * (trajlog.DEFAULT_FLUSH_BYTES + row) + trajlog.DEFAULT_MIN_FREE_BYTES + (1 << 20)
+            if self.cfg.log_observations:
+                need += 2 * (trajlog.DEFAULT_FLUSH_BYTES + int(np.prod(self.obs_shape)))
         if self.rank == 0:
             params = sum(p.numel() * p.element_size() for p in self.model.parameters())
             moments = 2 if self.cfg.optimizer == "adam" else 1  # Adam: 2 moments, RMSprop: 1
@@ -551,8 +552,11 @@ class Trainer:
     def _hold_reserve(self):
         if not self.cfg.disk_reserve:
             return
+        need = self._reserve_bytes()
+        if need == 0:
+            return
         path = self.log_dir / f".disk_reserve_rank{self.rank:05d}"
-        self.reserve = storage.DiskReserve(path, self._reserve_bytes())
+        self.reserve = storage.DiskReserve(path, need)
         try:
             self.reserve.create()
         except StorageError as exc:
