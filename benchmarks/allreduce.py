@@ -1,6 +1,6 @@
 """Time one gradient Allreduce of the model's size across MPI ranks.
 
-    mpiexec -n 2 python benchmarks/allreduce.py [--model nature] [--repeats 50]
+    mpiexec -n 2 python benchmarks/allreduce.py [--model nature] [--repeats 50] [--allreduce mpi|gloo|nccl]
 
 Uses the same path as training (hybridsim.dist.MPIComm.allreduce_gradients: flatten,
 stage through host memory, one MPI Allreduce, average) and prints the median time and
@@ -20,9 +20,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="nature")
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--allreduce", default="mpi", choices=["mpi", "gloo", "nccl"])
     args = parser.parse_args()
-    comm = dist.init_comm()
-    model = build_model(args.model, (4, 84, 84), 18)
+    device = torch.device("cuda", dist.local_rank() % max(1, torch.cuda.device_count())) \
+        if args.allreduce == "nccl" else torch.device("cpu")
+    comm = dist.with_gradient_backend(dist.init_comm(), args.allreduce, device)
+    model = build_model(args.model, (4, 84, 84), 18).to(device)
     for p in model.parameters():
         p.grad = torch.randn_like(p)
     n = sum(p.numel() for p in model.parameters())
@@ -31,11 +34,14 @@ def main():
         comm.barrier()
         start = time.perf_counter()
         comm.allreduce_gradients(model)
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # NCCL returns before the reduction is done
         times.append(time.perf_counter() - start)
     median = float(np.median(times[5:]))
     if comm.rank == 0:
         volume = 2 * (comm.size - 1) / comm.size * n * 4
-        print(f"{args.model}: {n:,} parameters ({n * 4 / 1e6:.1f} MB), {comm.size} ranks: "
+        print(f"{args.model}: {n:,} parameters ({n * 4 / 1e6:.1f} MB), {comm.size} ranks, "
+              f"{comm.gradient_path}: "
               f"allreduce median {median * 1e3:.2f} ms, bus bandwidth {volume / median / 1e9:.2f} GB/s")
 
 

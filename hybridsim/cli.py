@@ -2,10 +2,18 @@
 from __future__ import annotations
 
 import argparse
+import pathlib
 import signal
 import sys
 
 PREEMPTED_EXIT_CODE = 3  # training stopped by SIGUSR1/SIGTERM after writing a checkpoint
+STORAGE_EXIT_CODE = 4  # a write into the run directory failed (disk full, quota): stopped cleanly
+TRAIN_EXIT_CODES = f"""exit status: 0 trained to the budget; 2 bad settings or an error; \
+{PREEMPTED_EXIT_CODE} stopped by SIGUSR1/SIGTERM after a checkpoint (run again with --resume); \
+{STORAGE_EXIT_CODE} a write into the run directory failed (disk full, quota exceeded, I/O \
+error): training stopped, a final checkpoint was written to log_dir, or to --fallback-dir \
+when log_dir is full, or the message says it could not be; the trajectory files are closed \
+and hold every logged step; free space and run again with --resume."""
 
 
 def _cmd_bench(args) -> int:
@@ -119,6 +127,10 @@ def _cmd_train(args) -> int:
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, trainer.request_stop)
     summary = trainer.train()
+    if summary["stopped"] == "storage":
+        if summary["rank"] == 0:  # the report covers every rank
+            _report_storage_stop(summary)
+        return STORAGE_EXIT_CODE
     if summary["preempted"]:
         print(f"stopped by a signal at {summary['frames']:,} frames; checkpoint written to "
               f"{summary['checkpoint']}; run again with --resume to continue")
@@ -130,6 +142,32 @@ def _cmd_train(args) -> int:
     print(f"metrics:    {summary['metrics']} (TensorBoard: {cfg.log_dir}/tensorboard)")
     print(f"curve:      {summary['curve']}")
     return 0
+
+
+def _report_storage_stop(summary: dict) -> None:
+    """What a stop after a failed write saved, where, and how to go on (on stderr)."""
+    log_dir = summary["log_dir"]
+    lines = [f"hybridsim train: STOPPED at {summary['frames']:,} frames because a write into the "
+             f"run directory failed:"]
+    lines += [f"  {line}" for line in summary["storage_report"]]
+    checkpoint = summary["final_checkpoint"]
+    default = f"{log_dir}/checkpoint.pt"
+    if checkpoint is None:
+        lines.append(f"final checkpoint: could NOT be written anywhere; {default} (if present) is the "
+                     f"last periodic one, from before the stop")
+    elif pathlib.Path(checkpoint) == pathlib.Path(default):
+        lines.append(f"final checkpoint: {checkpoint} ({summary['frames']:,} frames)")
+    else:
+        lines.append(f"final checkpoint: {checkpoint} ({summary['frames']:,} frames), outside "
+                     f"{log_dir}, which is full; move it to {default} before --resume")
+    if summary["trajectories_closed"]:
+        lines.append(f"trajectory logs in {log_dir}: closed, every logged step is in them "
+                     f"(hybridsim analyze {log_dir})")
+    elif summary["trajectories_closed"] is False:
+        lines.append(f"trajectory logs in {log_dir}: NOT all closed cleanly (above); they open in "
+                     f"SWMR mode, as hybridsim analyze does, with every row up to their last flush")
+    lines.append(f"free space under {log_dir}, then run the same command with --resume to continue")
+    print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_games)
     from hybridsim.config import add_dataclass_arguments
     from hybridsim.train import TrainConfig
-    p = sub.add_parser("train", help="train an agent with V-trace (A2C+V-trace or IMPALA-style)")
+    p = sub.add_parser("train", help="train an agent with V-trace (A2C+V-trace or IMPALA-style)",
+                       epilog=TRAIN_EXIT_CODES)
     add_dataclass_arguments(p, TrainConfig)
     p.set_defaults(func=_cmd_train)
     p = sub.add_parser("info", help="build and install information")

@@ -10,6 +10,13 @@ exception on any rank abort the whole job instead of leaving the others waiting.
 
 `LocalComm` is the single-process stand-in with the same methods, so the trainer has no
 special cases; mpi4py is optional.
+
+Gradients can instead be averaged by torch.distributed (`TorchDistComm`, `--allreduce`
+nccl or gloo): its process group is bootstrapped from the MPI ranks (rank 0 picks an
+address and port and broadcasts them over MPI; no launcher variables needed), NCCL
+all-reduces CUDA tensors in place without the host staging, gloo does the same on CPU.
+Every other collective (frame counts, stop flags, metrics) stays on MPI. If the process
+group cannot be set up, training warns and keeps the MPI path.
 """
 from __future__ import annotations
 
@@ -52,6 +59,8 @@ def _flat_grads(model) -> list[torch.Tensor]:
 
 class MPIComm:
     """Collectives over an mpi4py communicator."""
+
+    gradient_path = "mpi (mpi4py Allreduce through host memory)"
 
     def __init__(self, comm):
         self.comm = comm
@@ -107,6 +116,121 @@ class MPIComm:
 
     def barrier(self):
         self.comm.Barrier()
+
+
+class TorchDistComm(MPIComm):
+    """MPIComm whose parameter broadcast and gradient allreduce go through torch.distributed."""
+
+    def __init__(self, comm, backend: str, device: torch.device, timeout_s: float = 300.0):
+        super().__init__(comm)
+        import datetime
+        import socket
+        import torch.distributed as tdist
+        self.backend = backend
+        self.device = device
+        self.gradient_path = f"{backend} (torch.distributed, bootstrapped over MPI)"
+        hosts = comm.allgather(socket.gethostname())
+        address = problem = None
+        if self.rank == 0:
+            host = os.environ.get("HYBRIDSIM_DIST_ADDR")
+            if not host and len(set(hosts)) == 1:
+                host = "127.0.0.1"
+            elif not host:  # an address of rank 0's host the others can reach: not loopback
+                found = [info[4][0] for info in socket.getaddrinfo(hosts[0], None, socket.AF_INET)
+                         if not info[4][0].startswith("127.")]
+                host = found[0] if found else None
+                if host is None:
+                    problem = (f"{hosts[0]} resolves only to loopback addresses; set "
+                               f"HYBRIDSIM_DIST_ADDR to an address of it the other nodes reach")
+            if host:
+                with socket.socket() as s:  # a free port on rank 0's host; its TCPStore listens there
+                    s.bind(("", 0))
+                    port = s.getsockname()[1]
+                address = f"tcp://{host}:{port}"
+        address, problem = comm.bcast((address, problem), root=0)
+        if problem:
+            raise ValueError(problem)
+        tdist.init_process_group(backend, init_method=address, rank=self.rank, world_size=self.size,
+                                 timeout=datetime.timedelta(seconds=timeout_s))
+        self._tdist = tdist
+
+    def _tensor_device(self) -> torch.device:
+        return self.device if self.backend == "nccl" else torch.device("cpu")
+
+    def broadcast_parameters(self, model):
+        with torch.no_grad():
+            for tensor in list(model.parameters()) + list(model.buffers()):
+                staged = tensor.detach().to(self._tensor_device()).contiguous()
+                self._tdist.broadcast(staged, src=0)
+                tensor.copy_(staged)
+
+    def allreduce_gradients(self, model):
+        """Average gradients: one flat buffer, one all_reduce on the backend's device."""
+        grads = _flat_grads(model)
+        flat = torch.cat([g.reshape(-1).float() for g in grads]).to(self._tensor_device())
+        self._tdist.all_reduce(flat, op=self._tdist.ReduceOp.SUM)
+        flat /= self.size
+        averaged = flat.to(grads[0].device) if grads else flat
+        offset = 0
+        for p, g in zip(model.parameters(), grads):
+            n = g.numel()
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            p.grad.copy_(averaged[offset:offset + n].view_as(p.grad))
+            offset += n
+
+    def close(self):
+        if self._tdist.is_initialized():
+            self._tdist.destroy_process_group()
+
+
+ALLREDUCE_CHOICES = ("auto", "mpi", "nccl", "gloo")
+
+
+def gradient_backend(requested: str, device: torch.device) -> str:
+    """The gradient path to use: auto means nccl for CUDA learners (when torch has NCCL),
+    else mpi. (Training's default is mpi until NCCL has been measured against it on GPUs.)"""
+    if requested not in ALLREDUCE_CHOICES:
+        raise ValueError(f"allreduce must be one of {', '.join(ALLREDUCE_CHOICES)}, got {requested!r}")
+    if requested != "auto":
+        return requested
+    import torch.distributed as tdist
+    if device.type == "cuda" and tdist.is_available() and tdist.is_nccl_available():
+        return "nccl"
+    return "mpi"
+
+
+def with_gradient_backend(comm, requested: str, device: torch.device):
+    """`comm`, or a TorchDistComm over the same MPI ranks when nccl/gloo is asked for (or
+    auto picks nccl); if torch.distributed cannot start, a warning and `comm` unchanged."""
+    if not isinstance(comm, MPIComm) or isinstance(comm, TorchDistComm):
+        return comm
+    backend = gradient_backend(requested, device)
+    if backend == "mpi":
+        return comm
+    import sys
+    import torch.distributed as tdist
+    problem = None
+    if not tdist.is_available():
+        problem = "this torch build has no torch.distributed"
+    elif backend == "nccl" and (device.type != "cuda" or not tdist.is_nccl_available()):
+        problem = f"nccl needs a CUDA learner and a torch built with NCCL (device {device})"
+    # every rank takes the same decision (init_process_group is collective: a rank that
+    # skipped it would leave the others waiting)
+    new = None
+    if comm.comm.allreduce(0 if problem else 1) == comm.size:
+        try:
+            new = TorchDistComm(comm.comm, backend, device)
+        except (RuntimeError, OSError, ValueError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        if comm.comm.allreduce(1 if new is not None else 0) == comm.size:
+            return new
+        if new is not None:
+            new.close()
+    if comm.rank == 0:
+        print(f"warning: gradient allreduce over {backend} unavailable "
+              f"({problem or 'it failed on another rank'}); using MPI", file=sys.stderr)
+    return comm
 
 
 def init_comm():

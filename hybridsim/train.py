@@ -27,8 +27,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hybridsim import dist, vtrace
+from hybridsim import dist, storage, vtrace
 from hybridsim.models import build_model
+from hybridsim.storage import StorageError
 
 
 @dataclasses.dataclass
@@ -113,8 +114,16 @@ class TrainConfig:
     """Also log observations (every obs_stride steps, for env 0) into the trajectory files."""
     obs_stride: int = 100
     """Step interval between logged observations."""
+    log_flush_seconds: float = 30.0
+    """Longest time trajectory rows wait in memory (a kill -9 loses at most this much of the log); they are appended sooner, at most every 2 s, whenever a whole chunk of 256 steps is ready."""
     sync_check_every: int = 100
     """Updates between checks that all MPI ranks hold identical parameters."""
+    allreduce: str = "mpi"
+    """Gradient averaging across ranks: mpi (mpi4py, staged through host memory), nccl or gloo (torch.distributed bootstrapped from the MPI ranks; MPI if it cannot start), auto (nccl for a CUDA learner, else mpi)."""
+    disk_reserve: bool = True
+    """Hold a file the size of a checkpoint in log_dir and delete it when the disk fills, so the final checkpoint and the last trajectory rows still fit."""
+    fallback_dir: str = ""
+    """Where the final checkpoint goes when log_dir's file system is full (default: the system temporary directory, if it is on another file system)."""
 
     def validate(self):
         checks = [
@@ -126,6 +135,8 @@ class TrainConfig:
             (self.backend in ("cpu", "gpu", "hybrid", "ale-py"),
              f"backend must be cpu, gpu, hybrid or ale-py, got {self.backend!r}"),
             (self.frame_skip >= 1, f"frame_skip must be >= 1, got {self.frame_skip}"),
+            (self.allreduce in dist.ALLREDUCE_CHOICES,
+             f"allreduce must be one of {', '.join(dist.ALLREDUCE_CHOICES)}, got {self.allreduce!r}"),
         ]
         if self.schedule == "a2c":
             checks.append((self.num_envs % self.num_minibatches == 0,
@@ -193,6 +204,10 @@ class Trainer:
         self.log_dir = pathlib.Path(cfg.log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.device = pick_device(cfg.device)
+        self.comm = dist.with_gradient_backend(self.comm, cfg.allreduce, self.device)
+        if rank == 0 and self.world_size > 1:
+            print(f"{self.world_size} ranks; gradients averaged by {self.comm.gradient_path}",
+                  flush=True)
         torch.set_num_threads(cfg.torch_threads or len(os.sched_getaffinity(0)))
         torch.manual_seed(cfg.seed)
         # Global env ids rank*N..rank*N+N-1; env e is seeded seed + e and draws its action
@@ -220,8 +235,17 @@ class Trainer:
         self.episodes = EpisodeTracker(cfg.num_envs)
         self.all_episodes: list[tuple] = []  # every rank's finished episodes, on rank 0
         self.stop_requested = False  # set by request_stop (SIGUSR1/SIGTERM before a time limit)
+        self.stop_reason = None  # None (budget reached), "signal" or "storage"
+        self.storage_failure: StorageError | None = None  # first failed write of this rank
+        self.storage_notes: list[str] = []  # what the stop after a failed write did and did not save
+        self.final_checkpoint: pathlib.Path | None = None
+        self.storage_report: list[str] = []  # every rank's failed writes and notes, after a run
+        self.trajectories_closed: bool | None = None  # every rank file closed cleanly (None: no logs)
+        self.reserve: storage.DiskReserve | None = None
         self.last_losses: dict[str, float] = {}
         self.traj = None
+        self.tb = None
+        self.metrics_file = None
 
     # ----- acting and learning -------------------------------------------------------
     @torch.no_grad()
@@ -287,11 +311,12 @@ class Trainer:
         if self.rank == 0:
             path = self.log_dir / "metrics.csv"
             new = not path.exists() or not self.cfg.resume
-            self.metrics_file = open(path, "w" if new else "a", newline="")
-            self.metrics = csv.writer(self.metrics_file)
+            # whole-line appends, cut back on a failed write: a full disk never leaves half a row
+            self.metrics_file = storage.AppendFile(path, "w" if new else "a")
             if new:
-                self.metrics.writerow(["frames", "updates", "seconds", "fps", "mean_return_100",
-                                       "episodes", "lr", "policy_loss", "baseline_loss", "entropy"])
+                self.metrics_file.write(_csv_line(["frames", "updates", "seconds", "fps",
+                                                   "mean_return_100", "episodes", "lr", "policy_loss",
+                                                   "baseline_loss", "entropy"]), "the header")
             try:
                 from torch.utils.tensorboard import SummaryWriter
                 self.tb = SummaryWriter(str(self.log_dir / "tensorboard"))
@@ -305,6 +330,8 @@ class Trainer:
                                                  env_ids=(int(self.env_ids[0]),))
             self.traj = trajlog.TrajectoryWriter(
                 trajlog.rank_file(self.log_dir, self.rank), batch_size=self.env_batch,
+                flush_every=1 << 20, flush_seconds=self.cfg.log_flush_seconds,  # 4 MB caps the rows
+                min_flush_seconds=min(2.0, self.cfg.log_flush_seconds),
                 resume_after_frame=self.frames if self.cfg.resume else None,
                 num_actions=self.num_actions, observations=obs,
                 attrs={"game": self.cfg.game, "rank": self.rank, "world_size": self.world_size,
@@ -326,19 +353,30 @@ class Trainer:
             recent = [e[2] for e in self.all_episodes[-100:]]
             mean_return = float(np.mean(recent)) if recent else float("nan")
             lr = self.optimizer.param_groups[0]["lr"]
-            self.metrics.writerow([self.frames, self.updates, f"{elapsed:.1f}", f"{fps:.0f}",
-                                   f"{mean_return:.3f}", len(self.all_episodes), f"{lr:.3g}",
-                                   self.last_losses.get("losses/policy"),
-                                   self.last_losses.get("losses/baseline"),
-                                   self.last_losses.get("losses/entropy")])
-            self.metrics_file.flush()
+            try:
+                self.metrics_file.write(_csv_line([
+                    self.frames, self.updates, f"{elapsed:.1f}", f"{fps:.0f}", f"{mean_return:.3f}",
+                    len(self.all_episodes), f"{lr:.3g}", self.last_losses.get("losses/policy"),
+                    self.last_losses.get("losses/baseline"), self.last_losses.get("losses/entropy")]))
+            except StorageError as exc:
+                self._note_storage_failure(exc)
             if self.tb is not None:
-                self.tb.add_scalar("charts/fps", fps, self.frames)
-                self.tb.add_scalar("charts/learning_rate", lr, self.frames)
-                if not math.isnan(mean_return):
-                    self.tb.add_scalar("charts/mean_return_100", mean_return, self.frames)
-                for tag, value in self.last_losses.items():
-                    self.tb.add_scalar(tag, value, self.frames)
+                try:
+                    self.tb.add_scalar("charts/fps", fps, self.frames)
+                    self.tb.add_scalar("charts/learning_rate", lr, self.frames)
+                    if not math.isnan(mean_return):
+                        self.tb.add_scalar("charts/mean_return_100", mean_return, self.frames)
+                    for tag, value in self.last_losses.items():
+                        self.tb.add_scalar(tag, value, self.frames)
+                    self.tb.flush()  # the writer thread's errors surface here, not later
+                except (OSError, RuntimeError) as exc:
+                    failure = StorageError.from_exception(self.log_dir / "tensorboard",
+                                                          "TensorBoard events", exc)
+                    if failure.errno is not None:
+                        self._note_storage_failure(failure)
+                    else:  # not a write the disk refused: lose TensorBoard, keep training
+                        print(f"warning: TensorBoard logging stopped: {exc}", file=sys.stderr)
+                    self._close_tensorboard()
             done = min(1.0, self.frames / self.cfg.total_frames)
             bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
             print(f"[{bar}] {100 * done:5.1f}%  {self.frames:,} frames  {fps:,.0f} frames/s  "
@@ -350,14 +388,17 @@ class Trainer:
         if self.traj is None:
             return
         clipped = np.clip(rewards, -1, 1) if self.cfg.reward_clip else rewards
-        self.traj.append_step(
-            action=actions.astype(np.int16), reward_raw=rewards.astype(np.float32),
-            reward_clipped=clipped.astype(np.float32), terminated=dones_term, truncated=dones_trunc,
-            lives=np.asarray(lives).astype(np.int16), value=values.astype(np.float32),
-            env_id=(np.asarray(env_ids) + int(self.env_ids[0])).astype(np.int32),
-            episode_id=episode_ids,
-            global_frame=np.full(len(env_ids), frame, np.int64), behavior_logits=logits,
-            observation=obs)
+        try:
+            self.traj.append_step(
+                action=actions, reward_raw=rewards, reward_clipped=clipped, terminated=dones_term,
+                truncated=dones_trunc, lives=lives, value=values,
+                env_id=np.asarray(env_ids) + int(self.env_ids[0]), episode_id=episode_ids,
+                global_frame=np.full(len(env_ids), frame, np.int64), behavior_logits=logits,
+                observation=obs)
+        except StorageError as exc:
+            # the writer keeps this and later rows buffered; the loop stops after this
+            # iteration and the stop retries them once the disk reserve is released
+            self._note_storage_failure(exc)
 
     def _flush_episodes(self):
         if self.traj is not None:
@@ -374,19 +415,31 @@ class Trainer:
     def checkpoint_path(self) -> pathlib.Path:
         return self.log_dir / "checkpoint.pt"
 
-    def save_checkpoint(self):
+    def _checkpoint_state(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "frames": self.frames, "updates": self.updates,
+                "torch_rng": torch.get_rng_state(), "action_counters": self.action_counters,
+                "config": dataclasses.asdict(self.cfg), "num_actions": self.num_actions,
+                "obs_shape": self.obs_shape, "episodes": self.all_episodes,
+                "world_size": self.world_size,
+                "env_state": self._env_state()}
+
+    def save_checkpoint(self, path=None) -> pathlib.Path | None:
+        """Rank 0 writes the checkpoint atomically (temporary file, fsync, rename): a write
+        that fails raises StorageError and leaves the previous checkpoint as it was."""
         if self.rank != 0:
-            return
-        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "frames": self.frames, "updates": self.updates,
-                 "torch_rng": torch.get_rng_state(), "action_counters": self.action_counters,
-                 "config": dataclasses.asdict(self.cfg), "num_actions": self.num_actions,
-                 "obs_shape": self.obs_shape, "episodes": self.all_episodes,
-                 "world_size": self.world_size,
-                 "env_state": self._env_state()}
-        tmp = self.checkpoint_path().with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, self.checkpoint_path())
+            return None
+        path = pathlib.Path(path) if path is not None else self.checkpoint_path()
+        state = self._checkpoint_state()
+        try:
+            storage.atomic_write(path, lambda fh: torch.save(state, fh))
+        except (OSError, RuntimeError) as exc:  # torch reports a short write as RuntimeError
+            raise StorageError.from_exception(
+                path, "the checkpoint", exc,
+                "the previous checkpoint there, if any, is untouched") from exc
+        if self.reserve is not None and self.reserve.held:
+            self._grow_reserve(path.stat().st_size)
+        return path
 
     def _env_state(self):
         getter = getattr(self.env, "get_state", None)
@@ -414,6 +467,7 @@ class Trainer:
         cfg = self.cfg
         env_state = self.load_checkpoint() if cfg.resume else None
         self._open_logs()
+        self._hold_reserve()
         self._episodes_logged = self._episodes_merged = 0
         if env_state is not None and hasattr(self.env, "set_state"):
             obs, state_info = self.env.set_state(env_state)
@@ -427,18 +481,22 @@ class Trainer:
         next_checkpoint = (self.frames // cfg.checkpoint_every + 1) * cfg.checkpoint_every
         loop = self._a2c_iteration if cfg.schedule == "a2c" else self._impala_iteration
         state = {"obs": obs, "info": state_info}
-        self.preempted = False
         try:
             while self.frames < cfg.total_frames:
                 self.set_learning_rate()
                 loop(state)
-                # one collective per iteration: the frames of all ranks and any stop request
-                frames, stops = self.comm.allreduce_sum(
-                    np.array([self.local_frames, int(self.stop_requested)], dtype=np.int64))
+                # one collective per iteration: the frames of all ranks, any stop request and
+                # any failed write (disk full), so every rank stops at the same iteration
+                frames, stops, failed = self.comm.allreduce_sum(
+                    np.array([self.local_frames, int(self.stop_requested),
+                              int(self.storage_failure is not None)], dtype=np.int64))
                 self.frames += int(frames)
                 self.local_frames = 0
+                if failed:
+                    self.stop_reason = "storage"
+                    break
                 if stops:
-                    self.preempted = True
+                    self.stop_reason = "signal"
                     break
                 self._flush_episodes()
                 now = time.perf_counter()
@@ -446,18 +504,138 @@ class Trainer:
                     self._log_metrics(start_time, start_frames)
                     last_log = now
                 if self.frames >= next_checkpoint:
-                    self.save_checkpoint()
+                    try:
+                        self.save_checkpoint()
+                    except StorageError as exc:
+                        self._note_storage_failure(exc)  # stops at the next iteration
                     next_checkpoint += cfg.checkpoint_every
         except BaseException:
             # No collectives here: other ranks may be elsewhere. Keep what this rank has
             # (its trajectory rows, rank 0's metrics), then let the error end the job.
+            if self.reserve is not None:
+                self.reserve.release()
             self._flush_episodes()
             self._close(finished=False)
             raise
+        return self._finish(start_time, start_frames)
+
+    # ----- the end of a run, and a full disk -------------------------------------------
+    @property
+    def preempted(self) -> bool:
+        return self.stop_reason == "signal"
+
+    def _note_storage_failure(self, exc: StorageError):
+        """Remember the first failed write; the loop stops at its next collective."""
+        if self.storage_failure is None:
+            self.storage_failure = exc
+            print(f"rank {self.rank}: {exc}; stopping after this iteration", file=sys.stderr,
+                  flush=True)
+        elif str(exc) != str(self.storage_failure):
+            self.storage_notes.append(str(exc))
+
+    def _reserve_bytes(self) -> int:
+        """Room the stop after a full disk needs: rank 0 a checkpoint, every rank a flush."""
+        from hybridsim import trajlog
+        row = self.env_batch * (sum(np.dtype(t).itemsize for t, _ in trajlog.STEP_FIELDS.values())
+                                + 4 * self.num_actions)
+        need = 0
+        if self.traj is not None:  # a failed flush's rows and the next iteration's, each capped
+            need += 2 * (trajlog.DEFAULT_FLUSH_BYTES + row) + trajlog.DEFAULT_MIN_FREE_BYTES + (1 << 20)
+            if self.cfg.log_observations:
+                need += 2 * (trajlog.DEFAULT_FLUSH_BYTES + int(np.prod(self.obs_shape)))
+        if self.rank == 0:
+            params = sum(p.numel() * p.element_size() for p in self.model.parameters())
+            moments = 2 if self.cfg.optimizer == "adam" else 1  # Adam: 2 moments, RMSprop: 1
+            need += params * (1 + moments) + len(self.all_episodes) * 64 + (1 << 20)
+        return need
+
+    def _hold_reserve(self):
+        if not self.cfg.disk_reserve:
+            return
+        need = self._reserve_bytes()
+        if need == 0:
+            return
+        path = self.log_dir / f".disk_reserve_rank{self.rank:05d}"
+        self.reserve = storage.DiskReserve(path, need)
+        try:
+            self.reserve.create()
+        except StorageError as exc:
+            self.reserve = None
+            print(f"warning: {exc}: there is less free space than one checkpoint needs; training "
+                  f"goes on, but a final checkpoint may not fit in {self.log_dir}", file=sys.stderr)
+
+    def _grow_reserve(self, checkpoint_bytes: int):
+        """Checkpoints grow with the episode list; keep the reserve a margin above them."""
+        want = int(checkpoint_bytes * 1.25) + (2 << 20)
+        if want > self.reserve.nbytes:
+            old = self.reserve.nbytes
+            self.reserve.nbytes = want
+            try:
+                self.reserve.create()
+            except StorageError as exc:
+                self.reserve.nbytes = old
+                self._note_storage_failure(exc)
+                try:
+                    self.reserve.create()  # at least the old size, if that is still there
+                except StorageError:
+                    self.reserve = None
+
+    def _fallback_dirs(self) -> list[pathlib.Path]:
+        import tempfile
+        if self.cfg.fallback_dir:
+            return [pathlib.Path(self.cfg.fallback_dir)]
+        tmp = pathlib.Path(tempfile.gettempdir())
+        try:
+            if storage.same_filesystem(tmp, self.log_dir):
+                self.storage_notes.append(f"no fallback for the checkpoint: {tmp} is on the same "
+                                          f"file system as {self.log_dir} (set --fallback-dir)")
+                return []
+        except OSError:
+            return []
+        return [tmp]
+
+    def _write_final_checkpoint(self) -> pathlib.Path | None:
+        """Rank 0: the run's last checkpoint, in log_dir if it fits, else in a fallback dir."""
+        try:
+            return self.save_checkpoint()
+        except StorageError as exc:
+            self._note_storage_failure(exc)
+        if self.reserve is not None and self.reserve.release():
+            try:
+                return self.save_checkpoint()
+            except StorageError as exc:
+                self.storage_notes.append(str(exc))
+        for directory in self._fallback_dirs():
+            path = directory / f"hybridsim-{self.log_dir.resolve().name}-checkpoint.pt"
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                return self.save_checkpoint(path)
+            except (StorageError, OSError) as exc:
+                self.storage_notes.append(str(exc))
+        return None
+
+    def _finish(self, start_time, start_frames) -> dict:
+        """Final metrics, checkpoint and closed files; after a failed write, as much as fits."""
+        if self.stop_reason == "storage" and self.reserve is not None:
+            freed = self.reserve.release()  # room for the checkpoint and the buffered rows
+            if freed:
+                self.storage_notes.append(f"released the {freed / 1e6:.1f} MB disk reserve "
+                                          f"{self.reserve.path}")
         self._flush_episodes()
         self._log_metrics(start_time, start_frames)
-        self.save_checkpoint()
+        if self.rank == 0:
+            self.final_checkpoint = self._write_final_checkpoint()
+        self.final_checkpoint = self.comm.bcast(self.final_checkpoint)
         self._close(finished=True)
+        if self.reserve is not None:
+            self.reserve.release()
+        # every rank learns of every rank's failed writes, so all report (and exit) alike
+        mine = ([str(self.storage_failure)] if self.storage_failure is not None else []) + self.storage_notes
+        reports = self.comm.bcast(self.comm.gather((self.rank, self.storage_failure is not None, mine)))
+        self.storage_report = [f"rank {r}: {line}" if self.world_size > 1 else line
+                               for r, _, lines in reports for line in lines]
+        if any(failed for _, failed, _ in reports):
+            self.stop_reason = "storage"  # also when the budget was reached but the end failed
         return self.summary()
 
     def _a2c_iteration(self, state):
@@ -551,20 +729,63 @@ class Trainer:
     def _empty_trajectory():
         return {"obs": [], "act": [], "logit": [], "rew": [], "done": []}
 
+    def _close_tensorboard(self):
+        tb, self.tb = self.tb, None
+        if tb is not None:
+            try:
+                tb.close()
+            except (OSError, RuntimeError):
+                pass  # its failure was already noted; event files stop at the last whole record
+
     def _close(self, finished: bool):
+        """Close every run file; failed writes are noted (finished) or printed, never raised
+        before the barrier, so one rank's full disk cannot leave the others waiting."""
+        def note(exc):
+            if finished:
+                self._note_storage_failure(exc)
+            else:
+                print(f"rank {self.rank}: {exc}", file=sys.stderr)
+        traj_ok = True
         if self.traj is not None:
-            self.traj.close()
+            try:
+                self.traj.close()
+            except StorageError as exc:
+                traj_ok = False
+                note(exc)
+                self.storage_notes.append(
+                    f"{self.traj.path} was not closed cleanly: it opens with "
+                    f"h5py.File(path, 'r', libver='latest', swmr=True) (as hybridsim analyze does) "
+                    f"and holds the steps up to {self.traj.steps_written}; `h5clear -s` clears its "
+                    f"open-for-writing flag for other readers")
         if finished:
-            self.comm.barrier()  # every rank file is closed before rank 0 stitches them
+            traj_ok = bool(self.comm.allreduce_sum(np.array([0 if traj_ok else 1]))[0] == 0)
+            self.trajectories_closed = traj_ok if self.traj is not None else None
         if self.rank == 0:
             if self.traj is not None and finished:
                 from hybridsim import trajlog
-                trajlog.write_master(self.log_dir)
-            if self.tb is not None:
-                self.tb.close()
+                try:
+                    if not traj_ok:
+                        raise OSError("a rank file was not closed cleanly")
+                    trajlog.write_master(self.log_dir)
+                except (OSError, RuntimeError) as exc:
+                    master = self.log_dir / trajlog.MASTER_FILE
+                    try:
+                        (self.log_dir / (trajlog.MASTER_FILE + ".tmp")).unlink(missing_ok=True)
+                    except OSError:
+                        pass
+                    note(StorageError.from_exception(master, "the virtual master file", exc))
+                    self.storage_notes.append(
+                        f"{master} not (re)written: the traj_rank*.h5 files hold every logged row "
+                        f"and hybridsim analyze reads them; hybridsim.trajlog.write_master(RUN_DIR) "
+                        f"stitches them later")
+            self._close_tensorboard()
             if self.metrics_file is not None:
                 self.metrics_file.close()
-                write_learning_curve(self.log_dir)
+                try:
+                    write_learning_curve(self.log_dir)
+                except (OSError, RuntimeError) as exc:
+                    curve = self.log_dir / "learning_curve.png"
+                    note(StorageError.from_exception(curve, "the learning curve", exc))
         self.env.close()
 
     def summary(self) -> dict:
@@ -572,9 +793,21 @@ class Trainer:
                 "episodes": len(self.all_episodes),
                 "mean_return_100": (float(np.mean([e[2] for e in self.all_episodes[-100:]]))
                                     if self.all_episodes else float("nan")),
-                "checkpoint": str(self.checkpoint_path()), "preempted": self.preempted,
+                "checkpoint": str(self.final_checkpoint or self.checkpoint_path()),
+                "final_checkpoint": str(self.final_checkpoint) if self.final_checkpoint else None,
+                "preempted": self.preempted, "stopped": self.stop_reason,
+                "storage_report": self.storage_report,
+                "trajectories_closed": self.trajectories_closed,
+                "log_dir": str(self.log_dir), "rank": self.rank,
                 "metrics": str(self.log_dir / "metrics.csv"),
                 "curve": str(self.log_dir / "learning_curve.png")}
+
+
+def _csv_line(values) -> str:
+    import io
+    text = io.StringIO()
+    csv.writer(text).writerow(values)
+    return text.getvalue()
 
 
 def write_learning_curve(log_dir) -> pathlib.Path | None:

@@ -69,6 +69,39 @@ def test_two_ranks_match_one_rank_with_all_environments(tmp_path):
     assert sorted(set(steps["env_id"].ravel().tolist())) == list(range(8))
 
 
+def test_gloo_allreduce_bootstrapped_from_mpi_matches_one_rank(tmp_path):
+    """torch.distributed (gloo on CPU; nccl takes the same path on GPUs) set up from the MPI
+    ranks averages the gradients like the MPI path: 2 ranks x 4 envs == 1 rank x 8 envs."""
+    exe = mpiexec()
+    import torch.distributed as tdist
+    if not tdist.is_available() or not tdist.is_gloo_available():
+        pytest.skip("this torch build has no gloo backend")
+    one = subprocess.run([sys.executable, "-m", "hybridsim", "train", *TRAIN_ARGS, "--num-envs", "8",
+                          "--log-trajectories", "false", "--log-dir", str(tmp_path / "one")],
+                         capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([exe, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train",
+                          *TRAIN_ARGS, "--num-envs", "4", "--allreduce", "gloo",
+                          "--log-trajectories", "false", "--log-dir", str(tmp_path / "two")],
+                         capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-3000:]
+    assert "gradients averaged by gloo (torch.distributed" in two.stdout, two.stdout[-2000:]
+    p1, s1 = final_parameters(tmp_path / "one")
+    p2, s2 = final_parameters(tmp_path / "two")
+    assert s1["updates"] == s2["updates"] and s2["world_size"] == 2
+    torch.testing.assert_close(p1, p2, rtol=1e-4, atol=1e-5)
+
+
+def test_gradient_backend_choice():
+    cpu = torch.device("cpu")
+    assert dist.gradient_backend("auto", cpu) == "mpi"
+    assert dist.gradient_backend("gloo", cpu) == "gloo"
+    with pytest.raises(ValueError, match="allreduce must be one of"):
+        dist.gradient_backend("ucx", cpu)
+    local = dist.LocalComm()
+    assert dist.with_gradient_backend(local, "nccl", cpu) is local  # one process: nothing to set up
+
+
 FAULT_SCRIPT = textwrap.dedent("""
     import os, signal, sys
     from hybridsim.train import TrainConfig, Trainer

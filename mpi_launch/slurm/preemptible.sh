@@ -4,7 +4,8 @@
 #   run_preemptible CMD...        runs CMD in the background; on SIGUSR1 to the batch shell
 #                                 forwards SIGUSR1 to CMD and waits for it; if CMD exits
 #                                 with 3 (hybridsim wrote a checkpoint and stopped),
-#                                 requeues this job. Returns CMD's exit status.
+#                                 requeues this job (not on 4, a full disk). Returns CMD's
+#                                 exit status.
 #
 # Why the batch shell does this: with `#SBATCH --signal=B:USR1@T` Slurm sends SIGUSR1,
 # T seconds (up to 60 s more, sbatch(1)) before the time limit, to the batch shell only,
@@ -14,6 +15,7 @@
 # SIGUSR1 on to every rank.
 
 HYBRIDSIM_PREEMPTED_EXIT_CODE=3  # hybridsim.cli.PREEMPTED_EXIT_CODE
+HYBRIDSIM_STORAGE_EXIT_CODE=4  # hybridsim.cli.STORAGE_EXIT_CODE: disk full, not requeued
 
 # Until the training runs, only note the signal: bash's default action for SIGUSR1 would
 # end the batch shell.
@@ -80,6 +82,9 @@ run_preemptible() {
   if [ "$rc" -eq "$HYBRIDSIM_PREEMPTED_EXIT_CODE" ]; then
     hybridsim_log "training checkpointed and stopped; requeueing"
     hybridsim_requeue
+  elif [ "$rc" -eq "$HYBRIDSIM_STORAGE_EXIT_CODE" ]; then
+    # a requeued job would find the same full disk: leave it to a person
+    hybridsim_log "training stopped because the run directory could not be written (disk full?); not requeued: free space and resubmit, it resumes from the checkpoint"
   else
     hybridsim_log "training exited with status $rc"
   fi

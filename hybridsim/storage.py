@@ -1,0 +1,207 @@
+"""Writing a run's files so that a full disk stops training cleanly instead of losing data.
+
+- `StorageError`: a write into the run directory failed; it names the file, what was being
+  written and the errno (ENOSPC, EDQUOT, ...). h5py reports a failed write as a
+  RuntimeError whose text holds "errno = 28", so `write_errno` reads that too.
+- `atomic_write`: temporary file, fsync, rename; a failed write never replaces the old file.
+- `DiskReserve`: a preallocated file in the run directory, deleted when the disk fills so
+  the final checkpoint and the last trajectory rows have room (a ballast file).
+- `AppendFile`: an append-only text file (metrics.csv) that cuts a half-written line off
+  again when a write fails, so the file stays well formed for --resume to append to.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import pathlib
+import re
+
+# errnos that mean "this file system will not take more data", not a bug in the writer
+FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+_HDF5_ERRNO = re.compile(r"errno = (\d+)")
+
+
+def write_errno(exc: BaseException) -> int | None:
+    """The errno behind a failed write: OSError.errno, or the one in an HDF5 error text."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        code = getattr(exc, "errno", None)
+        if isinstance(code, int) and code > 0:
+            return code
+        match = _HDF5_ERRNO.search(str(exc))
+        if match:
+            return int(match.group(1))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def describe_errno(code: int | None) -> str:
+    if code is None:
+        return "write failed"
+    name = errno.errorcode.get(code, str(code))
+    return f"{os.strerror(code)} ({name})"
+
+
+class StorageError(RuntimeError):
+    """A run file could not be written. `path`, `what` and `errno` say which, what, why."""
+
+    def __init__(self, path, what: str, code: int | None, detail: str = ""):
+        self.path = pathlib.Path(path)
+        self.what = what
+        self.errno = code
+        self.detail = detail
+        super().__init__(f"{self.path}: writing {what} failed: {describe_errno(code)}"
+                         + (f"; {detail}" if detail else ""))
+
+    @property
+    def disk_full(self) -> bool:
+        return self.errno in FULL_ERRNOS
+
+    @classmethod
+    def from_exception(cls, path, what: str, exc: BaseException, detail: str = ""):
+        return cls(path, what, write_errno(exc), detail)
+
+
+def free_bytes(path) -> int:
+    """Bytes an unprivileged writer may still use on the file system holding `path`."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def same_filesystem(a, b) -> bool:
+    return os.stat(a).st_dev == os.stat(b).st_dev
+
+
+def _fsync_dir(directory: pathlib.Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path, write) -> pathlib.Path:
+    """Write `path` through `write(fileobj)` into a temporary file beside it, fsync, rename.
+
+    On any error the temporary file is removed and the error re-raised: the previous
+    `path`, if any, is untouched.
+    """
+    path = pathlib.Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+class DiskReserve:
+    """A file of `nbytes` preallocated bytes, released (deleted) when space runs out.
+
+    Blocks are allocated with posix_fallocate, or written as zeros where a file system
+    does not support it, so the space is really held (a sparse file would hold nothing).
+    """
+
+    def __init__(self, path, nbytes: int):
+        self.path = pathlib.Path(path)
+        self.nbytes = int(nbytes)
+        self.held = False
+
+    def create(self) -> None:
+        """Hold the space; raises StorageError if it is not there."""
+        try:
+            self.path.unlink(missing_ok=True)  # one left by a killed run
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                try:
+                    os.posix_fallocate(fd, 0, self.nbytes)
+                except OSError as exc:
+                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                        raise
+                    block = b"\0" * (1 << 20)
+                    left = self.nbytes
+                    while left > 0:
+                        left -= os.write(fd, block[:min(left, len(block))])
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self.path.unlink(missing_ok=True)
+            raise StorageError.from_exception(self.path, f"a {self.nbytes / 1e6:.1f} MB disk reserve",
+                                              exc) from exc
+        self.held = True
+
+    def release(self) -> int:
+        """Delete the reserve; returns the bytes given back (0 if none was held)."""
+        was = self.held
+        self.held = False
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            return 0
+        return self.nbytes if was else 0
+
+
+class AppendFile:
+    """Append-only text file written with whole-line writes.
+
+    Each `write` is complete or undone: if the file system refuses part of it, the file is
+    truncated back to its last complete line (truncating needs no space) and a
+    StorageError is raised.
+    """
+
+    def __init__(self, path, mode: str = "a"):
+        self.path = pathlib.Path(path)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if mode == "w" else 0)
+        self.fd = os.open(self.path, flags, 0o644)
+        self.good_size = os.fstat(self.fd).st_size
+        if mode != "w" and self.good_size:
+            self._drop_partial_last_line()
+
+    def _drop_partial_last_line(self):
+        """A line cut off by an earlier crash would glue itself to the next row."""
+        with open(self.path, "rb") as fh:
+            fh.seek(max(0, self.good_size - 65536))
+            tail = fh.read()
+        if not tail.endswith(b"\n"):
+            cut = tail.rfind(b"\n")
+            self.good_size -= len(tail) - (cut + 1)
+            os.ftruncate(self.fd, self.good_size)
+
+    def write(self, text: str, what: str = "a row") -> None:
+        data = text.encode()
+        try:
+            view = memoryview(data)
+            while view:
+                n = self._write(self.fd, view)
+                view = view[n:]
+        except OSError as exc:
+            try:
+                os.ftruncate(self.fd, self.good_size)
+            except OSError:
+                pass
+            raise StorageError.from_exception(self.path, what, exc) from exc
+        self.good_size += len(data)
+
+    _write = staticmethod(os.write)  # tests replace it to simulate a full disk
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None

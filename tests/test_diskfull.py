@@ -1,0 +1,368 @@
+"""A full disk (issue 9): training stops after a final checkpoint, says where it went, and
+exits with STORAGE_EXIT_CODE; the trajectory files close with every logged row; --resume
+continues. Fault-injection tests always run; the ones on a real, small tmpfs need root
+(they skip, with the reason, where mounting is not permitted)."""
+import errno
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from hybridsim import storage, trajlog
+from test_trajlog import fake_step
+
+ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+# ----- small file system ----------------------------------------------------------------
+@pytest.fixture
+def small_fs(tmp_path):
+    """mount(size) -> a fresh tmpfs of that size; unmounted afterwards."""
+    mounted = []
+
+    def mount(size: str) -> pathlib.Path:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a small tmpfs needs root")
+        if shutil.which("mount") is None:
+            pytest.skip("no mount command")
+        where = tmp_path / f"fs{len(mounted)}"
+        where.mkdir()
+        out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs",
+                              str(where)], capture_output=True, text=True)
+        if out.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip()}")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def fill(directory: pathlib.Path, name="filler") -> pathlib.Path:
+    """Write zeros into directory/name until the file system refuses any more."""
+    path = directory / name
+    block = b"\0" * (1 << 20)
+    with open(path, "wb", buffering=0) as fh:
+        while block:
+            try:
+                fh.write(block)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                block = block[:len(block) // 2]
+    assert storage.free_bytes(directory) < 8192
+    return path
+
+
+# ----- trajectory writer ----------------------------------------------------------------
+def write_steps(writer, rng, start, count, rows):
+    """Append `count` fake steps; each goes into `rows` once the writer has taken it."""
+    for s in range(start, start + count):
+        row = fake_step(rng, s, writer.batch_size, writer.num_actions)
+        rows.append(row)
+        writer.append_step(**row, unix_time=float(s))
+
+
+def assert_rows(path, rows, plain=True):
+    """The file holds exactly `rows` (plain=True: opens without SWMR, i.e. closed cleanly)."""
+    opener = (lambda: h5py.File(path, "r")) if plain else (lambda: trajlog.open_trajectory_file(path))
+    with opener() as f:
+        for name in ("reward_raw", "global_frame", "behavior_logits"):
+            np.testing.assert_array_equal(f["steps"][name][()], np.stack([r[name] for r in rows]),
+                                          err_msg=name)
+
+
+def test_failed_flush_keeps_the_file_and_the_rows(tmp_path, monkeypatch):
+    path = tmp_path / "traj_rank00000.h5"
+    rng = np.random.default_rng(0)
+    w = trajlog.TrajectoryWriter(path, batch_size=3, num_actions=4, flush_every=8)
+    rows = []
+    write_steps(w, rng, 0, 16, rows)  # two good flushes
+    real_setitem = h5py.Dataset.__setitem__
+    calls = {"n": 0}
+
+    def full_disk(self, key, value):
+        calls["n"] += 1
+        if calls["n"] > 3:  # part of a flush lands, then the disk is full
+            raise ENOSPC
+        real_setitem(self, key, value)
+
+    monkeypatch.setattr(h5py.Dataset, "__setitem__", full_disk)
+    with pytest.raises(trajlog.TrajectoryWriteError) as err:
+        write_steps(w, rng, 16, 8, rows)
+    assert err.value.errno == errno.ENOSPC and err.value.disk_full
+    assert str(path) in str(err.value) and "No space left on device" in str(err.value)
+    assert isinstance(err.value, trajlog.TrajectoryLogError)
+    write_steps(w, rng, 24, 20, rows)  # buffered, not flushed, while the write failure stands
+    assert_rows(path, rows[:16], plain=False)  # a reader sees the last good flush
+    monkeypatch.setattr(h5py.Dataset, "__setitem__", real_setitem)  # space again
+    w.close()
+    assert_rows(path, rows)  # every row, closed cleanly: opens without SWMR
+
+
+def test_too_little_free_space_stops_before_writing(tmp_path, monkeypatch):
+    path = tmp_path / "traj_rank00000.h5"
+    rng = np.random.default_rng(1)
+    w = trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, flush_every=4)
+    rows = []
+    write_steps(w, rng, 0, 4, rows)
+    monkeypatch.setattr(trajlog, "free_bytes", lambda _: 1000)
+    with pytest.raises(trajlog.TrajectoryWriteError, match="stopped before writing"):
+        write_steps(w, rng, 4, 4, rows)
+    assert_rows(path, rows[:4], plain=False)
+    monkeypatch.undo()
+    w.close()
+    assert_rows(path, rows)
+
+
+def test_enospc_on_a_real_small_file_system(small_fs):
+    """No free-space check: HDF5 itself hits ENOSPC; freeing space lets close() finish."""
+    fs = small_fs("2m")
+    spare = fs / "spare"
+    spare.write_bytes(b"\1" * 400_000)
+    path = fs / "traj_rank00000.h5"
+    rng = np.random.default_rng(2)
+    w = trajlog.TrajectoryWriter(path, batch_size=16, num_actions=6, flush_every=64,
+                                 min_free_bytes=None)
+    rows = []
+    with pytest.raises(trajlog.TrajectoryWriteError) as err:
+        for block in range(1000):
+            write_steps(w, rng, 64 * block, 64, rows)
+    assert err.value.errno == errno.ENOSPC, err.value
+    flushed = w.steps_written
+    assert flushed > 0 and str(path) in str(err.value)
+    with trajlog.open_trajectory_file(path) as f:  # readable, and holds every flushed row
+        n = f["steps/reward_raw"].shape[0]
+        assert n >= flushed
+        np.testing.assert_array_equal(f["steps/reward_raw"][:flushed],
+                                      np.stack([r["reward_raw"] for r in rows[:flushed]]))
+    spare.unlink()
+    w.close()
+    assert_rows(path, rows)
+
+
+# ----- small pieces -----------------------------------------------------------------------
+def test_append_file_cuts_a_half_written_line(tmp_path, monkeypatch):
+    path = tmp_path / "metrics.csv"
+    f = storage.AppendFile(path, "w")
+    f.write("a,b\n")
+    f.write("1,2\n")
+
+    def half_then_full(fd, data):
+        os.write(fd, bytes(data[:2]))
+        monkeypatch.setattr(storage.AppendFile, "_write", staticmethod(lambda fd, data: (_ for _ in ()).throw(ENOSPC)))
+        return 2
+
+    monkeypatch.setattr(storage.AppendFile, "_write", staticmethod(half_then_full))
+    with pytest.raises(storage.StorageError, match="metrics.csv: writing a row failed: No space"):
+        f.write("3,4\n")
+    assert path.read_text() == "a,b\n1,2\n"
+    monkeypatch.undo()
+    f.write("5,6\n")
+    f.close()
+    assert path.read_text() == "a,b\n1,2\n5,6\n"
+    path.write_text("a,b\n1,2\n3,")  # cut off by a crash
+    g = storage.AppendFile(path, "a")
+    g.write("7,8\n")
+    g.close()
+    assert path.read_text() == "a,b\n1,2\n7,8\n"
+
+
+def test_atomic_write_keeps_the_old_file(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    storage.atomic_write(path, lambda fh: fh.write(b"good"))
+
+    def fails(fh):
+        fh.write(b"half")
+        raise ENOSPC
+
+    with pytest.raises(OSError):
+        storage.atomic_write(path, fails)
+    assert path.read_bytes() == b"good"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
+
+
+def test_write_errno_reads_h5py_and_torch_errors():
+    hdf5 = RuntimeError("Unable to synchronously flush file (file write failed: time = x\n, "
+                        "errno = 28, error message = 'No space left on device')")
+    assert storage.write_errno(hdf5) == errno.ENOSPC
+    try:
+        try:
+            raise OSError(errno.EDQUOT, "Disk quota exceeded")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos")
+    except RuntimeError as torch_error:
+        assert storage.write_errno(torch_error) == errno.EDQUOT
+    assert storage.write_errno(RuntimeError("no errno here")) is None
+
+
+def test_disk_reserve_holds_and_releases(tmp_path):
+    reserve = storage.DiskReserve(tmp_path / ".reserve", 3 << 20)
+    reserve.create()
+    assert (tmp_path / ".reserve").stat().st_blocks * 512 >= 3 << 20  # allocated, not sparse
+    assert reserve.release() == 3 << 20 and not (tmp_path / ".reserve").exists()
+    assert reserve.release() == 0
+
+
+# ----- the training loop --------------------------------------------------------------------
+torch = pytest.importorskip("torch")
+pytest.importorskip("ale_py")
+from hybridsim import analyze, cli  # noqa: E402
+from hybridsim.train import TrainConfig, Trainer  # noqa: E402
+
+TRAIN = ["train", "--backend", "ale-py", "--num-envs", "4", "--num-minibatches", "2",
+         "--num-threads", "1", "--torch-threads", "1", "--log-every", "0", "--noop-max", "5",
+         "--log-flush-seconds", "0.1"]
+
+
+def reserve_of(log_dir):
+    return pathlib.Path(log_dir) / ".disk_reserve_rank00000"
+
+
+def stopped_frames(err: str) -> int:
+    return int(err.split("STOPPED at ")[1].split()[0].replace(",", ""))
+
+
+def check_logs_and_resume(log_dir, frames, budget):
+    """After the stop: the files hold every step up to `frames`; --resume finishes."""
+    traj = log_dir / "traj_rank00000.h5"
+    with h5py.File(traj, "r") as f:  # closed cleanly: no SWMR needed
+        logged = f["steps/global_frame"][:, 0]
+    assert logged[-1] == frames and (np.diff(logged) == 16).all()  # 4 envs x frame skip 4
+    assert (log_dir / "trajectories.h5").is_file()
+    summary = analyze.analyze(log_dir, plots=False)
+    assert summary["per_rank"]["traj_rank00000.h5"]["steps"] == len(logged)
+    state = torch.load(log_dir / "checkpoint.pt", weights_only=False)
+    assert state["frames"] == frames
+    resumed = Trainer(TrainConfig(game="pong", backend="ale-py", num_envs=4, num_minibatches=2,
+                                  num_threads=1, torch_threads=1, log_every=0.0, noop_max=5,
+                                  total_frames=budget, log_dir=str(log_dir), resume=True))
+    result = resumed.train()
+    assert result["stopped"] is None and result["frames"] >= budget
+    with h5py.File(traj, "r") as f:
+        logged = f["steps/global_frame"][:, 0]
+    assert logged[0] == 16 and (np.diff(logged) == 16).all()  # nothing lost, nothing twice
+    assert not reserve_of(log_dir).exists()
+
+
+def test_full_disk_during_trajectory_writes_stops_cleanly(tmp_path, monkeypatch, capsys):
+    """Fault injection: HDF5 writes fail with ENOSPC while the disk reserve exists (as on a
+    full disk, where deleting the reserve makes room again)."""
+    real_setitem = h5py.Dataset.__setitem__
+    calls = {"n": 0}
+
+    def full_while_reserved(self, key, value):
+        calls["n"] += 1
+        if calls["n"] > 12 * 5 and reserve_of(tmp_path).exists():  # after 5 good flushes
+            raise ENOSPC
+        real_setitem(self, key, value)
+
+    monkeypatch.setattr(h5py.Dataset, "__setitem__", full_while_reserved)
+    code = cli.main([*TRAIN, "--total-frames", "100000", "--checkpoint-every", "2000",
+                     "--log-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == cli.STORAGE_EXIT_CODE == 4, err
+    assert f"{tmp_path}/traj_rank00000.h5: writing trajectory rows failed: No space left on device" in err
+    assert f"final checkpoint: {tmp_path}/checkpoint.pt" in err and "--resume" in err
+    frames = stopped_frames(err)
+    assert 5 * 16 <= frames < 100000  # 5 good flushes of at least one step
+    monkeypatch.undo()
+    check_logs_and_resume(tmp_path, frames, frames + 800)
+
+
+def test_full_disk_for_metrics_and_checkpoint_uses_the_fallback(tmp_path, monkeypatch, capsys):
+    log_dir, fallback = tmp_path / "run", tmp_path / "elsewhere"
+    real_save = torch.save
+    state = {"rows": 0}
+
+    def metrics_full(fd, data):
+        state["rows"] += 1
+        if state["rows"] > 8:
+            raise ENOSPC
+        return os.write(fd, data)
+
+    def save_full_in_run(obj, fh, *a, **kw):
+        if str(log_dir) in str(getattr(fh, "name", "")) and state["rows"] > 8:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos") from ENOSPC
+        return real_save(obj, fh, *a, **kw)
+
+    monkeypatch.setattr(storage.AppendFile, "_write", staticmethod(metrics_full))
+    monkeypatch.setattr(torch, "save", save_full_in_run)
+    code = cli.main([*TRAIN, "--total-frames", "100000", "--checkpoint-every", "320",
+                     "--log-dir", str(log_dir), "--fallback-dir", str(fallback)])
+    out, err = capsys.readouterr()
+    assert code == cli.STORAGE_EXIT_CODE, err
+    assert f"{log_dir}/metrics.csv: writing a row failed: No space left on device" in err
+    moved = fallback / "hybridsim-run-checkpoint.pt"
+    assert f"final checkpoint: {moved}" in err and "move it to" in err
+    frames = stopped_frames(err)
+    assert torch.load(moved, weights_only=False)["frames"] == frames
+    previous = torch.load(log_dir / "checkpoint.pt", weights_only=False)["frames"]
+    assert 0 < previous < frames  # the last periodic checkpoint survived the failed writes
+    assert not list(log_dir.glob("*.tmp"))
+    rows = (log_dir / "metrics.csv").read_text().splitlines()
+    assert len(rows) == 8 and all(r.count(",") == 9 for r in rows)  # whole rows only
+    with h5py.File(log_dir / "traj_rank00000.h5", "r") as f:
+        assert f["steps/global_frame"][-1, 0] == frames
+
+    # nowhere to put it: the message says so
+    monkeypatch.setattr(torch, "save", lambda *a, **k: (_ for _ in ()).throw(ENOSPC))
+    state["rows"] = 0
+    code = cli.main([*TRAIN, "--total-frames", "100000", "--log-dir", str(tmp_path / "run2"),
+                     "--fallback-dir", str(fallback)])
+    err = capsys.readouterr().err
+    assert code == cli.STORAGE_EXIT_CODE and "final checkpoint: could NOT be written" in err, err
+
+
+def test_full_disk_on_a_real_tmpfs(small_fs, tmp_path):
+    """The CLI in a subprocess on a 64 MB tmpfs that another writer fills mid-run."""
+    import time
+    log_dir = small_fs("64m") / "run"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(pathlib.Path(trajlog.__file__).parent.parent), os.environ.get("PYTHONPATH")])))
+    args = [sys.executable, "-m", "hybridsim", *TRAIN, "--total-frames", "100000000",
+            "--checkpoint-every", "1600", "--log-every", "0.2", "--log-observations",
+            "--obs-stride", "4", "--log-dir", str(log_dir)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not (log_dir / "checkpoint.pt").exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    filler = fill(log_dir.parent)  # someone else takes every free byte
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == cli.STORAGE_EXIT_CODE, err[-3000:]
+    assert "No space left on device" in err and str(log_dir) in err, err[-3000:]
+    assert f"final checkpoint: {log_dir}/checkpoint.pt" in err, err[-3000:]
+    frames = stopped_frames(err)
+    filler.unlink()
+    analyzed = subprocess.run([sys.executable, "-m", "hybridsim", "analyze", str(log_dir), "--no-plots"],
+                              capture_output=True, text=True, env=env, timeout=120)
+    assert analyzed.returncode == 0, analyzed.stderr[-2000:]
+    with h5py.File(log_dir / "traj_rank00000.h5", "r") as f:
+        assert f["steps/global_frame"][-1, 0] == frames
+        assert f["observations/frames"].shape[0] > 0
+    check_logs_and_resume(log_dir, frames, frames + 800)
+
+
+def test_full_disk_for_tensorboard_events(tmp_path, monkeypatch, capsys):
+    from torch.utils.tensorboard import SummaryWriter
+    calls = {"n": 0}
+    real_flush = SummaryWriter.flush
+
+    def flush(self):
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise ENOSPC
+        real_flush(self)
+
+    monkeypatch.setattr(SummaryWriter, "flush", flush)
+    code = cli.main([*TRAIN, "--total-frames", "100000", "--log-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == cli.STORAGE_EXIT_CODE, err
+    assert f"{tmp_path}/tensorboard: writing TensorBoard events failed: No space left on device" in err
+    assert f"final checkpoint: {tmp_path}/checkpoint.pt" in err
