@@ -32,10 +32,26 @@ def __getattr__(name):
     if name in ("ALEInterface", "ALEState"):
         from hybridsim import ale
         return getattr(ale, name)
+    if name == "AtariVectorEnv":
+        from hybridsim.vector import AtariVectorEnv
+        return AtariVectorEnv
     if name == "Action":
         from hybridsim.actions import Action
         return Action
     raise AttributeError(f"module 'hybridsim' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "core_include_dir", "ALEInterface", "ALEState", "Action"]
+__all__ = ["__version__", "core_include_dir", "ALEInterface", "ALEState", "Action", "AtariVectorEnv"]
+
+
+def _register_gymnasium_envs() -> None:
+    """gymnasium.make("hybridsim/Pong-v5") after `import hybridsim` (when gymnasium is installed)."""
+    try:
+        import gymnasium  # noqa: F401
+    except ImportError:
+        return
+    from hybridsim.registration import register_envs
+    register_envs()
+
+
+_register_gymnasium_envs()
