@@ -59,6 +59,8 @@ struct VecEnvState {
   int32_t was_life_lost;
   int32_t reward;         // last step's (clipped) reward
   int32_t stack_head;     // ring slot the next frame goes to (= the oldest frame)
+  int32_t reset_done;     // 1: the console already ran reset_game (copied after a load)
+  int32_t pad_;
 };
 
 // Where one environment's buffers live (the engine owns them).
@@ -131,9 +133,11 @@ HS_HD HS_INLINE int32_t vec_ale_act(AleEnv& e, const uint8_t* rom, FrameBuffers&
 }
 
 // PreprocessedEnv::reset after any reseed: reset_game, FIRE, noops, fresh stack.
+// reset_game is skipped once when the state was copied from a load that already ran it.
 HS_HD inline void vec_reset(const VecConfig& c, const pp::ResizePlan& plan, const uint8_t* rom,
                             AleEnv& e, VecEnvState& s, VecEnvBuffers& b) {
-  env_reset(e, rom, b.fbs);
+  if (!s.reset_done) env_reset(e, rom, b.fbs);
+  s.reset_done = 0;
   if (c.fire_reset) vec_ale_act(e, rom, b.fbs, A_FIRE, 1.0f);
   int32_t noops = vec_uniform_int(s.noop_rng, (uint32_t)(c.noop_max > 0 ? c.noop_max - 1 : 0)) -
                   (c.fire_reset ? 1 : 0);
@@ -238,9 +242,10 @@ HS_HD inline int32_t vec_execute(const VecConfig& c, const pp::ResizePlan& plan,
   return 1;
 }
 
-// A seeded reset reloads the ROM (ALE's loadROM): when the load never draws from the
-// environment RNG (true unless a game's mode selection acts), the loaded state is the
-// same for every seed but for that RNG, so a copy of one loaded state is reseeded.
+// A seeded reset reloads the ROM (ALE's loadROM) and then runs reset_game. When neither
+// draws from the environment RNG (true unless a game's mode selection acts; the engine
+// checks it once against a second load), the result is the same for every seed but for
+// that RNG, so a copy of one loaded-and-reset state is reseeded instead (reset_done = 1).
 HS_HD inline void vec_reseed_from(const AleEnv& loaded, const uint8_t* loaded_frames,
                                   int32_t loaded_shown, int32_t frame_bytes, uint32_t seed,
                                   AleEnv& e, VecEnvState& s, VecEnvBuffers& b) {
@@ -250,6 +255,7 @@ HS_HD inline void vec_reseed_from(const AleEnv& loaded, const uint8_t* loaded_fr
   for (int32_t i = 0; i < frame_bytes; ++i) b.fbs.buf[1][i] = loaded_frames[frame_bytes + i];
   b.fbs.shown = loaded_shown;
   mt_seed(s.noop_rng, seed);
+  s.reset_done = 1;
 }
 
 }  // namespace hs

@@ -197,7 +197,8 @@ class AtariVectorEnv(VectorEnv):
 
     # ----- loading and seeding -------------------------------------------------------------
     def _load(self, seed: int):
-        """(AleEnv bytes, frames, shown) after ALE's loadROM with this random_seed."""
+        """(AleEnv bytes, frames, shown) after ALE's loadROM with this random_seed and the
+        reset_game that follows it in every seeded reset."""
         from hybridsim.ale import ALEInterface
         ale = ALEInterface()
         ale.setInt("random_seed", int(seed))
@@ -210,11 +211,12 @@ class AtariVectorEnv(VectorEnv):
             data = roms.read_rom(self._rom_path)
             entry = games_table.find(roms.md5_hex(data), self._rom_path.stem)
             self._rom_bytes = emulator_kwargs(entry, data)[0]
+        ale.reset_game()
         return ale._emu.raw_state()
 
     def _check_template(self, template) -> bool:
-        """True when a copy of the seed-0 load, reseeded, is byte for byte a load with
-        another seed (the load never draws from the environment RNG)."""
+        """True when a copy of the seed-0 load and reset, reseeded, is byte for byte a load
+        and reset with another seed (neither draws from the environment RNG)."""
         other = self._load(12345)
         self._engine.reseed(np.array([0], np.int32), np.array([12345]))
         same = (bytes(self._engine.env_mem[0]) == other[0]

@@ -6,8 +6,9 @@ VectorEngine(template_state, template_frames, template_shown, num_envs, *, num_t
              fire_reset, episodic_life, life_loss_info, reward_clipping,
              max_episode_steps, same_step, action_set)
 
-  template_*: an emulator right after ALE's loadROM (hybridsim._console.Emulator.raw_state()),
-  copied into every environment on a seeded reset (see reseed).
+  template_*: an emulator right after ALE's loadROM and one reset_game
+  (hybridsim._console.Emulator.raw_state()), copied into every environment on a seeded
+  reset (see reseed), which then skips its reset_game.
 
   run(env_ids, force_reset, actions, strengths, <outputs>)   # IN env_ids/actions/... OUT rest
       One call for a whole batch: prange over its rows with the GIL released; row j steps
@@ -15,8 +16,8 @@ VectorEngine(template_state, template_frames, template_shown, num_envs, *, num_t
       caller's arrays. No Python objects or allocations inside.
   write_current(env_ids, <outputs>): rows of environments as they stand (partial reset).
   reseed(env_ids, seeds): ALE's loadROM with these seeds (copy of the template).
-  set_loaded(env, state, frames, shown, seed): the same from a given loaded emulator
-      (games whose load draws from the environment RNG).
+  set_loaded(env, state, frames, shown, seed): the same from a given loaded-and-reset
+      emulator (games whose load draws from the environment RNG).
   pool_start(threads) / pool_submit(env_ids, force, actions, strengths) / pool_wait(n):
       asynchronous mode; results staged per environment (stage_* arrays).
   state_arrays(): the numpy arrays holding every environment (get_state / set_state).
@@ -111,11 +112,13 @@ cdef extern from *:
     static inline size_t hs_sizeof_vecstate() { return sizeof(hs::VecEnvState); }
     static inline size_t hs_sizeof_plan() { return sizeof(hs::pp::ResizePlan); }
     static inline hs::MT19937* hs_noop_rng(hs::VecEnvState* s) { return &s->noop_rng; }
+    static inline void hs_mark_reset_done(hs::VecEnvState* s) { s->reset_done = 1; }
     """
     size_t hs_sizeof_aleenv()
     size_t hs_sizeof_vecstate()
     size_t hs_sizeof_plan()
     MT19937* hs_noop_rng(VecEnvState* s)
+    void hs_mark_reset_done(VecEnvState* s)
 
 ALE_ENV_BYTES = hs_sizeof_aleenv()
 VEC_STATE_BYTES = hs_sizeof_vecstate()
@@ -254,6 +257,7 @@ cdef class VectorEngine:
         self.frame_mem[env] = np.asarray(frames, dtype=np.uint8).reshape(2, kFrameBytes)
         self.bufs[env].fbs.shown = shown
         mt_seed(hs_noop_rng(&self.g.states[env])[0], <uint32_t>(int(seed) & 0xFFFFFFFF))
+        hs_mark_reset_done(&self.g.states[env])
 
     # ---- stepping -----------------------------------------------------------------
     cdef VecBatch _batch(self, cnp.ndarray obs, final_obs, cnp.ndarray reward, cnp.ndarray terminated,

@@ -74,6 +74,8 @@ CASES = {
     "seaquest-frameskip3-full": ("seaquest", 2, 120, dict(frameskip=3, full_action_space=True,
                                                           reward_clipping=False, use_fire_reset=False,
                                                           max_num_frames_per_episode=250)),
+    # the load draws from the environment RNG (mode selection acts): one load per seed
+    "berzerk-loads": ("berzerk", 2, 80, dict(max_num_frames_per_episode=150, repeat_action_probability=0.25)),
     "pong-frameskip1": ("pong", 2, 200, dict(frameskip=1, max_num_frames_per_episode=90)),
 }
 
