@@ -68,6 +68,9 @@ def _continuous_action_table() -> np.ndarray:
 class AtariVectorEnv(VectorEnv):
     """Batched Atari environments on hybridsim's engine (see the module docstring)."""
 
+    _observation_space = None
+    _action_space = None
+
     def __init__(
         self,
         game: str,
@@ -178,8 +181,6 @@ class AtariVectorEnv(VectorEnv):
             self.map_action_idx = _continuous_action_table()
         else:
             self.single_action_space = Discrete(len(self.action_set))
-        self.observation_space = batch_space(self.single_observation_space, self.batch_size)
-        self.action_space = batch_space(self.single_action_space, self.batch_size)
         self.metadata = dict(self.metadata, autoreset_mode=self.autoreset_mode)
         self._obs_shape = obs_shape
         self._async = self.batch_size < num_envs
@@ -194,6 +195,28 @@ class AtariVectorEnv(VectorEnv):
         self._reseed(self._all_ids, entropy.astype(np.int64))
         if self._async:
             self._engine.pool_start(self.num_threads)
+
+    # The batched spaces hold low/high arrays of the whole batch (560 MB for 10,000 84x84x4
+    # observations): built on first use only.
+    @property
+    def observation_space(self):
+        if self._observation_space is None:
+            self._observation_space = batch_space(self.single_observation_space, self.batch_size)
+        return self._observation_space
+
+    @observation_space.setter
+    def observation_space(self, value):
+        self._observation_space = value
+
+    @property
+    def action_space(self):
+        if self._action_space is None:
+            self._action_space = batch_space(self.single_action_space, self.batch_size)
+        return self._action_space
+
+    @action_space.setter
+    def action_space(self, value):
+        self._action_space = value
 
     # ----- loading and seeding -------------------------------------------------------------
     def _load(self, seed: int):
