@@ -185,7 +185,8 @@ class AtariVectorEnv(VectorEnv):
         self._obs_shape = obs_shape
         self._async = self.batch_size < num_envs
         self._all_ids = np.arange(num_envs, dtype=np.int32)
-        self._in_flight = np.zeros(num_envs, dtype=bool)
+        self._in_flight = np.zeros(num_envs, dtype=bool)  # sent, result not yet returned
+        self._ready: list[int] = []  # async: finished (taken from the pool), not yet returned
         self._last_ids: np.ndarray | None = None  # env ids of the last result, in order
         self._pending: tuple | None = None  # sync mode: actions sent, not yet received
         self._ones = np.ones(num_envs, dtype=np.float32)
@@ -441,18 +442,27 @@ class AtariVectorEnv(VectorEnv):
         if running < self.batch_size:
             raise ValueError(f"recv() needs batch_size={self.batch_size} environments running, "
                              f"only {running} are: send() actions first")
-        ids = self._engine.pool_wait(self.batch_size)
+        take = min(len(self._ready), self.batch_size)
+        ids = np.array(self._ready[:take], dtype=np.int32)
+        del self._ready[:take]
+        if take < self.batch_size:
+            ids = np.concatenate([ids, self._engine.pool_wait(self.batch_size - take)])
         self._in_flight[ids] = False
         self._last_ids = ids
         return ids, self._gather_stage(ids)
 
+    def _settle(self) -> None:
+        """Async: wait for every running step; their results stay staged, in order."""
+        if self._async:
+            in_pool = int(self._in_flight.sum()) - len(self._ready)
+            if in_pool:
+                self._ready.extend(int(k) for k in self._engine.pool_wait(in_pool))
+
     def _drain(self) -> None:
         """Wait for (and drop) every step still running in async mode."""
-        if self._async:
-            running = int(self._in_flight.sum())
-            if running:
-                self._engine.pool_wait(running)
-            self._in_flight[:] = False
+        self._settle()
+        self._ready.clear()
+        self._in_flight[:] = False
 
     # ----- snapshots -----------------------------------------------------------------------
     def _fingerprint(self) -> str:
@@ -461,23 +471,31 @@ class AtariVectorEnv(VectorEnv):
         return hashlib.md5(cfg.encode() + self._rom_bytes).hexdigest()
 
     def get_state(self) -> bytes:
-        """Every environment's state (consoles, RNGs, raw frames, frame stacks) as bytes.
-        Async mode: only when no step is running (after recv, before send)."""
-        if self._async and self._in_flight.any():
-            raise ValueError("get_state() needs every environment waiting: call recv() for the "
-                             f"{int(self._in_flight.sum())} environments still running first")
+        """Every environment's state (consoles, RNGs, raw frames, frame stacks and, in async
+        mode, results not yet received) as bytes. Async mode waits for running steps."""
         if self._pending is not None:
             raise ValueError("get_state() between send() and recv(): call recv() first")
+        self._settle()
         e = self._engine
+        arrays = dict(env=e.env_mem, state=e.state_mem, frames=e.frame_mem, raw=e.raw_mem,
+                      stack=e.stack_mem, shown=e.shown(),
+                      last_ids=np.array([] if self._last_ids is None else self._last_ids, np.int32),
+                      started=np.array(self._last_ids is not None),
+                      in_flight=self._in_flight, ready=np.array(self._ready, np.int32))
+        if self._async:
+            for name in self._STAGE:
+                if getattr(e, name) is not None:
+                    arrays[name] = getattr(e, name)
         buf = io.BytesIO()
-        np.savez(buf, env=e.env_mem, state=e.state_mem, frames=e.frame_mem, raw=e.raw_mem,
-                 stack=e.stack_mem, shown=e.shown(),
-                 last_ids=np.array([] if self._last_ids is None else self._last_ids, np.int32),
-                 started=np.array(self._last_ids is not None))
+        np.savez(buf, **arrays)
         return STATE_MAGIC + self._fingerprint().encode() + buf.getvalue()
 
-    def set_state(self, state: bytes) -> None:
-        """Restore get_state()'s bytes (same game and settings)."""
+    _STAGE = ("stage_obs", "stage_final", "stage_reward", "stage_terminated", "stage_truncated",
+              "stage_lives", "stage_frame", "stage_episode_frame", "stage_has_final")
+
+    def set_state(self, state: bytes):
+        """Restore get_state()'s bytes (same game and settings). Returns (obs, info) of the
+        last result's environments as they stand, to carry on with send()/step()."""
         state = bytes(state)
         head = len(STATE_MAGIC) + 32
         if not state.startswith(STATE_MAGIC):
@@ -492,7 +510,22 @@ class AtariVectorEnv(VectorEnv):
                           ("raw", e.raw_mem), ("stack", e.stack_mem)):
             arr[...] = data[name]
         e.set_shown(data["shown"])
-        self._last_ids = data["last_ids"].astype(np.int32) if bool(data["started"]) else None
+        if self._async:
+            for name in self._STAGE:
+                if getattr(e, name) is not None:
+                    getattr(e, name)[...] = data[name]
+            self._in_flight[:] = data["in_flight"]
+            self._ready = [int(k) for k in data["ready"]]
+        if not bool(data["started"]):
+            self._last_ids = None
+            return None, {}
+        ids = data["last_ids"].astype(np.int32)
+        self._last_ids = ids
+        out = self._outputs(len(ids), False)
+        self._engine.write_current(ids, out["obs"], out["reward"], out["terminated"].view(np.uint8),
+                                   out["truncated"].view(np.uint8), out["lives"], out["frame_number"],
+                                   out["episode_frame_number"])
+        return out["obs"], self._info(ids, out)
 
     # ----- misc ----------------------------------------------------------------------------
     def close_extras(self, **kwargs) -> None:

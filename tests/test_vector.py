@@ -214,12 +214,13 @@ def test_state_snapshot_resumes_exactly():
     env.reset(seed=5)
     rng = np.random.default_rng(1)
     for _ in range(30):
-        env.step(rng.integers(0, 4, 2))
+        last = env.step(rng.integers(0, 4, 2))
     state = env.get_state()
     actions = rng.integers(0, 4, (60, 2))
     first = [env.step(a) for a in actions]
     other = AtariVectorEnv("breakout", 2, **RANDOM_KW)
-    other.set_state(state)
+    obs, info = other.set_state(state)  # the last result's observations, to act on
+    assert np.array_equal(obs, last[0]) and np.array_equal(info["lives"], last[4]["lives"])
     second = [other.step(a) for a in actions]
     for t, (x, y) in enumerate(zip(first, second)):
         assert_same(t, x, y)
@@ -260,3 +261,39 @@ def test_bad_input_names_the_expected_value():
     async_env.reset(seed=0)
     with pytest.raises(ValueError, match=r"env_ids must be in 0..2"):
         async_env.send(np.zeros(1, np.int64), env_ids=[3])
+
+
+def test_async_snapshot_resumes_exactly():
+    """Async mode, steps still running at get_state: after set_state each environment
+    continues exactly as the original does (completion order aside)."""
+    def send(env, ids, counts):
+        actions = np.array([np.random.default_rng([int(k), int(counts[k])]).integers(0, 4) for k in ids])
+        counts[ids] += 1
+        env.send(actions, env_ids=ids)
+
+    def drive(env, counts, recvs):
+        out = {}
+        for _ in range(recvs):
+            obs, rew, term, trunc, info = env.recv()
+            ids = info["env_id"]
+            for j, k in enumerate(ids):
+                out.setdefault(int(k), []).append((obs[j].tobytes(), int(rew[j]), bool(term[j]),
+                                                   bool(trunc[j]), int(info["frame_number"][j])))
+            send(env, ids, counts)
+        return out
+
+    kw = dict(batch_size=2, num_threads=2, **RANDOM_KW)
+    env = AtariVectorEnv("breakout", 4, **kw)
+    counts = np.zeros(4, np.int64)
+    obs, info = env.reset(seed=3)
+    send(env, info["env_id"], counts)
+    drive(env, counts, 10)
+    assert env._in_flight.all()  # every environment is busy at the snapshot
+    state, saved_counts = env.get_state(), counts.copy()
+    first = drive(env, counts, 15)
+    other = AtariVectorEnv("breakout", 4, **kw)
+    other.set_state(state)
+    second = drive(other, saved_counts, 15)
+    for k in set(first) & set(second):
+        n = min(len(first[k]), len(second[k]))
+        assert n > 0 and first[k][:n] == second[k][:n], f"env {k}"
