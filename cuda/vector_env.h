@@ -48,7 +48,21 @@ struct VecConfig {
   int32_t same_step;             // autoreset SAME_STEP (else NEXT_STEP)
   int32_t num_actions;
   int32_t action_set[kMaxActionSet];  // ALE action id of each action index
+  uint8_t gray[256];             // grayscale of each palette index (vec_config_palette)
+  uint8_t rgb[256][3];           // RGB of each palette index
 };
+
+// The palette lookups of the console's TV standard (the same for every environment of a
+// vector: one ROM), so a captured pixel is one table read.
+HS_HD inline void vec_config_palette(VecConfig& c, bool pal) {
+  const uint32_t* table = palette_table(pal ? TV_PAL : TV_NTSC);
+  for (int32_t i = 0; i < 256; ++i) {
+    c.gray[i] = palette_gray(table, (uint8_t)i);
+    c.rgb[i][0] = (uint8_t)(table[i] >> 16);
+    c.rgb[i][1] = (uint8_t)(table[i] >> 8);
+    c.rgb[i][2] = (uint8_t)table[i];
+  }
+}
 
 // PreprocessedEnv's bookkeeping for one environment (plain data, part of a snapshot).
 struct VecEnvState {
@@ -101,19 +115,17 @@ HS_HD inline int32_t vec_uniform_int(MT19937& g, uint32_t hi) {
 }
 
 // The screen ALE reports (last frame) as grayscale or RGB bytes.
-HS_HD inline void vec_capture(const VecConfig& c, const AleEnv& e, const FrameBuffers& fbs,
-                              uint8_t* dst) {
-  const uint8_t* src = fbs.buf[fbs.shown];
-  const uint32_t* table = palette_table(e.console.pal ? TV_PAL : TV_NTSC);
+HS_HD inline void vec_capture(const VecConfig& c, const FrameBuffers& fbs, uint8_t* __restrict__ dst) {
+  const uint8_t* __restrict__ src = fbs.buf[fbs.shown];
   const int32_t n = c.raw_height * c.raw_width;
   if (c.grayscale) {
-    for (int32_t i = 0; i < n; ++i) dst[i] = palette_gray(table, src[i]);
+    for (int32_t i = 0; i < n; ++i) dst[i] = c.gray[src[i]];
   } else {
     for (int32_t i = 0; i < n; ++i) {
-      const uint32_t rgb = table[src[i]];
-      dst[3 * i] = (uint8_t)(rgb >> 16);
-      dst[3 * i + 1] = (uint8_t)(rgb >> 8);
-      dst[3 * i + 2] = (uint8_t)rgb;
+      const uint8_t* rgb = c.rgb[src[i]];
+      dst[3 * i] = rgb[0];
+      dst[3 * i + 1] = rgb[1];
+      dst[3 * i + 2] = rgb[2];
     }
   }
 }
@@ -147,7 +159,7 @@ HS_HD inline void vec_reset(const VecConfig& c, const pp::ResizePlan& plan, cons
   }
   pp::stack_clear(b.stack, c.stack_num, c.obs_size);
   s.stack_head = 0;
-  vec_capture(c, e, b.fbs, b.raw0);
+  vec_capture(c, b.fbs, b.raw0);
   for (int32_t i = 0; i < c.raw_size; ++i) b.raw1[i] = 0;
   vec_process_screen(c, plan, s, b);
   s.elapsed_steps = 0;
@@ -171,7 +183,7 @@ HS_HD inline void vec_step(const VecConfig& c, const pp::ResizePlan& plan, const
     s.was_life_lost = (lives < s.lives && lives > 0) ? 1 : 0;
     if (s.game_over || s.elapsed_steps >= c.max_episode_steps || (c.episodic_life && s.was_life_lost))
       break;
-    if (skip <= 2) vec_capture(c, e, b.fbs, skip == 1 ? b.raw0 : b.raw1);
+    if (skip <= 2) vec_capture(c, b.fbs, skip == 1 ? b.raw0 : b.raw1);
   }
   vec_process_screen(c, plan, s, b);
   s.lives = env_lives(e);

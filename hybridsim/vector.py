@@ -169,7 +169,7 @@ class AtariVectorEnv(VectorEnv):
             episodic_life=bool(episodic_life), life_loss_info=bool(life_loss_info),
             reward_clipping=bool(reward_clipping), max_episode_steps=int(max_num_frames_per_episode),
             same_step=self.autoreset_mode == AutoresetMode.SAME_STEP, action_set=self.action_set,
-            raw_height=height)
+            raw_height=height, pal=ale._emu.tv_standard == "PAL")
         self._template_copyable = self._check_template(template)
 
         obs_shape = (int(stack_num), int(img_height), int(img_width)) + (() if grayscale else (3,))

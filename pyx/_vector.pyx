@@ -4,7 +4,7 @@
 VectorEngine(template_state, template_frames, template_shown, num_envs, *, num_threads,
              frame_skip, stack_num, img_height, img_width, grayscale, maxpool, noop_max,
              fire_reset, episodic_life, life_loss_info, reward_clipping,
-             max_episode_steps, same_step, action_set)
+             max_episode_steps, same_step, action_set, raw_height, pal)
 
   template_*: an emulator right after ALE's loadROM and one reset_game
   (hybridsim._console.Emulator.raw_state()), copied into every environment on a seeded
@@ -104,6 +104,7 @@ cdef extern from "vector_engine.h" namespace "hs" nogil:
     void vec_reseed_from(const AleEnv& loaded, const uint8_t* loaded_frames, int32_t loaded_shown,
                          int32_t frame_bytes, uint32_t seed, AleEnv& e, VecEnvState& s, VecEnvBuffers& b)
     void mt_seed(MT19937& g, uint32_t value)
+    void vec_config_palette(VecConfig& c, bint pal)
     int kFrameBytes
 
 cdef extern from *:
@@ -162,7 +163,7 @@ cdef class VectorEngine:
                  int num_threads, int frame_skip, int stack_num, int img_height, int img_width,
                  bint grayscale, bint maxpool, int noop_max, bint fire_reset, bint episodic_life,
                  bint life_loss_info, bint reward_clipping, int max_episode_steps, bint same_step,
-                 action_set, int raw_height):
+                 action_set, int raw_height, bint pal):
         if len(template_state) != ALE_ENV_BYTES:
             raise ValueError(f"template_state must hold {ALE_ENV_BYTES} bytes (sizeof AleEnv), "
                              f"got {len(template_state)}")
@@ -194,6 +195,7 @@ cdef class VectorEngine:
         c.num_actions = len(action_set)
         for i, a in enumerate(action_set):
             c.action_set[i] = int(a)
+        vec_config_palette(c[0], pal)
         self.obs_bytes = stack_num * c.obs_size
         self.plan = <ResizePlan*>malloc(sizeof(ResizePlan))
         if self.plan == NULL:

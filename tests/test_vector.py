@@ -19,11 +19,13 @@ def assert_same(step, ours, theirs, same_step=False):
     names = ("obs", "rewards", "terminations", "truncations")
     for name, x, y in zip(names, ours[:4], theirs[:4]):
         assert x.shape == y.shape, f"step {step}: {name} shape {x.shape} != {y.shape}"
+        assert x.dtype == y.dtype, f"step {step}: {name} dtype {x.dtype} != {y.dtype}"
         if not np.array_equal(x, y):
             where = np.argwhere(x != y)[:3].tolist()
             raise AssertionError(f"step {step}: {name} differs at {where}")
     for key in ("env_id", "lives", "frame_number", "episode_frame_number"):
         np.testing.assert_array_equal(ours[-1][key], theirs[-1][key], err_msg=f"step {step}: info[{key!r}]")
+        assert ours[-1][key].dtype == theirs[-1][key].dtype, f"info[{key!r}] dtype"
     if same_step and len(ours) == 5:
         done = theirs[2] | theirs[3]
         assert ("final_obs" in ours[4]) == ("final_obs" in theirs[4]), f"step {step}: final_obs presence"
@@ -118,6 +120,21 @@ def test_noop_starts_match_ale_py():
             actions = np.full(4, t % 3)
             assert_same(t, ours.step(actions), theirs.step(actions))
         theirs.close()
+
+
+def test_continuous_actions_match_ale_py():
+    """continuous=True: (radius, theta, fire) mapped to the full action set, radius as the
+    paddle strength (breakout has paddles in ALE)."""
+    kwargs = dict(noop_max=0, num_threads=1, continuous=True, max_num_frames_per_episode=300)
+    ours, theirs = AtariVectorEnv("breakout", 2, **kwargs), AleVectorEnv("breakout", 2, **kwargs)
+    assert ours.single_action_space == theirs.single_action_space
+    ours.reset(seed=4), theirs.reset(seed=4)
+    rng = np.random.default_rng(2)
+    for t in range(60):
+        actions = np.stack([rng.uniform(0, 1, 2), rng.uniform(-np.pi, np.pi, 2), rng.uniform(0, 1, 2)],
+                           axis=1).astype(np.float32)
+        assert_same(t, ours.step(actions), theirs.step(actions))
+    theirs.close()
 
 
 def test_seeded_load_is_a_copy_of_one_load():
