@@ -7,6 +7,13 @@ import os as _os
 
 __version__ = "0.1.0"
 
+# The batched engine's OpenMP threads wait for the next step asleep rather than spinning:
+# a step takes milliseconds, and spinning threads take CPU time from the learner and other
+# processes (BENCHMARKS.md: 0.5-0.6x -> 0.8-0.9x of ale-py on a loaded 2-CPU VM). Read by
+# libgomp when it loads, so it applies unless OpenMP was loaded before hybridsim; set
+# OMP_WAIT_POLICY=ACTIVE to override.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def _packaged_dir(name: str, marker: str) -> str:
     """An installed data folder (hybridsim/NAME), or the source tree's NAME/ beside the package."""

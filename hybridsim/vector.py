@@ -48,7 +48,7 @@ def resolve_num_threads(num_threads: int, batch_size: int) -> int:
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     wanted = cores if num_threads == 0 else int(num_threads)
-    return max(1, min(wanted, cores if num_threads == 0 else wanted, batch_size))
+    return max(1, min(wanted, batch_size))
 
 
 def _continuous_action_table() -> np.ndarray:
