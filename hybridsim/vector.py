@@ -1,7 +1,11 @@
 """hybridsim.AtariVectorEnv: a drop-in for ale_py.vector_env.AtariVectorEnv (ale-py 0.12.1).
 
     AtariVectorEnv(game, num_envs, *, backend="cpu", num_threads=0, batch_size=0,
-                   <every other keyword of ale_py.vector_env.AtariVectorEnv, same defaults>)
+                   <every other keyword of ale_py.vector_env.AtariVectorEnv, same defaults>,
+                   resize_interpolation="area")
+
+resize_interpolation="linear" resizes as cv2.INTER_LINEAR (bit for bit) instead of
+ale-py's INTER_AREA.
 
 Environment i is seeded with seed + i on reset(seed=seed); with noop_max=0 and
 repeat_action_probability=0 every observation, reward, termination, truncation and info
@@ -97,6 +101,7 @@ class AtariVectorEnv(VectorEnv):
         life_loss_info: bool = False,
         reward_clipping: bool = True,
         use_fire_reset: bool = True,
+        resize_interpolation: str = "area",
     ):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -122,6 +127,10 @@ class AtariVectorEnv(VectorEnv):
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
         if not 0.0 <= float(repeat_action_probability) <= 1.0:
             raise ValueError(f"repeat_action_probability must be in [0, 1], got {repeat_action_probability}")
+        interpolations = {"area": 3, "linear": 1}  # cv2.INTER_AREA / INTER_LINEAR codes
+        if resize_interpolation not in interpolations:
+            raise ValueError(f"resize_interpolation must be 'area' (ale-py's, the default) or 'linear', "
+                             f"got {resize_interpolation!r}")
         try:
             self.autoreset_mode = AutoresetMode(autoreset_mode)
         except ValueError:
@@ -152,7 +161,7 @@ class AtariVectorEnv(VectorEnv):
             max_num_frames_per_episode=int(max_num_frames_per_episode),
             repeat_action_probability=self._repeat_action_probability,
             full_action_space=bool(full_action_space or continuous),
-            autoreset_mode=self.autoreset_mode.value)
+            autoreset_mode=self.autoreset_mode.value, resize_interpolation=resize_interpolation)
 
         # The state right after ALE's loadROM, copied into environments on seeded resets.
         template = self._load(0)
@@ -169,7 +178,8 @@ class AtariVectorEnv(VectorEnv):
             episodic_life=bool(episodic_life), life_loss_info=bool(life_loss_info),
             reward_clipping=bool(reward_clipping), max_episode_steps=int(max_num_frames_per_episode),
             same_step=self.autoreset_mode == AutoresetMode.SAME_STEP, action_set=self.action_set,
-            raw_height=height, pal=ale._emu.tv_standard == "PAL")
+            raw_height=height, pal=ale._emu.tv_standard == "PAL",
+            interpolation=interpolations[resize_interpolation])
         self._template_copyable = self._check_template(template)
 
         obs_shape = (int(stack_num), int(img_height), int(img_width)) + (() if grayscale else (3,))

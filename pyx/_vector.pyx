@@ -4,7 +4,8 @@
 VectorEngine(template_state, template_frames, template_shown, num_envs, *, num_threads,
              frame_skip, stack_num, img_height, img_width, grayscale, maxpool, noop_max,
              fire_reset, episodic_life, life_loss_info, reward_clipping,
-             max_episode_steps, same_step, action_set, raw_height, pal)
+             max_episode_steps, same_step, action_set, raw_height, pal, interpolation=3)
+  interpolation: 3 = cv2.INTER_AREA (ale-py's), 1 = cv2.INTER_LINEAR (bit-exact with cv2 too)
 
   template_*: an emulator right after ALE's loadROM and one reset_game
   (hybridsim._console.Emulator.raw_state()), copied into every environment on a seeded
@@ -163,7 +164,7 @@ cdef class VectorEngine:
                  int num_threads, int frame_skip, int stack_num, int img_height, int img_width,
                  bint grayscale, bint maxpool, int noop_max, bint fire_reset, bint episodic_life,
                  bint life_loss_info, bint reward_clipping, int max_episode_steps, bint same_step,
-                 action_set, int raw_height, bint pal):
+                 action_set, int raw_height, bint pal, int interpolation=INTER_AREA):
         if len(template_state) != ALE_ENV_BYTES:
             raise ValueError(f"template_state must hold {ALE_ENV_BYTES} bytes (sizeof AleEnv), "
                              f"got {len(template_state)}")
@@ -200,7 +201,7 @@ cdef class VectorEngine:
         self.plan = <ResizePlan*>malloc(sizeof(ResizePlan))
         if self.plan == NULL:
             raise MemoryError("cannot allocate the resize plan")
-        code = resize_plan_init(self.plan, raw_height, 160, img_height, img_width, c.channels, INTER_AREA)
+        code = resize_plan_init(self.plan, raw_height, 160, img_height, img_width, c.channels, interpolation)
         if code != 0:
             raise ValueError(f"img_height/img_width: {resize_plan_error(code).decode()} "
                              f"(got {img_height}x{img_width})")

@@ -314,3 +314,20 @@ def test_async_snapshot_resumes_exactly():
     for k in set(first) & set(second):
         n = min(len(first[k]), len(second[k]))
         assert n > 0 and first[k][:n] == second[k][:n], f"env {k}"
+
+
+def test_bilinear_resize_matches_opencv():
+    """resize_interpolation="linear" (not in ale-py): cv2.INTER_LINEAR of the frame."""
+    cv2 = pytest.importorskip("cv2")
+    kw = dict(noop_max=0, stack_num=1, maxpool=False, max_num_frames_per_episode=200)
+    full = AtariVectorEnv("ms_pacman", 2, img_height=210, img_width=160, **kw)
+    small = AtariVectorEnv("ms_pacman", 2, img_height=84, img_width=84, resize_interpolation="linear", **kw)
+    a, b = full.reset(seed=1)[0], small.reset(seed=1)[0]
+    for t in range(30):
+        for k in range(2):
+            expected = cv2.resize(a[k, 0], (84, 84), interpolation=cv2.INTER_LINEAR)
+            assert np.array_equal(b[k, 0], expected), f"step {t} env {k}"
+        actions = np.full(2, t % 5)
+        a, b = full.step(actions)[0], small.step(actions)[0]
+    with pytest.raises(ValueError, match="resize_interpolation"):
+        AtariVectorEnv("pong", 1, resize_interpolation="cubic")
