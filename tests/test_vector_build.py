@@ -41,3 +41,18 @@ def test_vector_env_compiles_with_nvrtc(tmp_path):
 
 def test_vector_header_ships_with_the_package():
     assert (pathlib.Path(hybridsim.core_include_dir()) / "vector_env.h").is_file()
+
+
+def test_vector_env_compiles_with_nvcc(tmp_path):
+    """Front end and unoptimised PTX (-G), as the console kernels are checked."""
+    import shutil
+    import subprocess
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not installed")
+    src = tmp_path / "vector_kernels.cu"
+    src.write_text(KERNEL)
+    result = subprocess.run([nvcc, "-std=c++17", "-arch=compute_90", "--ptx", "-G", "-Werror", "all-warnings",
+                             "-I", hybridsim.core_include_dir(), str(src), "-o", str(tmp_path / "v.ptx")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-4000:]
