@@ -331,3 +331,13 @@ def test_bilinear_resize_matches_opencv():
         a, b = full.step(actions)[0], small.step(actions)[0]
     with pytest.raises(ValueError, match="resize_interpolation"):
         AtariVectorEnv("pong", 1, resize_interpolation="cubic")
+
+
+def test_keywords_and_defaults_are_ale_pys():
+    import inspect
+    ours = inspect.signature(AtariVectorEnv.__init__).parameters
+    for name, p in inspect.signature(AleVectorEnv.__init__).parameters.items():
+        assert name in ours, f"missing keyword {name}"
+        assert ours[name].default == p.default, f"{name}: default {ours[name].default!r} != {p.default!r}"
+        assert ours[name].kind == p.kind, name
+    assert ours["backend"].default == "cpu" and ours["num_threads"].default == 0
