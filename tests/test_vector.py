@@ -341,3 +341,17 @@ def test_keywords_and_defaults_are_ale_pys():
         assert ours[name].default == p.default, f"{name}: default {ours[name].default!r} != {p.default!r}"
         assert ours[name].kind == p.kind, name
     assert ours["backend"].default == "cpu" and ours["num_threads"].default == 0
+
+
+def _all_games():
+    from hybridsim import games_table
+    return sorted(g["name"] for g in games_table.games())
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("HYBRIDSIM_ALL_GAMES"),
+                    reason="about 2 minutes: set HYBRIDSIM_ALL_GAMES=1")
+@pytest.mark.parametrize("game", _all_games())
+def test_every_game_matches_ale_py(game):
+    """All 57 games, sticky actions on (seeded), across a truncation each."""
+    ends = run_side_by_side(game, 2, 50, max_num_frames_per_episode=120, repeat_action_probability=0.25)
+    assert ends >= 2
