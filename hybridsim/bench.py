@@ -234,7 +234,8 @@ def bench_vector(games=VECTOR_GAMES, num_envs: int = 16, threads: int = 2, steps
     from hybridsim.vector import AtariVectorEnv
     envpool_py = find_envpool_python(envpool_python)
     if envpool_py is None:
-        print_fn("(EnvPool not importable here or in /tmp/epvenv: its column is skipped; "
+        tried = envpool_python or "this interpreter and /tmp/epvenv/bin/python"
+        print_fn(f"(EnvPool is not importable by {tried}: its column is skipped; "
                  "pass --envpool-python PATH)")
     print_fn(f"vector envs: {num_envs} envs, {threads} threads, {steps} steps x {rounds} rounds, "
              f"frames/s (median), {platform.processor() or platform.machine()}, "
