@@ -7,6 +7,13 @@ import os as _os
 
 __version__ = "0.1.0"
 
+# The batched engine's OpenMP threads wait for the next step asleep rather than spinning:
+# a step takes milliseconds, and spinning threads take CPU time from the learner and other
+# processes (BENCHMARKS.md: 0.5-0.6x -> 0.8-0.9x of ale-py on a loaded 2-CPU VM). Read by
+# libgomp when it loads, so it applies unless OpenMP was loaded before hybridsim; set
+# OMP_WAIT_POLICY=ACTIVE to override.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def _packaged_dir(name: str, marker: str) -> str:
     """An installed data folder (hybridsim/NAME), or the source tree's NAME/ beside the package."""
@@ -32,10 +39,26 @@ def __getattr__(name):
     if name in ("ALEInterface", "ALEState"):
         from hybridsim import ale
         return getattr(ale, name)
+    if name == "AtariVectorEnv":
+        from hybridsim.vector import AtariVectorEnv
+        return AtariVectorEnv
     if name == "Action":
         from hybridsim.actions import Action
         return Action
     raise AttributeError(f"module 'hybridsim' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "core_include_dir", "ALEInterface", "ALEState", "Action"]
+__all__ = ["__version__", "core_include_dir", "ALEInterface", "ALEState", "Action", "AtariVectorEnv"]
+
+
+def _register_gymnasium_envs() -> None:
+    """gymnasium.make("hybridsim/Pong-v5") after `import hybridsim` (when gymnasium is installed)."""
+    try:
+        import gymnasium  # noqa: F401
+    except ImportError:
+        return
+    from hybridsim.registration import register_envs
+    register_envs()
+
+
+_register_gymnasium_envs()

@@ -117,8 +117,9 @@ class ALEInterface:
             raise ValueError(f"{path}: unsupported ROM (md5 {md5}); hybridsim knows a ROM by the md5 "
                              f"of a game ale-py ships, or by its file stem (see `hybridsim games`)")
         seed = self._settings.get("random_seed", int)
-        if seed < 0:  # ALE: -1 seeds the environment RNG from the clock
+        if seed == -1:  # ALE: -1 seeds the environment RNG from the clock
             seed = int(time.time() * 1000) & 0x7FFFFFFF
+        seed &= 0xFFFFFFFF  # other negative seeds: ALE seeds its mt19937 with (uint32_t)seed
         image, kwargs = emulator_kwargs(entry, data)
         s = self._settings
         for key, value in entry.get("settings", {}).items():  # ALE's modifyEnvironmentSettings

@@ -151,3 +151,129 @@ def bench_single(make_reference, make_candidate, games=SINGLE_GAMES, frames: int
         rows.append(row)
         print_fn(f"{game:16s} {fps[0]:14,.0f} {fps[1]:16,.0f} {row['ratio']:7.2f}")
     return rows
+
+
+# ---- vector environments: hybridsim vs ale-py vs EnvPool ---------------------------------
+
+VECTOR_GAMES = ("pong", "breakout", "ms_pacman")
+
+# EnvPool's side runs in its own interpreter (it pins numpy/gym versions of its own). The
+# script builds the same configuration as the others, times `steps` steps after a warm-up
+# and prints frames/s. Its ids are PascalCase with -v5; reward_clip on to match.
+_ENVPOOL_SCRIPT = r"""
+import json, sys, time
+import numpy as np
+import envpool
+a = json.loads(sys.argv[1])
+name = a["game"].title().replace("_", "") + "-v5"
+env = envpool.make(name, env_type="gymnasium", num_envs=a["num_envs"], batch_size=a["num_envs"],
+                   num_threads=a["threads"], seed=0, reward_clip=True, noop_max=30,
+                   repeat_action_probability=0.0, max_episode_steps=27000)
+env.reset()
+n = env.action_space.n
+acts = np.random.default_rng(0).integers(0, n, (a["steps"] + a["warmup"], a["num_envs"]))
+for x in acts[:a["warmup"]]:
+    env.step(x)
+t = time.perf_counter()
+for x in acts[a["warmup"]:]:
+    env.step(x)
+dt = time.perf_counter() - t
+print(json.dumps({"fps": a["steps"] * a["num_envs"] * 4 / dt}))
+"""
+
+
+def find_envpool_python(explicit: str | None = None) -> str | None:
+    """An interpreter with envpool importable: explicit, this one, or /tmp/epvenv (None: skip)."""
+    import shutil
+    import subprocess
+    import sys
+    candidates = [explicit] if explicit else [sys.executable, "/tmp/epvenv/bin/python"]
+    for py in candidates:
+        if py and (os.path.isfile(py) or shutil.which(py)):
+            ok = subprocess.run([py, "-c", "import envpool"], capture_output=True).returncode == 0
+            if ok:
+                return py
+    return None
+
+
+def _time_vector(make, actions, warmup: int) -> float:
+    """Frames/s of env.step over actions[warmup:] (frame skip 4) after reset and warm-up."""
+    import time
+    env = make()
+    env.reset(seed=0)
+    for a in actions[:warmup]:
+        env.step(a)
+    t0 = time.perf_counter()
+    for a in actions[warmup:]:
+        env.step(a)
+    dt = time.perf_counter() - t0
+    if hasattr(env, "close"):
+        env.close()
+    return (len(actions) - warmup) * actions.shape[1] * 4 / dt
+
+
+def _time_envpool(python: str, game: str, num_envs: int, threads: int, steps: int, warmup: int) -> float:
+    import json
+    import subprocess
+    arg = json.dumps(dict(game=game, num_envs=num_envs, threads=threads, steps=steps, warmup=warmup))
+    out = subprocess.run([python, "-c", _ENVPOOL_SCRIPT, arg], capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"EnvPool side failed: {out.stderr.strip()[-400:]}")
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["fps"])
+
+
+def bench_vector(games=VECTOR_GAMES, num_envs: int = 16, threads: int = 2, steps: int = 200,
+                 rounds: int = 3, warmup: int = 20, envpool_python: str | None = None,
+                 scaling_threads=None, print_fn=print) -> dict:
+    """AtariVectorEnv frames/s (default preprocessing: 84x84 gray, stack 4, frame skip 4,
+    maxpool, noop_max 30, sticky 0) of hybridsim, ale-py and EnvPool on the same game,
+    num_envs and threads, the sides alternating in each of `rounds` rounds (medians
+    reported), then hybridsim and ale-py over thread counts."""
+    from ale_py.vector_env import AtariVectorEnv as AleVectorEnv
+
+    from hybridsim.vector import AtariVectorEnv
+    envpool_py = find_envpool_python(envpool_python)
+    if envpool_py is None:
+        tried = envpool_python or "this interpreter and /tmp/epvenv/bin/python"
+        print_fn(f"(EnvPool is not importable by {tried}: its column is skipped; "
+                 "pass --envpool-python PATH)")
+    print_fn(f"vector envs: {num_envs} envs, {threads} threads, {steps} steps x {rounds} rounds, "
+             f"frames/s (median), {platform.processor() or platform.machine()}, "
+             f"{len(os.sched_getaffinity(0))} CPUs available")
+    print_fn(f"{'game':12s} {'hybridsim':>10s} {'ale-py':>10s} {'envpool':>10s} {'hs/ale':>7s} {'hs/ep':>7s}")
+    rows = []
+    for game in games:
+        probe = AtariVectorEnv(game, 1)
+        n_actions = probe.single_action_space.n
+        actions = np.random.default_rng(0).integers(0, n_actions, (steps + warmup, num_envs))
+        fps = {"hybridsim": [], "ale-py": [], "envpool": []}
+        for r in range(rounds):
+            sides = ["hybridsim", "ale-py"] + (["envpool"] if envpool_py else [])
+            if r % 2:
+                sides.reverse()
+            for side in sides:
+                if side == "hybridsim":
+                    fps[side].append(_time_vector(lambda: AtariVectorEnv(game, num_envs, num_threads=threads),
+                                                  actions, warmup))
+                elif side == "ale-py":
+                    fps[side].append(_time_vector(lambda: AleVectorEnv(game, num_envs, num_threads=threads),
+                                                  actions, warmup))
+                else:
+                    fps[side].append(_time_envpool(envpool_py, game, num_envs, threads, steps, warmup))
+        med = {k: float(np.median(v)) if v else float("nan") for k, v in fps.items()}
+        row = dict(game=game, **med, all=fps)
+        rows.append(row)
+        print_fn(f"{game:12s} {med['hybridsim']:10,.0f} {med['ale-py']:10,.0f} {med['envpool']:10,.0f} "
+                 f"{med['hybridsim'] / med['ale-py']:7.2f} {med['hybridsim'] / med['envpool']:7.2f}")
+    scaling = []
+    if scaling_threads:
+        game = games[0]
+        print_fn(f"threads scaling ({game}, {num_envs} envs, frames/s)")
+        print_fn(f"{'threads':>7s} {'hybridsim':>10s} {'ale-py':>10s} {'hs/ale':>7s}")
+        actions = np.random.default_rng(1).integers(0, 6 if game == "pong" else 4, (steps + warmup, num_envs))
+        for t in scaling_threads:
+            hs = _time_vector(lambda: AtariVectorEnv(game, num_envs, num_threads=t), actions, warmup)
+            ap = _time_vector(lambda: AleVectorEnv(game, num_envs, num_threads=t), actions, warmup)
+            scaling.append(dict(threads=t, hybridsim=hs, ale_py=ap))
+            print_fn(f"{t:7d} {hs:10,.0f} {ap:10,.0f} {hs / ap:7.2f}")
+    return {"rows": rows, "scaling": scaling}

@@ -24,7 +24,13 @@ def _cmd_bench(args) -> int:
         ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
         games = args.games.split(",") if args.games else bench.SINGLE_GAMES
         bench.bench_single(ale_py.ALEInterface, ALEInterface, games=games, frames=args.frames)
-    if args.cpu or not args.single:
+    if args.vector:
+        games = args.games.split(",") if args.games else bench.VECTOR_GAMES
+        threads = [int(t) for t in args.scaling.split(",") if t] if args.scaling else None
+        bench.bench_vector(games=games, num_envs=args.num_envs, threads=args.threads,
+                           steps=args.steps, rounds=args.rounds, envpool_python=args.envpool_python,
+                           scaling_threads=threads)
+    if args.cpu or not (args.single or args.vector):
         bench.bench_cpu()
     return 0
 
@@ -177,8 +183,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu", action="store_true", help="the 6507 core alone (default)")
     p.add_argument("--single", action="store_true",
                    help="one environment's act(): hybridsim vs ale-py, timed alternately")
-    p.add_argument("--games", default="", help="comma-separated games for --single")
+    p.add_argument("--games", default="", help="comma-separated games for --single / --vector")
     p.add_argument("--frames", type=int, default=20_000, help="frames per side for --single")
+    p.add_argument("--vector", action="store_true",
+                   help="AtariVectorEnv: hybridsim vs ale-py vs EnvPool, alternating, plus --scaling")
+    p.add_argument("--num-envs", type=int, default=16, help="environments for --vector")
+    p.add_argument("--threads", type=int, default=2, help="threads for --vector")
+    p.add_argument("--steps", type=int, default=200, help="timed steps per side and round (--vector)")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (--vector)")
+    p.add_argument("--scaling", default="1,2", help="thread counts of the --vector scaling table ('' = none)")
+    p.add_argument("--envpool-python", default=None,
+                   help="interpreter with envpool installed (default: this one, else /tmp/epvenv/bin/python)")
     p.set_defaults(func=_cmd_bench)
     p = sub.add_parser("verify", help="compare hybridsim with ale-py frame by frame")
     p.add_argument("--games", default="", help="comma-separated game names")

@@ -53,8 +53,9 @@ class Settings:
     def set(self, key: str, value, kind: type) -> None:
         self._check(key, kind)
         if kind is int:
-            if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, bool) or not hasattr(value, "__index__"):
                 raise TypeError(f"setting {key!r} takes an int, got {type(value).__name__}")
+            value = value.__index__()  # numpy integers too, as ale-py accepts them
             if not INT32_MIN <= value <= INT32_MAX:
                 raise ValueError(f"setting {key!r}: {value} does not fit a 32-bit int")
         elif kind is float:

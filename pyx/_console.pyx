@@ -589,6 +589,11 @@ cdef class Emulator:
         cdef bytes body = (<char*>self.env)[:sizeof(AleEnv)]
         return STATE_MAGIC + self.fingerprint + (b"\x01" if include_rng else b"\x00") + body
 
+    def raw_state(self):
+        """(AleEnv bytes, both frame buffers as uint8[2, kFrameBytes], index of the one
+        shown): everything this emulator holds, for hybridsim._vector's engine."""
+        return (<char*>self.env)[:sizeof(AleEnv)], self.frames.copy(), self.fbs.shown
+
     def restore_state(self, state):
         state = bytes(state)
         cdef Py_ssize_t head = len(STATE_MAGIC) + 16 + 1

@@ -1,0 +1,546 @@
+"""hybridsim.AtariVectorEnv: a drop-in for ale_py.vector_env.AtariVectorEnv (ale-py 0.12.1).
+
+    AtariVectorEnv(game, num_envs, *, backend="cpu", num_threads=0, batch_size=0,
+                   <every other keyword of ale_py.vector_env.AtariVectorEnv, same defaults>,
+                   resize_interpolation="area")
+
+resize_interpolation="linear" resizes as cv2.INTER_LINEAR (bit for bit) instead of
+ale-py's INTER_AREA.
+
+Environment i is seeded with seed + i on reset(seed=seed); with noop_max=0 and
+repeat_action_probability=0 every observation, reward, termination, truncation and info
+value equals ale-py's for the same actions (tests/test_vector.py).
+
+Synchronous mode (batch_size == num_envs): step() is one call into the engine
+(hybridsim._vector, cuda/vector_env.h), an OpenMP loop over environments with the GIL
+released. Asynchronous mode (batch_size < num_envs), as EnvPool and ale-py have it:
+send(actions, env_ids=None) queues steps for worker threads; recv() returns the first
+batch_size environments to finish, info["env_id"] saying which. Without env_ids, send's
+actions go to the environments of the last recv (ale-py's rule).
+
+get_state() / set_state(state) snapshot every environment (consoles, RNGs, raw frames,
+frame stacks) as bytes, so a run resumes exactly.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from typing import Any
+
+import numpy as np
+from gymnasium import error as gym_error
+from gymnasium.spaces import Box, Discrete
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+BACKENDS = ("cpu", "gpu", "hybrid")
+STATE_MAGIC = b"HSVEC1"
+_SEED_LIMIT = 2**31  # ale-py passes seeds through a C++ int
+
+
+def resolve_num_threads(num_threads: int, batch_size: int) -> int:
+    """Worker threads for a batch: 0 means one per available core (cgroup/affinity aware),
+    never more than the batch has environments; ale-py's rule."""
+    if isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)):
+        raise ValueError(f"num_threads must be an int >= 0 (0: one per core), got {num_threads!r}")
+    if num_threads < 0:
+        raise ValueError(f"num_threads must be >= 0 (0: one per core), got {num_threads}")
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    wanted = cores if num_threads == 0 else int(num_threads)
+    return max(1, min(wanted, batch_size))
+
+
+def _continuous_action_table() -> np.ndarray:
+    """map_action_idx[h + 1, v + 1, fire] -> ALE action id, as ale_py.env.AtariEnv maps a
+    (horizontal, vertical, fire) triple (h: -1 left, 1 right; v: -1 down, 1 up)."""
+    from hybridsim.actions import Action
+    table = np.zeros((3, 3, 2), dtype=np.int32)
+    for h in (-1, 0, 1):
+        for v in (-1, 0, 1):
+            for f in (0, 1):
+                name = {1: "UP", -1: "DOWN", 0: ""}[v] + {1: "RIGHT", -1: "LEFT", 0: ""}[h]
+                name += "FIRE" if f else ""
+                table[h + 1, v + 1, f] = Action[name or "NOOP"].value
+    return table
+
+
+class AtariVectorEnv(VectorEnv):
+    """Batched Atari environments on hybridsim's engine (see the module docstring)."""
+
+    _observation_space = None
+    _action_space = None
+
+    def __init__(
+        self,
+        game: str,
+        num_envs: int,
+        *,
+        backend: str = "cpu",
+        batch_size: int = 0,
+        num_threads: int = 0,
+        thread_affinity_offset: int = -1,
+        max_num_frames_per_episode: int = 108000,
+        repeat_action_probability: float = 0.0,
+        full_action_space: bool = False,
+        continuous: bool = False,
+        continuous_action_threshold: float = 0.5,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        img_height: int = 84,
+        img_width: int = 84,
+        grayscale: bool = True,
+        stack_num: int = 4,
+        frameskip: int = 4,
+        maxpool: bool = True,
+        noop_max: int = 30,
+        episodic_life: bool = False,
+        life_loss_info: bool = False,
+        reward_clipping: bool = True,
+        use_fire_reset: bool = True,
+        resize_interpolation: str = "area",
+    ):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if backend != "cpu":
+            raise ValueError(f"backend={backend!r} is not available yet (the GPU engine and the hybrid "
+                             f"scheduler are separate work); use backend='cpu'")
+        # ale-py raises gymnasium's error for a bad frameskip; keep its exception type.
+        if type(frameskip) is not int:
+            raise gym_error.Error(f"Invalid frameskip type: {type(frameskip)}.")
+        if frameskip <= 0:
+            raise gym_error.Error(f"Invalid frameskip of {frameskip}, frameskip must be positive.")
+        num_envs = int(num_envs)
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or not 0 <= batch_size <= num_envs:
+            raise ValueError(f"batch_size must be an int in 0..num_envs={num_envs} (0: num_envs), "
+                             f"got {batch_size!r}")
+        for name, value, low in (("stack_num", stack_num, 1), ("img_height", img_height, 1),
+                                 ("img_width", img_width, 1), ("noop_max", noop_max, 0),
+                                 ("max_num_frames_per_episode", max_num_frames_per_episode, 0)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        if not 0.0 <= float(repeat_action_probability) <= 1.0:
+            raise ValueError(f"repeat_action_probability must be in [0, 1], got {repeat_action_probability}")
+        interpolations = {"area": 3, "linear": 1}  # cv2.INTER_AREA / INTER_LINEAR codes
+        if resize_interpolation not in interpolations:
+            raise ValueError(f"resize_interpolation must be 'area' (ale-py's, the default) or 'linear', "
+                             f"got {resize_interpolation!r}")
+        try:
+            self.autoreset_mode = AutoresetMode(autoreset_mode)
+        except ValueError:
+            raise ValueError(f"autoreset_mode must be one of {[m.value for m in AutoresetMode]} "
+                             f"(NEXT_STEP or SAME_STEP supported), got {autoreset_mode!r}") from None
+        if self.autoreset_mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
+            raise ValueError(f"autoreset_mode must be NEXT_STEP or SAME_STEP, got {self.autoreset_mode}")
+
+        from hybridsim import _vector
+        from hybridsim.roms import rom_path, snake_case
+
+        self.game = snake_case(game)
+        self.num_envs = num_envs
+        self.batch_size = num_envs if batch_size == 0 else int(batch_size)
+        self.num_threads = resolve_num_threads(num_threads, self.batch_size)
+        self.backend = backend
+        self.continuous = bool(continuous)
+        self.continuous_action_threshold = float(continuous_action_threshold)
+        self.grayscale = bool(grayscale)
+        self._rom_path = rom_path(self.game)
+        self._repeat_action_probability = float(repeat_action_probability)
+        self._config = dict(
+            game=self.game, num_envs=num_envs, batch_size=self.batch_size, frameskip=frameskip,
+            stack_num=int(stack_num), img_height=int(img_height), img_width=int(img_width),
+            grayscale=bool(grayscale), maxpool=bool(maxpool), noop_max=int(noop_max),
+            use_fire_reset=bool(use_fire_reset), episodic_life=bool(episodic_life),
+            life_loss_info=bool(life_loss_info), reward_clipping=bool(reward_clipping),
+            max_num_frames_per_episode=int(max_num_frames_per_episode),
+            repeat_action_probability=self._repeat_action_probability,
+            full_action_space=bool(full_action_space or continuous),
+            autoreset_mode=self.autoreset_mode.value, resize_interpolation=resize_interpolation)
+
+        # The state right after ALE's loadROM, copied into environments on seeded resets.
+        template = self._load(0)
+        ale = self._template_ale
+        actions = ale.getLegalActionSet() if (full_action_space or continuous) else ale.getMinimalActionSet()
+        self.action_set = np.array([int(a) for a in actions], dtype=np.int32)
+        fire_reset = bool(use_fire_reset) and 1 in self.action_set
+        height = ale.getScreenDims()[0]
+        self._engine = _vector.VectorEngine(
+            self._rom_bytes, template[0], template[1], template[2], num_envs,
+            num_threads=self.num_threads, frame_skip=frameskip, stack_num=int(stack_num),
+            img_height=int(img_height), img_width=int(img_width), grayscale=bool(grayscale),
+            maxpool=bool(maxpool), noop_max=int(noop_max), fire_reset=fire_reset,
+            episodic_life=bool(episodic_life), life_loss_info=bool(life_loss_info),
+            reward_clipping=bool(reward_clipping), max_episode_steps=int(max_num_frames_per_episode),
+            same_step=self.autoreset_mode == AutoresetMode.SAME_STEP, action_set=self.action_set,
+            raw_height=height, pal=ale._emu.tv_standard == "PAL",
+            interpolation=interpolations[resize_interpolation])
+        self._template_copyable = self._check_template(template)
+
+        obs_shape = (int(stack_num), int(img_height), int(img_width)) + (() if grayscale else (3,))
+        self.single_observation_space = Box(low=0, high=255, shape=obs_shape, dtype=np.uint8)
+        if self.continuous:
+            self.single_action_space = Box(low=np.array([0.0, -np.pi, 0.0], dtype=np.float32),
+                                           high=np.array([1.0, np.pi, 1.0], dtype=np.float32),
+                                           dtype=np.float32, shape=(3,))
+            self.map_action_idx = _continuous_action_table()
+        else:
+            self.single_action_space = Discrete(len(self.action_set))
+        self.metadata = dict(self.metadata, autoreset_mode=self.autoreset_mode)
+        self._obs_shape = obs_shape
+        self._async = self.batch_size < num_envs
+        self._all_ids = np.arange(num_envs, dtype=np.int32)
+        self._in_flight = np.zeros(num_envs, dtype=bool)  # sent, result not yet returned
+        self._ready: list[int] = []  # async: finished (taken from the pool), not yet returned
+        self._last_ids: np.ndarray | None = None  # env ids of the last result, in order
+        self._pending: tuple | None = None  # sync mode: actions sent, not yet received
+        self._ones = np.ones(num_envs, dtype=np.float32)
+        self._no_force = np.zeros(num_envs, dtype=np.uint8)
+        # ale-py builds each environment with a random ALE seed; so do we (seed=None resets).
+        entropy = np.random.SeedSequence().generate_state(num_envs, dtype=np.uint32) % _SEED_LIMIT
+        self._reseed(self._all_ids, entropy.astype(np.int64))
+        if self._async:
+            self._engine.pool_start(self.num_threads)
+
+    # The batched spaces hold low/high arrays of the whole batch (560 MB for 10,000 84x84x4
+    # observations): built on first use only.
+    @property
+    def observation_space(self):
+        if self._observation_space is None:
+            self._observation_space = batch_space(self.single_observation_space, self.batch_size)
+        return self._observation_space
+
+    @observation_space.setter
+    def observation_space(self, value):
+        self._observation_space = value
+
+    @property
+    def action_space(self):
+        if self._action_space is None:
+            self._action_space = batch_space(self.single_action_space, self.batch_size)
+        return self._action_space
+
+    @action_space.setter
+    def action_space(self, value):
+        self._action_space = value
+
+    # ----- loading and seeding -------------------------------------------------------------
+    def _load(self, seed: int):
+        """(AleEnv bytes, frames, shown) after ALE's loadROM with this random_seed and the
+        reset_game that follows it in every seeded reset."""
+        from hybridsim.ale import ALEInterface
+        ale = ALEInterface()
+        ale.setInt("random_seed", int(seed))
+        ale.setFloat("repeat_action_probability", self._repeat_action_probability)
+        ale.loadROM(self._rom_path)
+        self._template_ale = ale
+        if not hasattr(self, "_rom_bytes"):  # the cartridge image the emulator maps
+            from hybridsim import games_table, roms
+            from hybridsim.console_props import emulator_kwargs
+            data = roms.read_rom(self._rom_path)
+            entry = games_table.find(roms.md5_hex(data), self._rom_path.stem)
+            self._rom_bytes = emulator_kwargs(entry, data)[0]
+        ale.reset_game()
+        return ale._emu.raw_state()
+
+    def _check_template(self, template) -> bool:
+        """True when a copy of the seed-0 load and reset, reseeded, is byte for byte a load
+        and reset with another seed (neither draws from the environment RNG)."""
+        other = self._load(12345)
+        self._engine.reseed(np.array([0], np.int32), np.array([12345]))
+        same = (bytes(self._engine.env_mem[0]) == other[0]
+                and np.array_equal(self._engine.frame_mem[0], np.asarray(other[1]).reshape(2, -1))
+                and int(self._engine.shown()[0]) == other[2])
+        return same
+
+    def _reseed(self, env_ids: np.ndarray, seeds: np.ndarray) -> None:
+        """ALE's loadROM for env_ids with seeds (>= 0; negative: keep the environment)."""
+        keep = seeds >= 0
+        env_ids, seeds = env_ids[keep], seeds[keep]
+        if len(env_ids) == 0:
+            return
+        if self._template_copyable:
+            self._engine.reseed(env_ids.astype(np.int32), seeds)
+        else:  # the load draws from the environment RNG: load each one
+            for env, seed in zip(env_ids, seeds):
+                state, frames, shown = self._load(int(seed))
+                self._engine.set_loaded(int(env), state, frames, shown, int(seed))
+
+    # ----- output arrays -------------------------------------------------------------------
+    def _outputs(self, rows: int, final: bool):
+        obs = np.empty((rows,) + self._obs_shape, dtype=np.uint8)
+        return dict(obs=obs,
+                    final_obs=np.zeros_like(obs) if final else None,
+                    reward=np.empty(rows, dtype=np.int32),
+                    terminated=np.empty(rows, dtype=np.bool_),
+                    truncated=np.empty(rows, dtype=np.bool_),
+                    lives=np.empty(rows, dtype=np.int32),
+                    frame_number=np.empty(rows, dtype=np.int32),
+                    episode_frame_number=np.empty(rows, dtype=np.int32),
+                    has_final=np.zeros(rows, dtype=np.uint8) if final else None)
+
+    def _run(self, ids, force, actions, strengths, out):
+        self._engine.run(ids, force, actions, strengths, out["obs"], out["final_obs"], out["reward"],
+                         out["terminated"].view(np.uint8), out["truncated"].view(np.uint8),
+                         out["lives"], out["frame_number"], out["episode_frame_number"],
+                         out["has_final"])
+
+    @staticmethod
+    def _info(ids, out) -> dict[str, np.ndarray]:
+        return {"env_id": np.asarray(ids, dtype=np.int32), "lives": out["lives"],
+                "frame_number": out["frame_number"], "episode_frame_number": out["episode_frame_number"]}
+
+    def _gather_stage(self, ids: np.ndarray):
+        e = self._engine
+        out = dict(obs=e.stage_obs[ids].reshape((len(ids),) + self._obs_shape),
+                   reward=e.stage_reward[ids], terminated=e.stage_terminated[ids].view(np.bool_),
+                   truncated=e.stage_truncated[ids].view(np.bool_), lives=e.stage_lives[ids],
+                   frame_number=e.stage_frame[ids], episode_frame_number=e.stage_episode_frame[ids])
+        if e.stage_final is not None:
+            out["final_obs"] = e.stage_final[ids].reshape((len(ids),) + self._obs_shape)
+            out["has_final"] = e.stage_has_final[ids]
+        return out
+
+    # ----- gymnasium API -------------------------------------------------------------------
+    def reset(self, *, seed: int | np.ndarray | None = None, options: dict[str, Any] | None = None):
+        """Reset the environments (all, or options["reset_mask"]); seed: an int gives
+        environment k of those reset seed + k, an array one seed each, None keeps seeds."""
+        if options is None or "reset_mask" not in options:
+            indices = self._all_ids
+        else:
+            mask = options["reset_mask"]
+            if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
+                raise TypeError(f"`reset_mask` must be a boolean numpy array, got {type(mask)} "
+                                f"with dtype {getattr(mask, 'dtype', None)}")
+            if mask.shape != (self.num_envs,):
+                raise ValueError(f"`reset_mask` must have shape {(self.num_envs,)}, got {mask.shape}")
+            indices = np.flatnonzero(mask).astype(np.int32)
+        partial = len(indices) != self.num_envs
+        if partial and self._last_ids is None:
+            raise RuntimeError(f"The first reset() must reset every environment (got {len(indices)} "
+                               f"of {self.num_envs})")
+        if partial and self._async:
+            raise ValueError(f"Partial reset is not supported in async mode (batch_size="
+                             f"{self.batch_size} < num_envs={self.num_envs})")
+        if seed is None:
+            seeds = np.full(len(indices), -1, dtype=np.int64)
+        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            seeds = np.arange(int(seed), int(seed) + len(indices), dtype=np.int64)
+        elif isinstance(seed, np.ndarray):
+            if seed.shape != (len(indices),):
+                raise ValueError(f"`seed` must have one entry per sub-environment being reset, expected "
+                                 f"shape {(len(indices),)}, got {seed.shape}")
+            seeds = seed.astype(np.int64)
+        else:
+            raise TypeError("Unsupported seed type")
+        if np.any(seeds >= _SEED_LIMIT):
+            raise ValueError(f"seeds must be < 2**31 (ale-py passes them as a C int), got {seeds.max()}")
+        self._drain()
+        self._pending = None
+        self._reseed(indices, seeds)
+        n = len(indices)
+        force = np.ones(n, dtype=np.uint8)
+        zeros = np.zeros(n, dtype=np.int32)
+        if self._async:
+            self._engine.pool_submit(indices, force, zeros, self._ones[:n])
+            self._in_flight[indices] = True
+            ids, out = self._recv_async()
+            return out["obs"], self._info(ids, out)
+        out = self._outputs(self.num_envs, False)
+        if partial:  # the others report their current state, as in ale-py
+            part = self._outputs(n, False)
+            self._run(indices, force, zeros, self._ones[:n], part)
+            rest = np.setdiff1d(self._all_ids, indices).astype(np.int32)
+            cur = self._outputs(len(rest), False)
+            self._engine.write_current(rest, cur["obs"], cur["reward"], cur["terminated"].view(np.uint8),
+                                       cur["truncated"].view(np.uint8), cur["lives"], cur["frame_number"],
+                                       cur["episode_frame_number"])
+            for key in ("obs", "lives", "frame_number", "episode_frame_number"):
+                out[key][indices] = part[key]
+                out[key][rest] = cur[key]
+        else:
+            self._run(indices, force, zeros, self._ones, out)
+        self._last_ids = self._all_ids
+        return out["obs"], self._info(self._all_ids, out)
+
+    def _check_actions(self, actions, n: int):
+        """(action indices int32[n], paddle strengths float32[n]) or a ValueError."""
+        if self.continuous:
+            a = np.asarray(actions)
+            if a.dtype != np.float32 or a.shape != (n, 3):
+                raise ValueError(f"continuous actions must be a float32 array of shape {(n, 3)}, "
+                                 f"got {a.dtype} {a.shape}")
+            x = a[:, 0] * np.cos(a[:, 1])
+            y = a[:, 0] * np.sin(a[:, 1])
+            t = self.continuous_action_threshold
+            h = -(x < -t).astype(np.int32) + (x > t).astype(np.int32) + 1
+            v = -(y < -t).astype(np.int32) + (y > t).astype(np.int32) + 1
+            f = (a[:, 2] > t).astype(np.int32)
+            return (np.ascontiguousarray(self.map_action_idx[h, v, f], dtype=np.int32),
+                    np.ascontiguousarray(a[:, 0], dtype=np.float32))
+        a = np.asarray(actions)
+        if a.dtype.kind not in "iu":
+            raise ValueError(f"actions must be an integer array (int32 or int64), got dtype {a.dtype}")
+        if a.shape != (n,):
+            raise ValueError(f"actions must have shape {(n,)}, got {a.shape}")
+        if n and (a.min() < 0 or a.max() >= len(self.action_set)):
+            bad = a[(a < 0) | (a >= len(self.action_set))][0]
+            raise ValueError(f"actions must be in 0..{len(self.action_set) - 1} (the action set has "
+                             f"{len(self.action_set)} actions), got {bad}")
+        return np.ascontiguousarray(a, dtype=np.int32), self._ones[:n]
+
+    def step(self, actions):
+        """Step every environment of the batch: (obs, rewards, terminations, truncations, info)."""
+        self.send(actions)
+        return self.recv()
+
+    def send(self, actions, env_ids=None) -> None:
+        """Queue one step for env_ids (default: the environments of the last result)."""
+        if self._last_ids is None:
+            raise RuntimeError("send() called before reset()")
+        if env_ids is None:
+            ids = self._last_ids
+        else:
+            ids = np.asarray(env_ids)
+            if ids.dtype.kind not in "iu" or ids.ndim != 1:
+                raise ValueError(f"env_ids must be a 1-D integer array, got {ids.dtype} {ids.shape}")
+            if len(ids) and (ids.min() < 0 or ids.max() >= self.num_envs):
+                raise ValueError(f"env_ids must be in 0..{self.num_envs - 1}, got {ids}")
+            if len(np.unique(ids)) != len(ids):
+                raise ValueError(f"env_ids must not repeat an environment, got {ids}")
+            ids = ids.astype(np.int32)
+        acts, strengths = self._check_actions(actions, len(ids))
+        if not self._async:
+            if env_ids is not None and not np.array_equal(ids, self._all_ids):
+                raise ValueError(f"in sync mode (batch_size == num_envs) env_ids must be all "
+                                 f"environments 0..{self.num_envs - 1} in order, got {ids}")
+            if self._pending is not None:
+                raise ValueError("send() twice without recv(): the environments are not waiting")
+            self._pending = (acts, strengths)
+            return
+        busy = ids[self._in_flight[ids]]
+        if len(busy):
+            raise ValueError(f"env_ids must be environments waiting for an action (received, not sent "
+                             f"since); these are still running: {busy.tolist()}")
+        self._engine.pool_submit(ids, self._no_force[: len(ids)], acts, strengths)
+        self._in_flight[ids] = True
+
+    def recv(self):
+        """The next batch_size results: (obs, rewards, terminations, truncations, info)."""
+        if self._async:
+            ids, out = self._recv_async()
+        else:
+            if self._pending is None:
+                raise ValueError("recv() without send(): no environment is running")
+            acts, strengths = self._pending
+            self._pending = None
+            out = self._outputs(self.num_envs, self.autoreset_mode == AutoresetMode.SAME_STEP)
+            self._run(self._all_ids, self._no_force, acts, strengths, out)
+            ids = self._all_ids
+        info = self._info(ids, out)
+        if out.get("final_obs") is not None and np.any(out["terminated"] | out["truncated"]):
+            info["final_obs"] = out["final_obs"]
+        return out["obs"], out["reward"], out["terminated"], out["truncated"], info
+
+    def _recv_async(self):
+        running = int(self._in_flight.sum())
+        if running < self.batch_size:
+            raise ValueError(f"recv() needs batch_size={self.batch_size} environments running, "
+                             f"only {running} are: send() actions first")
+        take = min(len(self._ready), self.batch_size)
+        ids = np.array(self._ready[:take], dtype=np.int32)
+        del self._ready[:take]
+        if take < self.batch_size:
+            ids = np.concatenate([ids, self._engine.pool_wait(self.batch_size - take)])
+        self._in_flight[ids] = False
+        self._last_ids = ids
+        return ids, self._gather_stage(ids)
+
+    def _settle(self) -> None:
+        """Async: wait for every running step; their results stay staged, in order."""
+        if self._async:
+            in_pool = int(self._in_flight.sum()) - len(self._ready)
+            if in_pool:
+                self._ready.extend(int(k) for k in self._engine.pool_wait(in_pool))
+
+    def _drain(self) -> None:
+        """Wait for (and drop) every step still running in async mode."""
+        self._settle()
+        self._ready.clear()
+        self._in_flight[:] = False
+
+    # ----- snapshots -----------------------------------------------------------------------
+    def _fingerprint(self) -> str:
+        cfg = json.dumps(self._config, sort_keys=True) + repr(
+            (len(self._engine.template_state), self._engine.obs_bytes))
+        return hashlib.md5(cfg.encode() + self._rom_bytes).hexdigest()
+
+    def get_state(self) -> bytes:
+        """Every environment's state (consoles, RNGs, raw frames, frame stacks and, in async
+        mode, results not yet received) as bytes. Async mode waits for running steps."""
+        if self._pending is not None:
+            raise ValueError("get_state() between send() and recv(): call recv() first")
+        self._settle()
+        e = self._engine
+        arrays = dict(env=e.env_mem, state=e.state_mem, frames=e.frame_mem, raw=e.raw_mem,
+                      stack=e.stack_mem, shown=e.shown(),
+                      last_ids=np.array([] if self._last_ids is None else self._last_ids, np.int32),
+                      started=np.array(self._last_ids is not None),
+                      in_flight=self._in_flight, ready=np.array(self._ready, np.int32))
+        if self._async:
+            for name in self._STAGE:
+                if getattr(e, name) is not None:
+                    arrays[name] = getattr(e, name)
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        return STATE_MAGIC + self._fingerprint().encode() + buf.getvalue()
+
+    _STAGE = ("stage_obs", "stage_final", "stage_reward", "stage_terminated", "stage_truncated",
+              "stage_lives", "stage_frame", "stage_episode_frame", "stage_has_final")
+
+    def set_state(self, state: bytes):
+        """Restore get_state()'s bytes (same game and settings). Returns (obs, info) of the
+        last result's environments as they stand, to carry on with send()/step()."""
+        state = bytes(state)
+        head = len(STATE_MAGIC) + 32
+        if not state.startswith(STATE_MAGIC):
+            raise ValueError(f"not a hybridsim AtariVectorEnv state (expected it to start with {STATE_MAGIC!r})")
+        if state[len(STATE_MAGIC):head].decode() != self._fingerprint():
+            raise ValueError("the state was saved by an AtariVectorEnv with another game, settings or build")
+        self._drain()
+        self._pending = None
+        data = np.load(io.BytesIO(state[head:]))
+        e = self._engine
+        for name, arr in (("env", e.env_mem), ("state", e.state_mem), ("frames", e.frame_mem),
+                          ("raw", e.raw_mem), ("stack", e.stack_mem)):
+            arr[...] = data[name]
+        e.set_shown(data["shown"])
+        if self._async:
+            for name in self._STAGE:
+                if getattr(e, name) is not None:
+                    getattr(e, name)[...] = data[name]
+            self._in_flight[:] = data["in_flight"]
+            self._ready = [int(k) for k in data["ready"]]
+        if not bool(data["started"]):
+            self._last_ids = None
+            return None, {}
+        ids = data["last_ids"].astype(np.int32)
+        self._last_ids = ids
+        out = self._outputs(len(ids), False)
+        self._engine.write_current(ids, out["obs"], out["reward"], out["terminated"].view(np.uint8),
+                                   out["truncated"].view(np.uint8), out["lives"], out["frame_number"],
+                                   out["episode_frame_number"])
+        return out["obs"], self._info(ids, out)
+
+    # ----- misc ----------------------------------------------------------------------------
+    def close_extras(self, **kwargs) -> None:
+        self._drain()
+
+    def __repr__(self) -> str:
+        return (f"hybridsim.AtariVectorEnv({self.game!r}, num_envs={self.num_envs}, "
+                f"batch_size={self.batch_size}, num_threads={self.num_threads}, backend={self.backend!r})")

@@ -1,0 +1,357 @@
+"""hybridsim.AtariVectorEnv against ale_py.vector_env.AtariVectorEnv (ale-py 0.12.1).
+
+With noop_max=0 and repeat_action_probability=0 ale-py is deterministic, so both must
+return identical observations, rewards, terminations, truncations and info for the same
+action stream. Short frame limits, episodic life and random play make episodes end
+(truncation, life loss, game over) inside each run.
+"""
+import numpy as np
+import pytest
+
+pytest.importorskip("ale_py")
+pytest.importorskip("gymnasium")
+from ale_py.vector_env import AtariVectorEnv as AleVectorEnv  # noqa: E402
+
+from hybridsim.vector import AtariVectorEnv  # noqa: E402
+
+
+def assert_same(step, ours, theirs, same_step=False):
+    names = ("obs", "rewards", "terminations", "truncations")
+    for name, x, y in zip(names, ours[:4], theirs[:4]):
+        assert x.shape == y.shape, f"step {step}: {name} shape {x.shape} != {y.shape}"
+        assert x.dtype == y.dtype, f"step {step}: {name} dtype {x.dtype} != {y.dtype}"
+        if not np.array_equal(x, y):
+            where = np.argwhere(x != y)[:3].tolist()
+            raise AssertionError(f"step {step}: {name} differs at {where}")
+    for key in ("env_id", "lives", "frame_number", "episode_frame_number"):
+        np.testing.assert_array_equal(ours[-1][key], theirs[-1][key], err_msg=f"step {step}: info[{key!r}]")
+        assert ours[-1][key].dtype == theirs[-1][key].dtype, f"info[{key!r}] dtype"
+    if same_step and len(ours) == 5:
+        done = theirs[2] | theirs[3]
+        assert ("final_obs" in ours[4]) == ("final_obs" in theirs[4]), f"step {step}: final_obs presence"
+        if done.any():  # without life_loss_info, done rows are the episodes that ended
+            np.testing.assert_array_equal(ours[4]["final_obs"][done], theirs[4]["final_obs"][done],
+                                          err_msg=f"step {step}: final_obs")
+
+
+def run_side_by_side(game, num_envs, steps, seed=7, action_seed=0, **kwargs):
+    kwargs = dict(dict(noop_max=0, repeat_action_probability=0.0, num_threads=1), **kwargs)
+    ours = AtariVectorEnv(game, num_envs, **kwargs)
+    theirs = AleVectorEnv(game, num_envs, **kwargs)
+    assert ours.single_observation_space == theirs.single_observation_space
+    assert ours.single_action_space == theirs.single_action_space
+    same_step = str(kwargs.get("autoreset_mode", "NextStep")) in ("SameStep", "AutoresetMode.SAME_STEP")
+    r_ours, r_theirs = ours.reset(seed=seed), theirs.reset(seed=seed)
+    assert_same("reset", (r_ours[0], np.zeros(1), np.zeros(1), np.zeros(1), r_ours[1]),
+                (r_theirs[0], np.zeros(1), np.zeros(1), np.zeros(1), r_theirs[1]))
+    rng = np.random.default_rng(action_seed)
+    n_actions = ours.single_action_space.n
+    ends = 0
+    for t in range(steps):
+        actions = rng.integers(0, n_actions, num_envs)
+        a, b = ours.step(actions), theirs.step(actions)
+        assert_same(t, a, b, same_step)
+        ends += int((b[2] | b[3]).sum())
+    theirs.close()
+    return ends
+
+
+# (game, num_envs, steps, keyword arguments): each preprocessing option at least once,
+# every case crossing several episode ends.
+CASES = {
+    "pong-default": ("pong", 3, 150, dict(max_num_frames_per_episode=400)),
+    "breakout-gameover": ("breakout", 3, 450, dict(max_num_frames_per_episode=4000)),
+    "ms_pacman-default": ("ms_pacman", 3, 150, dict(max_num_frames_per_episode=500)),
+    "space_invaders-rgb": ("space_invaders", 2, 120, dict(grayscale=False, max_num_frames_per_episode=300)),
+    "breakout-nomaxpool": ("breakout", 2, 150, dict(maxpool=False, max_num_frames_per_episode=400)),
+    "pong-sizes": ("pong", 2, 100, dict(img_height=100, img_width=64, max_num_frames_per_episode=250)),
+    "pong-fullsize": ("pong", 2, 60, dict(img_height=210, img_width=160, max_num_frames_per_episode=150)),
+    "breakout-stack1": ("breakout", 2, 120, dict(stack_num=1, max_num_frames_per_episode=300)),
+    "breakout-episodic": ("breakout", 3, 250, dict(episodic_life=True)),
+    "breakout-lifeinfo": ("breakout", 2, 200, dict(life_loss_info=True, max_num_frames_per_episode=3000)),
+    "breakout-samestep": ("breakout", 2, 250, dict(autoreset_mode="SameStep", episodic_life=True,
+                                                   max_num_frames_per_episode=600)),
+    "ms_pacman-samestep-trunc": ("ms_pacman", 2, 120, dict(autoreset_mode="SameStep",
+                                                           max_num_frames_per_episode=200)),
+    "seaquest-frameskip3-full": ("seaquest", 2, 120, dict(frameskip=3, full_action_space=True,
+                                                          reward_clipping=False, use_fire_reset=False,
+                                                          max_num_frames_per_episode=250)),
+    # the load draws from the environment RNG (mode selection acts): one load per seed
+    "berzerk-loads": ("berzerk", 2, 80, dict(max_num_frames_per_episode=150, repeat_action_probability=0.25)),
+    "pong-frameskip1": ("pong", 2, 200, dict(frameskip=1, max_num_frames_per_episode=90)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_matches_ale_py(case):
+    game, num_envs, steps, kwargs = CASES[case]
+    ends = run_side_by_side(game, num_envs, steps, **kwargs)
+    assert ends >= 2, f"{case}: only {ends} episode ends; the case does not cross episodes"
+
+
+def test_partial_reset_matches_ale_py():
+    kwargs = dict(noop_max=0, num_threads=1, max_num_frames_per_episode=300)
+    ours, theirs = AtariVectorEnv("breakout", 3, **kwargs), AleVectorEnv("breakout", 3, **kwargs)
+    ours.reset(seed=1), theirs.reset(seed=1)
+    for t in range(20):
+        actions = np.full(3, t % 4)
+        assert_same(t, ours.step(actions), theirs.step(actions))
+    mask = np.array([True, False, True])
+    a, b = ours.reset(seed=5, options={"reset_mask": mask}), theirs.reset(seed=5, options={"reset_mask": mask})
+    assert_same("partial reset", (a[0], np.zeros(1), np.zeros(1), np.zeros(1), a[1]),
+                (b[0], np.zeros(1), np.zeros(1), np.zeros(1), b[1]))
+    for t in range(20):
+        actions = np.full(3, (t + 1) % 4)
+        assert_same(t, ours.step(actions), theirs.step(actions))
+    theirs.close()
+
+
+def test_noop_starts_match_ale_py():
+    """noop_max > 0 (FIRE and no FIRE games): the per-environment noop RNG is std::mt19937
+    seeded with the reset seed, drawn as libstdc++'s uniform_int_distribution."""
+    for game in ("freeway", "breakout"):
+        kwargs = dict(noop_max=30, num_threads=1, max_num_frames_per_episode=150)
+        ours, theirs = AtariVectorEnv(game, 4, **kwargs), AleVectorEnv(game, 4, **kwargs)
+        seeds = np.array([3, 100, 2**31 - 1, 0])
+        a, b = ours.reset(seed=seeds), theirs.reset(seed=seeds)
+        np.testing.assert_array_equal(a[1]["episode_frame_number"], b[1]["episode_frame_number"])
+        np.testing.assert_array_equal(a[0], b[0])
+        for t in range(45):  # crosses the 150-frame limit: autoresets draw again
+            actions = np.full(4, t % 3)
+            assert_same(t, ours.step(actions), theirs.step(actions))
+        theirs.close()
+
+
+def test_continuous_actions_match_ale_py():
+    """continuous=True: (radius, theta, fire) mapped to the full action set, radius as the
+    paddle strength (breakout has paddles in ALE)."""
+    kwargs = dict(noop_max=0, num_threads=1, continuous=True, max_num_frames_per_episode=300)
+    ours, theirs = AtariVectorEnv("breakout", 2, **kwargs), AleVectorEnv("breakout", 2, **kwargs)
+    assert ours.single_action_space == theirs.single_action_space
+    ours.reset(seed=4), theirs.reset(seed=4)
+    rng = np.random.default_rng(2)
+    for t in range(60):
+        actions = np.stack([rng.uniform(0, 1, 2), rng.uniform(-np.pi, np.pi, 2), rng.uniform(0, 1, 2)],
+                           axis=1).astype(np.float32)
+        assert_same(t, ours.step(actions), theirs.step(actions))
+    theirs.close()
+
+
+def test_seeded_load_is_a_copy_of_one_load():
+    """A seeded reset copies one loaded console and reseeds its RNG; exact where the load
+    never draws from the environment RNG (checked at construction)."""
+    env = AtariVectorEnv("pong", 1, noop_max=0)
+    assert env._template_copyable
+    for seed in (1, 77, 2**31 - 1):
+        loaded = env._load(seed)
+        env._engine.reseed(np.array([0], np.int32), np.array([seed]))
+        assert bytes(env._engine.env_mem[0]) == loaded[0]
+        assert np.array_equal(env._engine.frame_mem[0], np.asarray(loaded[1]).reshape(2, -1))
+
+
+# ---- determinism and the asynchronous mode -------------------------------------------
+
+RANDOM_KW = dict(repeat_action_probability=0.25, noop_max=30, max_num_frames_per_episode=150)
+
+
+def per_env_trajectories(env, steps_per_env, action_seed=0):
+    """Drive env (sync or async) until every environment took steps_per_env steps; each
+    environment's actions come from its own stream. Returns {env: [result tuples]}."""
+    n = env.num_envs
+    streams = [np.random.default_rng([action_seed, k]) for k in range(n)]
+    traj = {k: [] for k in range(n)}
+    obs, info = env.reset(seed=11)
+    for j, k in enumerate(info["env_id"]):
+        traj[int(k)].append((obs[j].copy(), 0, False, False, int(info["lives"][j]),
+                             int(info["frame_number"][j]), int(info["episode_frame_number"][j])))
+    ids = info["env_id"]
+    while min(len(t) for t in traj.values()) <= steps_per_env:
+        actions = np.array([streams[k].integers(0, env.single_action_space.n) for k in ids])
+        env.send(actions)
+        obs, rew, term, trunc, info = env.recv()
+        ids = info["env_id"]
+        for j, k in enumerate(ids):
+            traj[int(k)].append((obs[j].copy(), int(rew[j]), bool(term[j]), bool(trunc[j]),
+                                 int(info["lives"][j]), int(info["frame_number"][j]),
+                                 int(info["episode_frame_number"][j])))
+    return traj
+
+
+def assert_same_trajectories(a, b, steps):
+    for k in a:
+        for t in range(steps):
+            x, y = a[k][t], b[k][t]
+            for u, v in zip(x, y):
+                if isinstance(u, np.ndarray):
+                    assert np.array_equal(u, v), f"env {k} step {t}: observation differs"
+                else:
+                    assert u == v, f"env {k} step {t}: {x[1:]} != {y[1:]}"
+
+
+def test_sync_determinism_with_sticky_actions_and_noops():
+    a = per_env_trajectories(AtariVectorEnv("breakout", 3, num_threads=2, **RANDOM_KW), 80)
+    b = per_env_trajectories(AtariVectorEnv("breakout", 3, num_threads=1, **RANDOM_KW), 80)
+    assert_same_trajectories(a, b, 80)
+
+
+def test_async_matches_sync_per_environment():
+    """batch_size < num_envs: whatever order environments finish in, each one's results
+    are those of the synchronous engine (same seed, same per-environment actions), and two
+    async runs agree; sticky actions and noop starts on."""
+    steps = 60
+    sync = per_env_trajectories(AtariVectorEnv("pong", 4, num_threads=1, **RANDOM_KW), steps)
+    async_a = per_env_trajectories(AtariVectorEnv("pong", 4, batch_size=2, num_threads=2, **RANDOM_KW), steps)
+    async_b = per_env_trajectories(AtariVectorEnv("pong", 4, batch_size=3, num_threads=2, **RANDOM_KW), steps)
+    assert_same_trajectories(sync, async_a, steps)
+    assert_same_trajectories(sync, async_b, steps)
+
+
+def test_async_send_with_env_ids():
+    env = AtariVectorEnv("pong", 4, batch_size=2, num_threads=2, noop_max=0)
+    obs, info = env.reset(seed=0)
+    assert obs.shape == (2, 4, 84, 84) and len(set(info["env_id"].tolist())) == 2
+    first = info["env_id"]
+    # the two environments still resetting arrive next
+    env.send(np.zeros(2, np.int64), env_ids=first)
+    seen = set(first.tolist())
+    for _ in range(20):  # completion order varies; every environment shows up
+        obs, rew, term, trunc, info = env.recv()
+        seen |= set(info["env_id"].tolist())
+        if len(seen) == 4:
+            break
+        env.send(np.zeros(2, np.int64), env_ids=info["env_id"])
+    assert seen == {0, 1, 2, 3}
+    with pytest.raises(ValueError, match="still running"):
+        running = np.flatnonzero(env._in_flight)
+        env.send(np.zeros(1, np.int64), env_ids=running[:1])
+
+
+def test_state_snapshot_resumes_exactly():
+    env = AtariVectorEnv("breakout", 2, **RANDOM_KW)
+    env.reset(seed=5)
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        last = env.step(rng.integers(0, 4, 2))
+    state = env.get_state()
+    actions = rng.integers(0, 4, (60, 2))
+    first = [env.step(a) for a in actions]
+    other = AtariVectorEnv("breakout", 2, **RANDOM_KW)
+    obs, info = other.set_state(state)  # the last result's observations, to act on
+    assert np.array_equal(obs, last[0]) and np.array_equal(info["lives"], last[4]["lives"])
+    second = [other.step(a) for a in actions]
+    for t, (x, y) in enumerate(zip(first, second)):
+        assert_same(t, x, y)
+    with pytest.raises(ValueError, match="another game"):
+        AtariVectorEnv("pong", 2, **RANDOM_KW).set_state(state)
+
+
+# ---- bad input ----------------------------------------------------------------------
+
+def test_bad_input_names_the_expected_value():
+    env = AtariVectorEnv("pong", 2, noop_max=0)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"shape \(2,\)"):
+        env.step(np.zeros(3, np.int64))
+    with pytest.raises(ValueError, match="integer array"):
+        env.step(np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match=r"0\.\.5"):
+        env.step(np.array([0, 6]))
+    with pytest.raises(ValueError, match=r"0\.\.5"):
+        env.step(np.array([-1, 0]))
+    with pytest.raises(ValueError, match="env_ids must be all"):
+        env.send(np.zeros(1, np.int64), env_ids=[1])
+    with pytest.raises(ValueError, match="num_threads must be >= 0"):
+        AtariVectorEnv("pong", 2, num_threads=-1)
+    with pytest.raises(ValueError, match=r"batch_size must be an int in 0..num_envs=2"):
+        AtariVectorEnv("pong", 2, batch_size=3)
+    with pytest.raises(ValueError, match=r"batch_size"):
+        AtariVectorEnv("pong", 2, batch_size=-1)
+    with pytest.raises(ValueError, match="backend='gpu' is not available yet"):
+        AtariVectorEnv("pong", 2, backend="gpu")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        AtariVectorEnv("pong", 2, backend="tpu")
+    with pytest.raises(ValueError, match="img_height"):
+        AtariVectorEnv("pong", 2, img_height=0)
+    async_env = AtariVectorEnv("pong", 3, batch_size=1, noop_max=0)
+    with pytest.raises(RuntimeError, match="before reset"):
+        async_env.send(np.zeros(1, np.int64))
+    async_env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"env_ids must be in 0..2"):
+        async_env.send(np.zeros(1, np.int64), env_ids=[3])
+
+
+def test_async_snapshot_resumes_exactly():
+    """Async mode, steps still running at get_state: after set_state each environment
+    continues exactly as the original does (completion order aside)."""
+    def send(env, ids, counts):
+        actions = np.array([np.random.default_rng([int(k), int(counts[k])]).integers(0, 4) for k in ids])
+        counts[ids] += 1
+        env.send(actions, env_ids=ids)
+
+    def drive(env, counts, recvs):
+        out = {}
+        for _ in range(recvs):
+            obs, rew, term, trunc, info = env.recv()
+            ids = info["env_id"]
+            for j, k in enumerate(ids):
+                out.setdefault(int(k), []).append((obs[j].tobytes(), int(rew[j]), bool(term[j]),
+                                                   bool(trunc[j]), int(info["frame_number"][j])))
+            send(env, ids, counts)
+        return out
+
+    kw = dict(batch_size=2, num_threads=2, **RANDOM_KW)
+    env = AtariVectorEnv("breakout", 4, **kw)
+    counts = np.zeros(4, np.int64)
+    obs, info = env.reset(seed=3)
+    send(env, info["env_id"], counts)
+    drive(env, counts, 10)
+    assert env._in_flight.all()  # every environment is busy at the snapshot
+    state, saved_counts = env.get_state(), counts.copy()
+    first = drive(env, counts, 15)
+    other = AtariVectorEnv("breakout", 4, **kw)
+    other.set_state(state)
+    second = drive(other, saved_counts, 15)
+    for k in set(first) & set(second):
+        n = min(len(first[k]), len(second[k]))
+        assert n > 0 and first[k][:n] == second[k][:n], f"env {k}"
+
+
+def test_bilinear_resize_matches_opencv():
+    """resize_interpolation="linear" (not in ale-py): cv2.INTER_LINEAR of the frame."""
+    cv2 = pytest.importorskip("cv2")
+    kw = dict(noop_max=0, stack_num=1, maxpool=False, max_num_frames_per_episode=200)
+    full = AtariVectorEnv("ms_pacman", 2, img_height=210, img_width=160, **kw)
+    small = AtariVectorEnv("ms_pacman", 2, img_height=84, img_width=84, resize_interpolation="linear", **kw)
+    a, b = full.reset(seed=1)[0], small.reset(seed=1)[0]
+    for t in range(30):
+        for k in range(2):
+            expected = cv2.resize(a[k, 0], (84, 84), interpolation=cv2.INTER_LINEAR)
+            assert np.array_equal(b[k, 0], expected), f"step {t} env {k}"
+        actions = np.full(2, t % 5)
+        a, b = full.step(actions)[0], small.step(actions)[0]
+    with pytest.raises(ValueError, match="resize_interpolation"):
+        AtariVectorEnv("pong", 1, resize_interpolation="cubic")
+
+
+def test_keywords_and_defaults_are_ale_pys():
+    import inspect
+    ours = inspect.signature(AtariVectorEnv.__init__).parameters
+    for name, p in inspect.signature(AleVectorEnv.__init__).parameters.items():
+        assert name in ours, f"missing keyword {name}"
+        assert ours[name].default == p.default, f"{name}: default {ours[name].default!r} != {p.default!r}"
+        assert ours[name].kind == p.kind, name
+    assert ours["backend"].default == "cpu" and ours["num_threads"].default == 0
+
+
+def _all_games():
+    from hybridsim import games_table
+    return sorted(g["name"] for g in games_table.games())
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("HYBRIDSIM_ALL_GAMES"),
+                    reason="about 2 minutes: set HYBRIDSIM_ALL_GAMES=1")
+@pytest.mark.parametrize("game", _all_games())
+def test_every_game_matches_ale_py(game):
+    """All 57 games, sticky actions on (seeded), across a truncation each."""
+    ends = run_side_by_side(game, 2, 50, max_num_frames_per_episode=120, repeat_action_probability=0.25)
+    assert ends >= 2
