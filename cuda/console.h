@@ -341,29 +341,32 @@ HS_HD inline void console_materialize(const uint8_t* rom, FrameBuffers& fbs) {
   console_draw_pending(rom, fbs, 1);
 }
 
+// Draws the buffer holding the last frame, if pending (enough to read the screen).
+HS_HD inline void console_materialize_shown(const uint8_t* rom, FrameBuffers& fbs) {
+  if (fbs.replay != nullptr) console_draw_pending(rom, fbs, fbs.shown);
+}
+
 // One TIA::update: run the CPU until the frame ends (VSYNC, scanline limit) or 25,000
 // instructions. Returns the number of scanlines of the frame.
 HS_HD inline int32_t console_run_frame(Console& c, const uint8_t* rom, FrameBuffers& fbs) {
   FrameReplay* r = fbs.replay;
-  if (r == nullptr) {
+  if (r == nullptr || c.tia.partial_frame) {  // a continued frame's buffer is already drawn
     console_run_frame_into(c, rom, fbs, false);
-    return c.tia.lines_this_frame;
-  }
-  if (!r->lazy || c.tia.partial_frame) {  // drawn as it runs (a continued frame always is)
-    // A new frame may leave pixels of its buffer's previous frame visible: draw those first.
-    if (!c.tia.partial_frame) console_draw_pending(rom, fbs, fbs.shown ^ 1);
-    console_run_frame_into(c, rom, fbs, false);
-    r->pending[fbs.shown] = 0;
     return c.tia.lines_this_frame;
   }
   const int32_t k = fbs.shown ^ 1;  // the buffer this frame goes to
+  const bool lazy = r->lazy != 0;
+  if (!lazy && !r->pending[k]) {
+    console_run_frame_into(c, rom, fbs, false);
+    return c.tia.lines_this_frame;
+  }
   const Console start = c;
-  console_run_frame_into(c, rom, fbs, true);
+  console_run_frame_into(c, rom, fbs, lazy);
   const bool whole = !c.tia.partial_frame && c.tia.drawn_until_clock >= c.tia.display_stop_clock;
   if (whole) {  // every pixel of the display is this frame's
-    r->start[k] = start;
-    r->pending[k] = 1;
-  } else {  // old pixels stay visible: draw what lies under them, then this frame
+    if (lazy) r->start[k] = start;
+    r->pending[k] = lazy ? 1 : 0;
+  } else {  // old pixels stay visible: draw the frame under them, then this one again
     console_draw_pending(rom, fbs, k);
     FrameBuffers again = fbs;
     again.shown = k ^ 1;

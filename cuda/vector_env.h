@@ -144,10 +144,24 @@ HS_HD HS_INLINE int32_t vec_ale_act(AleEnv& e, const uint8_t* rom, FrameBuffers&
   return env_act(e, rom, fbs, action, B_NOOP, strength, 0.0f);
 }
 
+// Frames whose screen is not captured are emulated without drawing (console.h,
+// FrameReplay); `draw` says whether the coming frames will be read.
+HS_HD HS_INLINE void vec_will_read(FrameBuffers& fbs, bool draw) {
+  if (fbs.replay != nullptr) fbs.replay->lazy = draw ? 0 : 1;
+}
+
+// vec_capture after drawing the shown frame if it was left undrawn.
+HS_HD HS_INLINE void vec_capture_drawn(const VecConfig& c, const uint8_t* rom, FrameBuffers& fbs,
+                                       uint8_t* dst) {
+  console_materialize_shown(rom, fbs);
+  vec_capture(c, fbs, dst);
+}
+
 // PreprocessedEnv::reset after any reseed: reset_game, FIRE, noops, fresh stack.
 // reset_game is skipped once when the state was copied from a load that already ran it.
 HS_HD inline void vec_reset(const VecConfig& c, const pp::ResizePlan& plan, const uint8_t* rom,
                             AleEnv& e, VecEnvState& s, VecEnvBuffers& b) {
+  vec_will_read(b.fbs, false);
   if (!s.reset_done) env_reset(e, rom, b.fbs);
   s.reset_done = 0;
   if (c.fire_reset) vec_ale_act(e, rom, b.fbs, A_FIRE, 1.0f);
@@ -159,7 +173,7 @@ HS_HD inline void vec_reset(const VecConfig& c, const pp::ResizePlan& plan, cons
   }
   pp::stack_clear(b.stack, c.stack_num, c.obs_size);
   s.stack_head = 0;
-  vec_capture(c, b.fbs, b.raw0);
+  vec_capture_drawn(c, rom, b.fbs, b.raw0);
   for (int32_t i = 0; i < c.raw_size; ++i) b.raw1[i] = 0;
   vec_process_screen(c, plan, s, b);
   s.elapsed_steps = 0;
@@ -176,6 +190,7 @@ HS_HD inline void vec_step(const VecConfig& c, const pp::ResizePlan& plan, const
   const int32_t action = c.action_set[action_index];
   int32_t reward = 0;
   for (int32_t skip = c.frame_skip; skip > 0; --skip) {
+    vec_will_read(b.fbs, skip <= 2);  // only the last two frames are captured
     reward += vec_ale_act(e, rom, b.fbs, action, strength);
     s.game_over = env_terminal(e) ? 1 : 0;
     s.elapsed_steps += 1;
@@ -183,7 +198,7 @@ HS_HD inline void vec_step(const VecConfig& c, const pp::ResizePlan& plan, const
     s.was_life_lost = (lives < s.lives && lives > 0) ? 1 : 0;
     if (s.game_over || s.elapsed_steps >= c.max_episode_steps || (c.episodic_life && s.was_life_lost))
       break;
-    if (skip <= 2) vec_capture(c, b.fbs, skip == 1 ? b.raw0 : b.raw1);
+    if (skip <= 2) vec_capture_drawn(c, rom, b.fbs, skip == 1 ? b.raw0 : b.raw1);
   }
   vec_process_screen(c, plan, s, b);
   s.lives = env_lives(e);
@@ -266,6 +281,7 @@ HS_HD inline void vec_reseed_from(const AleEnv& loaded, const uint8_t* loaded_fr
   for (int32_t i = 0; i < frame_bytes; ++i) b.fbs.buf[0][i] = loaded_frames[i];
   for (int32_t i = 0; i < frame_bytes; ++i) b.fbs.buf[1][i] = loaded_frames[frame_bytes + i];
   b.fbs.shown = loaded_shown;
+  if (b.fbs.replay != nullptr) b.fbs.replay->pending[0] = b.fbs.replay->pending[1] = 0;
   mt_seed(s.noop_rng, seed);
   s.reset_done = 1;
 }

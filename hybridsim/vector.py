@@ -487,6 +487,7 @@ class AtariVectorEnv(VectorEnv):
             raise ValueError("get_state() between send() and recv(): call recv() first")
         self._settle()
         e = self._engine
+        e.materialize()
         arrays = dict(env=e.env_mem, state=e.state_mem, frames=e.frame_mem, raw=e.raw_mem,
                       stack=e.stack_mem, shown=e.shown(),
                       last_ids=np.array([] if self._last_ids is None else self._last_ids, np.int32),
@@ -520,6 +521,7 @@ class AtariVectorEnv(VectorEnv):
                           ("raw", e.raw_mem), ("stack", e.stack_mem)):
             arr[...] = data[name]
         e.set_shown(data["shown"])
+        e.forget_undrawn()
         if self._async:
             for name in self._STAGE:
                 if getattr(e, name) is not None:

@@ -592,6 +592,7 @@ cdef class Emulator:
     def raw_state(self):
         """(AleEnv bytes, both frame buffers as uint8[2, kFrameBytes], index of the one
         shown): everything this emulator holds, for hybridsim._vector's engine."""
+        self._materialize()
         return (<char*>self.env)[:sizeof(AleEnv)], self.frames.copy(), self.fbs.shown
 
     def restore_state(self, state):

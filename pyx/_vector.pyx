@@ -36,9 +36,13 @@ cdef extern from "vector_engine.h" namespace "hs" nogil:
         pass
     cdef struct MT19937:
         pass
+    cdef struct FrameReplay:
+        pass
     cdef struct FrameBuffers:
         uint8_t* buf[2]
         int32_t shown
+        FrameReplay* replay
+    void console_materialize(const uint8_t* rom, FrameBuffers& fbs)
     cdef struct ResizePlan "hs::pp::ResizePlan":
         pass
     int resize_plan_init "hs::pp::resize_plan_init"(ResizePlan* p, int src_h, int src_w, int dst_h,
@@ -113,12 +117,14 @@ cdef extern from *:
     static inline size_t hs_sizeof_aleenv() { return sizeof(hs::AleEnv); }
     static inline size_t hs_sizeof_vecstate() { return sizeof(hs::VecEnvState); }
     static inline size_t hs_sizeof_plan() { return sizeof(hs::pp::ResizePlan); }
+    static inline size_t hs_sizeof_replay() { return sizeof(hs::FrameReplay); }
     static inline hs::MT19937* hs_noop_rng(hs::VecEnvState* s) { return &s->noop_rng; }
     static inline void hs_mark_reset_done(hs::VecEnvState* s) { s->reset_done = 1; }
     """
     size_t hs_sizeof_aleenv()
     size_t hs_sizeof_vecstate()
     size_t hs_sizeof_plan()
+    size_t hs_sizeof_replay()
     MT19937* hs_noop_rng(VecEnvState* s)
     void hs_mark_reset_done(VecEnvState* s)
 
@@ -143,6 +149,9 @@ cdef class VectorEngine:
     cdef readonly int num_threads
     cdef readonly int obs_bytes
     cdef readonly object env_mem, state_mem, frame_mem, raw_mem, stack_mem
+    # Frames left undrawn and how to draw them (console.h, FrameReplay); not part of a
+    # snapshot: materialize() draws them first.
+    cdef object replay_mem
     cdef readonly object template_state, template_frames
     cdef readonly int template_shown
     cdef readonly object stage_obs, stage_final, stage_reward, stage_terminated, stage_truncated
@@ -214,14 +223,17 @@ cdef class VectorEngine:
         self.frame_mem = np.zeros((num_envs, 2, kFrameBytes), dtype=np.uint8)
         self.raw_mem = np.zeros((num_envs, 2, c.raw_size), dtype=np.uint8)
         self.stack_mem = np.zeros((num_envs, self.obs_bytes), dtype=np.uint8)
+        self.replay_mem = np.zeros((num_envs, hs_sizeof_replay()), dtype=np.uint8)
         self.bufs = <VecEnvBuffers*>malloc(num_envs * sizeof(VecEnvBuffers))
         if self.bufs == NULL:
             raise MemoryError("cannot allocate the buffer table")
         cdef uint8_t* frames = _ptr(self.frame_mem)
         cdef uint8_t* raws = _ptr(self.raw_mem)
         cdef uint8_t* stacks = _ptr(self.stack_mem)
+        cdef uint8_t* replays = _ptr(self.replay_mem)
         cdef int64_t k
         for k in range(num_envs):
+            self.bufs[k].fbs.replay = <FrameReplay*>(replays + k * hs_sizeof_replay())
             self.bufs[k].fbs.buf[0] = frames + (2 * k) * kFrameBytes
             self.bufs[k].fbs.buf[1] = frames + (2 * k + 1) * kFrameBytes
             self.bufs[k].fbs.shown = 0
@@ -259,6 +271,7 @@ cdef class VectorEngine:
         memcpy(&self.g.envs[env], raw, ALE_ENV_BYTES)
         self.frame_mem[env] = np.asarray(frames, dtype=np.uint8).reshape(2, kFrameBytes)
         self.bufs[env].fbs.shown = shown
+        self.replay_mem[env] = 0  # the frames just set are drawn
         mt_seed(hs_noop_rng(&self.g.states[env])[0], <uint32_t>(int(seed) & 0xFFFFFFFF))
         hs_mark_reset_done(&self.g.states[env])
 
@@ -378,6 +391,18 @@ cdef class VectorEngine:
     # ---- snapshots ----------------------------------------------------------------
     def shown(self):
         return np.array([self.bufs[k].fbs.shown for k in range(self.num_envs)], dtype=np.int32)
+
+    def materialize(self):
+        """Draws every frame left undrawn, so frame_mem holds what an eager run draws."""
+        cdef const uint8_t* rom_ptr = self.rom
+        cdef int k
+        with nogil:
+            for k in range(self.num_envs):
+                console_materialize(rom_ptr, self.bufs[k].fbs)
+
+    def forget_undrawn(self):
+        """After frame_mem was overwritten from a snapshot: nothing is pending."""
+        self.replay_mem[...] = 0
 
     def set_shown(self, values):
         v = np.asarray(values, dtype=np.int32)

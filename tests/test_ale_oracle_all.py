@@ -4,7 +4,7 @@ Each game is driven side by side through `hybridsim verify` with a seeded random
 minimal actions: reward, lives, game_over and RAM every frame, the screen every frame or
 every third frame (hybridsim draws unread frames on demand; both paths are covered), RGB
 and grayscale every 50 frames, two reset_game calls and a cloneState/restoreState round
-trip. HYBRIDSIM_ORACLE_FRAMES=N runs longer (`hybridsim verify --all` is the long form).
+trip; and each game with modes or difficulties in its last ones. HYBRIDSIM_ORACLE_FRAMES=N runs longer (`hybridsim verify --all` is the long form).
 """
 import os
 
@@ -18,7 +18,11 @@ ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 from hybridsim.ale import ALEInterface  # noqa: E402
 
 FRAMES = int(os.environ.get("HYBRIDSIM_ORACLE_FRAMES", "240"))
-GAMES = [g["name"] for g in games_table.games() if g.get("ale_settings", True)]
+TABLE = [g for g in games_table.games() if g.get("ale_settings", True)]
+GAMES = [g["name"] for g in TABLE]
+# Each game also in a non-default mode and difficulty where it has one: its last ones.
+OTHER = [(g["name"], g["modes"][-1], g["difficulties"][-1]) for g in TABLE
+         if len(g["modes"]) > 1 or len(g["difficulties"]) > 1]
 
 
 @pytest.mark.parametrize("sticky,screen_every", [(0.25, 3), (0.0, 1)])
@@ -30,3 +34,11 @@ def test_game_matches_ale_py(game, sticky, screen_every):
                            clone_at=FRAMES // 2)
     assert result.exact, str(result)
     assert result.frames == FRAMES
+
+
+@pytest.mark.parametrize("game,mode,difficulty", OTHER)
+def test_game_in_other_mode_matches_ale_py(game, mode, difficulty):
+    result = verify.verify(ale_py.ALEInterface, ALEInterface, roms.rom_path(game), game=game,
+                           frames=FRAMES, repeat_action_probability=0.25, seed=5,
+                           reset_every=FRAMES // 2, screen_every=2, mode=mode, difficulty=difficulty)
+    assert result.exact, str(result)
