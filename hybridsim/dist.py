@@ -27,6 +27,17 @@ import numpy as np
 import torch
 
 
+def _scatter_gradients(model, grads, averaged) -> None:
+    """Copy the averaged flat buffer back into each parameter's .grad, in order."""
+    offset = 0
+    for p, g in zip(model.parameters(), grads):
+        n = g.numel()
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        p.grad.copy_(averaged[offset:offset + n].view_as(p.grad))
+        offset += n
+
+
 class LocalComm:
     rank = 0
     size = 1
@@ -88,13 +99,7 @@ class MPIComm:
         self.comm.Allreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
         buffer /= self.size
         averaged = self._host_buffer.to(flat.device, non_blocking=False)
-        offset = 0
-        for p, g in zip(model.parameters(), grads):
-            n = g.numel()
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            p.grad.copy_(averaged[offset:offset + n].view_as(p.grad))
-            offset += n
+        _scatter_gradients(model, grads, averaged)
 
     def allreduce_sum(self, value):
         from mpi4py import MPI
@@ -171,13 +176,7 @@ class TorchDistComm(MPIComm):
         self._tdist.all_reduce(flat, op=self._tdist.ReduceOp.SUM)
         flat /= self.size
         averaged = flat.to(grads[0].device) if grads else flat
-        offset = 0
-        for p, g in zip(model.parameters(), grads):
-            n = g.numel()
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            p.grad.copy_(averaged[offset:offset + n].view_as(p.grad))
-            offset += n
+        _scatter_gradients(model, grads, averaged)
 
     def close(self):
         if self._tdist.is_initialized():

@@ -38,17 +38,23 @@ struct VecEngine {
   VecEnvBuffers* bufs;
 };
 
-inline void engine_run_one(const VecEngine& g, int32_t env, bool force_reset, int32_t action,
-                           float strength, const VecBatch& out, long long row) {
+// Row `row` of the batch outputs as one environment's output pointers.
+inline VecOutput engine_row(const VecBatch& out, long long row, bool with_final) {
   VecOutput o;
   o.obs = out.obs + row * out.obs_stride;
-  o.final_obs = out.final_obs ? out.final_obs + row * out.obs_stride : nullptr;
+  o.final_obs = with_final && out.final_obs ? out.final_obs + row * out.obs_stride : nullptr;
   o.reward = out.reward + row;
   o.terminated = out.terminated + row;
   o.truncated = out.truncated + row;
   o.lives = out.lives + row;
   o.frame_number = out.frame_number + row;
   o.episode_frame_number = out.episode_frame_number + row;
+  return o;
+}
+
+inline void engine_run_one(const VecEngine& g, int32_t env, bool force_reset, int32_t action,
+                           float strength, const VecBatch& out, long long row) {
+  VecOutput o = engine_row(out, row, true);
   int32_t f = vec_execute(g.cfg, *g.plan, g.rom, g.envs[env], g.states[env], g.bufs[env], force_reset,
                           action, strength, o);
   if (out.has_final) out.has_final[row] = (uint8_t)f;
@@ -57,15 +63,7 @@ inline void engine_run_one(const VecEngine& g, int32_t env, bool force_reset, in
 // The current state of one environment as a result row (partial resets report the
 // environments they leave alone this way).
 inline void engine_write_current(const VecEngine& g, int32_t env, const VecBatch& out, long long row) {
-  VecOutput o;
-  o.obs = out.obs + row * out.obs_stride;
-  o.final_obs = nullptr;
-  o.reward = out.reward + row;
-  o.terminated = out.terminated + row;
-  o.truncated = out.truncated + row;
-  o.lives = out.lives + row;
-  o.frame_number = out.frame_number + row;
-  o.episode_frame_number = out.episode_frame_number + row;
+  VecOutput o = engine_row(out, row, false);
   vec_write(g.cfg, g.envs[env], g.states[env], g.bufs[env], o);
   if (out.has_final) out.has_final[row] = 0;
 }
