@@ -345,13 +345,14 @@ def test_keywords_and_defaults_are_ale_pys():
 
 def _all_games():
     from hybridsim import games_table
-    return sorted(g["name"] for g in games_table.games())
+    # ale-py cannot load the ROMs ALE has no settings for (combat, joust, ...).
+    return sorted(g["name"] for g in games_table.games() if g.get("ale_settings", True))
 
 
 @pytest.mark.skipif(not __import__("os").environ.get("HYBRIDSIM_ALL_GAMES"),
                     reason="about 2 minutes: set HYBRIDSIM_ALL_GAMES=1")
 @pytest.mark.parametrize("game", _all_games())
 def test_every_game_matches_ale_py(game):
-    """All 57 games, sticky actions on (seeded), across a truncation each."""
+    """Every game with ALE settings, sticky actions on (seeded), across a truncation each."""
     ends = run_side_by_side(game, 2, 50, max_num_frames_per_episode=120, repeat_action_probability=0.25)
     assert ends >= 2
