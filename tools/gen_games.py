@@ -573,10 +573,15 @@ def enum_name(name):
 def rom_facts(entry):
     """(mapper, tv) of a game's ROM as hybridsim detects them, ALE's way: the mapper by
     ALE's auto-detection, the TV standard by emulating the 60 frames ALE looks at."""
-    if REPO not in sys.path:
-        sys.path.insert(0, REPO)
+    try:  # the installed package; a source tree only when it has built extensions
+        from hybridsim import _console
+    except ImportError:
+        if REPO not in sys.path:
+            sys.path.insert(0, REPO)
+        for name in [m for m in sys.modules if m == "hybridsim" or m.startswith("hybridsim.")]:
+            del sys.modules[name]
+        from hybridsim import _console
     from ale_py import roms
-    from hybridsim import _console
     from hybridsim.carts import ale_cart_type
     from hybridsim.console_props import emulator_kwargs
     with open(roms.get_rom_path(entry["name"]), "rb") as f:
