@@ -322,15 +322,20 @@ HS_HD inline void console_run_frame_into(Console& c, const uint8_t* rom, FrameBu
   c.tia.skip_pixels = 0;
 }
 
-// Draws pending buffer k by running its frame again from the saved start state.
-HS_HD inline void console_draw_pending(const uint8_t* rom, FrameBuffers& fbs, int32_t k) {
-  FrameReplay& r = *fbs.replay;
-  if (!r.pending[k]) return;
+// Draws buffer k by running the frame that starts in `start` again (on a scratch copy).
+HS_HD inline void console_redraw(const uint8_t* rom, const FrameBuffers& fbs, int32_t k, const Console& start) {
   FrameBuffers target = fbs;
   target.shown = k ^ 1;  // the run flips to buffer k
   target.replay = nullptr;
-  Console scratch = r.start[k];
+  Console scratch = start;
   console_run_frame_into(scratch, rom, target, false);
+}
+
+// Draws pending buffer k from its saved start state.
+HS_HD inline void console_draw_pending(const uint8_t* rom, FrameBuffers& fbs, int32_t k) {
+  FrameReplay& r = *fbs.replay;
+  if (!r.pending[k]) return;
+  console_redraw(rom, fbs, k, r.start[k]);
   r.pending[k] = 0;
 }
 
@@ -368,11 +373,7 @@ HS_HD inline int32_t console_run_frame(Console& c, const uint8_t* rom, FrameBuff
     r->pending[k] = lazy ? 1 : 0;
   } else {  // old pixels stay visible: draw the frame under them, then this one again
     console_draw_pending(rom, fbs, k);
-    FrameBuffers again = fbs;
-    again.shown = k ^ 1;
-    again.replay = nullptr;
-    Console scratch = start;
-    console_run_frame_into(scratch, rom, again, false);
+    console_redraw(rom, fbs, k, start);
   }
   return c.tia.lines_this_frame;
 }

@@ -45,6 +45,15 @@ typedef unsigned long long uint64_t;
 #define HS_OPENMP 0
 #endif
 
+// Index of the lowest set bit of a non-zero 64-bit value.
+HS_HD HS_INLINE int32_t hs_lowest_bit(uint64_t v) {
+#if defined(__CUDA_ARCH__)
+  return __ffsll((long long)v) - 1;
+#else
+  return __builtin_ctzll(v);
+#endif
+}
+
 // Fixed-size copy usable on host and device (memcpy is not available under NVRTC).
 HS_HD HS_INLINE void hs_copy_bytes(void* dst, const void* src, uint32_t n) {
   uint8_t* d = (uint8_t*)dst;

@@ -362,8 +362,7 @@ HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
     out[k] = t.color[kTiaColourPick[256 + (v | prio)]];
   }
   uint16_t hits = 0;
-  for (int32_t v = 3; v < 64; ++v)  // combinations of one object (or none) set no latch
-    if ((seen >> v) & 1) hits |= kTiaCollisions[v];
+  for (; seen != 0; seen &= seen - 1) hits |= kTiaCollisions[hs_lowest_bit(seen)];
   t.collisions |= hits;
 }
 
@@ -462,15 +461,13 @@ HS_HD inline void tia_span_collisions(Tia& t, int32_t x, int32_t count) {
     if (m[o][0] | m[o][1] | m[o][2]) inside |= 1u << o;
   }
   if ((inside & (inside - 1)) == 0) return;
-  // Latch bit and its two objects, in ALE's latch order (see collision_bits).
-  const uint8_t kPairs[15][2] = {{1, 2}, {1, 0}, {3, 0}, {3, 2}, {0, 5}, {0, 4}, {2, 5}, {2, 4},
-                                 {1, 5}, {1, 4}, {3, 5}, {3, 4}, {4, 5}, {0, 2}, {1, 3}};
+  // Each pair of objects that meets sets the latch of that pair (kTiaCollisions of the two).
   uint16_t hits = 0;
-  for (int32_t k = 0; k < 15; ++k) {
-    if (!((inside >> kPairs[k][0]) & (inside >> kPairs[k][1]) & 1)) continue;
-    const uint64_t* a = m[kPairs[k][0]];
-    const uint64_t* b = m[kPairs[k][1]];
-    if ((a[0] & b[0]) | (a[1] & b[1]) | (a[2] & b[2])) hits |= (uint16_t)(1u << k);
+  for (int32_t a = 0; a < 6; ++a) {
+    if (!((inside >> a) & 1)) continue;
+    for (int32_t b = a + 1; b < 6; ++b)
+      if (((inside >> b) & 1) && ((m[a][0] & m[b][0]) | (m[a][1] & m[b][1]) | (m[a][2] & m[b][2])))
+        hits |= kTiaCollisions[(1u << a) | (1u << b)];
   }
   t.collisions |= hits;
 }

@@ -473,8 +473,7 @@ cdef class Emulator:
 
     def reset_game(self):
         cdef const uint8_t* rom_ptr = self.rom
-        self.replay.lazy = not self.screen_read
-        self.screen_read = False
+        self._arm_replay()
         with nogil:
             env_reset(self.env[0], rom_ptr, self.fbs)
 
@@ -488,8 +487,7 @@ cdef class Emulator:
             raise ValueError(f"player B action must be 18-35 (or 0-17, or 40 RESET), got {action_b}")
         cdef const uint8_t* rom_ptr = self.rom
         cdef int32_t reward
-        self.replay.lazy = not self.screen_read
-        self.screen_read = False
+        self._arm_replay()
         with nogil:
             reward = env_act(self.env[0], rom_ptr, self.fbs, action_a, action_b,
                              paddle_strength, paddle_strength_b)
@@ -521,6 +519,11 @@ cdef class Emulator:
     cdef const uint8_t* _screen(self):
         self._materialize()
         return self.fbs.buf[self.fbs.shown]
+
+    cdef void _arm_replay(self):
+        """Before emulating: leave the frames undrawn unless the last ones were read."""
+        self.replay.lazy = not self.screen_read
+        self.screen_read = False
 
     cdef void _materialize(self):
         """Draws the frames left undrawn; every pixel read goes through here."""
