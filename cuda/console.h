@@ -195,35 +195,38 @@ struct ConsoleBus {
   uint8_t data_bus;  // last value on the bus (TIA reads keep its low 6 bits)
   uint8_t stop;      // the TIA ended the CPU's run
   uint32_t cycles;   // the system clock (Console::cycles while the CPU runs)
-  // The cartridge's plain-ROM window: reads of $1000 + [window_lo, window_lo +
-  // window_len) return window[addr & window_mask] with no side effects (no hot spot,
-  // RAM port or DPC register inside). Bank switches happen only outside it, so it is
-  // refreshed after every other cartridge access.
+  // The cartridge's plain-ROM window: reads of [window_start, window_start + window_len)
+  // (13-bit addresses) return window[addr - window_start] with no side effects (no hot
+  // spot, RAM port or DPC register inside). Bank switches happen only outside it, so it
+  // is refreshed after every other cartridge access.
   const uint8_t* window;
-  uint32_t window_lo, window_len, window_mask;
+  uint32_t window_start, window_len;
 
   HS_HD HS_INLINE void refresh_window() {
     const Cart& k = c->cart;
-    window = rom + (uint32_t)k.bank * 4096u;
-    window_mask = 0x0FFF;
+    const uint8_t* bank = rom + (uint32_t)k.bank * 4096u;
+    uint32_t lo = 0;  // offset of the window in the 4 KiB cartridge space
     switch (k.type) {
-      case CART_2K: window = rom; window_mask = 0x07FF; window_lo = 0; window_len = 0x1000; break;
-      case CART_4K: window_lo = 0; window_len = 0x1000; break;
-      case CART_F8: case CART_F8_SWAPPED: window_lo = 0; window_len = 0x0FF8; break;
-      case CART_F6: window_lo = 0; window_len = 0x0FF6; break;
-      case CART_F8SC: window_lo = 0x100; window_len = 0x0FF8 - 0x100; break;
-      case CART_F6SC: window_lo = 0x100; window_len = 0x0FF6 - 0x100; break;
-      case CART_DPC: window_lo = 0x80; window_len = 0x0FC0 - 0x80; break;
+      case CART_2K:  // mirrored twice: the window is the copy the CPU ran in last
+        bank = rom; lo = (c->cpu.pc & 0x0800) ? 0x800 : 0; window_len = 0x800; break;
+      case CART_4K: window_len = 0x1000; break;
+      case CART_F8: case CART_F8_SWAPPED: window_len = 0x0FF8; break;
+      case CART_F6: window_len = 0x0FF6; break;
+      case CART_F8SC: lo = 0x100; window_len = 0x0FF8 - 0x100; break;
+      case CART_F6SC: lo = 0x100; window_len = 0x0FF6 - 0x100; break;
+      case CART_DPC: lo = 0x80; window_len = 0x0FC0 - 0x80; break;
       case CART_E0:  // the fixed slice 7 at $1C00, below its hot spots
-        window = rom + 7u * 1024u; window_mask = 0x03FF; window_lo = 0x0C00; window_len = 0x0FE0 - 0x0C00; break;
-      default: window_lo = 0; window_len = 0; break;  // FE decodes A13: always the device path
+        bank = rom + 7u * 1024u - 0x0C00u; lo = 0x0C00; window_len = 0x0FE0 - 0x0C00; break;
+      default: window_len = 0; break;  // FE decodes A13: always the device path
     }
+    window = bank + (k.type == CART_2K ? 0u : lo);
+    window_start = 0x1000u + lo;
   }
 
   // Address decoding on A12, A7 and A9 (13-bit bus); devices see the full address.
   HS_HD HS_INLINE uint8_t peek(uint16_t addr) {
-    const uint32_t from_window = (uint32_t)(addr & 0x1FFF) - (0x1000u + window_lo);
-    if (from_window < window_len) data_bus = window[addr & window_mask];
+    const uint32_t from_window = (uint32_t)(addr & 0x1FFF) - window_start;
+    if (from_window < window_len) data_bus = window[from_window];
     else if ((addr & 0x1280) == 0x0080) data_bus = c->riot.ram[addr & 0x7F];
     else data_bus = peek_device(addr);
     return data_bus;
@@ -233,13 +236,14 @@ struct ConsoleBus {
   // the iterations before the one that reads 0 (or reaches the instruction budget) are run
   // at once: same cycles, count, data bus and value as stepping them (the reads in between
   // take riot_read_timer's counting branch, which has no side effects).
-  HS_HD HS_INLINE uint8_t peek_poll(uint16_t addr, uint16_t next_pc, uint32_t& count, uint32_t max) {
-    const uint32_t from_window = (uint32_t)(addr & 0x1FFF) - (0x1000u + window_lo);
-    if (from_window < window_len) data_bus = window[addr & window_mask];
+  // `left`: instructions left in the CPU's budget after this one (lowered by the skip).
+  HS_HD HS_INLINE uint8_t peek_poll(uint16_t addr, uint16_t next_pc, uint32_t& left) {
+    const uint32_t from_window = (uint32_t)(addr & 0x1FFF) - window_start;
+    if (from_window < window_len) data_bus = window[from_window];
     else if ((addr & 0x1280) == 0x0080) data_bus = c->riot.ram[addr & 0x7F];
     else {
       data_bus = peek_device(addr);
-      if ((addr & 0x1285) == 0x0284) count += 2 * poll_skip(next_pc, max - count);  // INTIM ($284/$286)
+      if ((addr & 0x1285) == 0x0284) left -= 2 * poll_skip(next_pc, left);  // INTIM ($284/$286)
     }
     return data_bus;
   }
@@ -248,10 +252,10 @@ struct ConsoleBus {
   HS_HD HS_NOINLINE uint32_t poll_skip(uint16_t next_pc, uint32_t left) {
     if (data_bus == 0) return 0;
     // The loop's code (the load 3 bytes back, BNE -5 here) must be plain window ROM.
-    const uint32_t first = (uint32_t)((next_pc - 3) & 0x1FFF) - (0x1000u + window_lo);
-    const uint32_t last = (uint32_t)((next_pc + 1) & 0x1FFF) - (0x1000u + window_lo);
+    const uint32_t first = (uint32_t)((next_pc - 3) & 0x1FFF) - window_start;
+    const uint32_t last = (uint32_t)((next_pc + 1) & 0x1FFF) - window_start;
     if (first >= window_len || last >= window_len || last < first) return 0;
-    if (window[next_pc & window_mask] != 0xD0 || window[(uint16_t)(next_pc + 1) & window_mask] != 0xFB) return 0;
+    if (window[first + 3] != 0xD0 || window[first + 4] != 0xFB) return 0;
     // One iteration: the load (4 cycles) and the taken BNE (3, or 4 across a page).
     const uint32_t per = 7u + ((((uint32_t)next_pc + 2u) ^ ((uint32_t)next_pc - 3u)) & 0xFF00u ? 1u : 0u);
     uint32_t k = riot_timer_steady_cycles(c->riot, cycles) / per;

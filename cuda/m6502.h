@@ -2,7 +2,7 @@
 //
 // The CPU is generic over its bus: `Bus` provides
 //   uint8_t peek(uint16_t addr);                       // a read; updates the data bus
-//   uint8_t peek_poll(uint16_t addr, uint16_t pc, uint32_t& count, uint32_t max);
+//   uint8_t peek_poll(uint16_t addr, uint16_t pc, uint32_t& left);
 //                                                      // peek for LDA/LDX/LDY abs; may run
 //                                                      // a timer-polling loop ahead (console.h)
 //   void    poke(uint16_t addr, uint8_t v, bool last_access_was_read);  // a write
@@ -108,7 +108,7 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
   uint8_t n = s.n, v = s.v, b = s.b, d = s.d, flag_i = s.i, notz = s.notz, c = s.c;
   uint8_t last_read = s.last_access_was_read;
   uint8_t ir = s.ir;
-  uint32_t count = 0;
+  uint32_t left = max_instructions;  // instructions still allowed
 
   auto rd = [&](uint16_t address) HS_LAMBDA_INLINE -> uint8_t {
     uint8_t value = bus.peek(address);
@@ -118,7 +118,7 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
   // An absolute load (LDA/LDX/LDY abs): the bus may recognise a loop that polls a
   // timer and run its iterations in one step (Bus::peek_poll; pc is past the operand).
   auto rd_poll = [&](uint16_t address) HS_LAMBDA_INLINE -> uint8_t {
-    uint8_t value = bus.peek_poll(address, pc, count, max_instructions);
+    uint8_t value = bus.peek_poll(address, pc, left);
     last_read = 1;
     return value;
   };
@@ -205,26 +205,30 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
     }
   };
 
-  while (count < max_instructions) {
+  if (left != 0) {
+    for (;;) {
 #ifdef HS_PC_HOOK
-    HS_PC_HOOK(pc);
+      HS_PC_HOOK(pc);
 #endif
-    ir = rd(pc);
-    pc = (uint16_t)(pc + 1);
-    bus.add_cycles(kM6502Cycles[ir]);
-    ++count;
-    uint16_t addr = 0;
-    uint8_t operand = 0;
-    (void)addr;
-    (void)operand;
-    switch (ir) {
+      ir = rd(pc);
+      pc = (uint16_t)(pc + 1);
+      bus.add_cycles(kM6502Cycles[ir]);
+      --left;
+      uint16_t addr = 0;
+      uint8_t operand = 0;
+      (void)addr;
+      (void)operand;
+      switch (ir) {
 #include "m6502_ops.inc"
-      default:  // the 12 JAM opcodes: ALE stops the CPU with a fatal error
-        jammed = true;
-        break;
+        default:  // the 12 JAM opcodes: ALE stops the CPU with a fatal error
+          jammed = true;
+          goto done;
+      }
+      if (left == 0 || bus.stop_requested()) break;
     }
-    if (jammed || bus.stop_requested()) break;
   }
+done:
+  const uint32_t count = max_instructions - left;
   bus_in = bus;
   s.jammed = jammed ? 1 : 0;
 
@@ -239,7 +243,7 @@ struct FlatBus {
   uint8_t* mem;
   uint64_t cycles;
   HS_HD HS_INLINE uint8_t peek(uint16_t address) { return mem[address]; }
-  HS_HD HS_INLINE uint8_t peek_poll(uint16_t address, uint16_t, uint32_t&, uint32_t) { return mem[address]; }
+  HS_HD HS_INLINE uint8_t peek_poll(uint16_t address, uint16_t, uint32_t&) { return mem[address]; }
   HS_HD HS_INLINE void poke(uint16_t address, uint8_t value, bool) { mem[address] = value; }
   HS_HD HS_INLINE void add_cycles(uint32_t k) { cycles += k; }
   HS_HD HS_INLINE bool stop_requested() const { return false; }
