@@ -785,27 +785,28 @@ struct TiaPokeResult {
 
 // Write delays in colour clocks (ALE): NUSIZx and RESMx 8, VBLANK/REFPx/GRPx 1; PFx
 // depend on the position within the 4-clock playfield block.
-HS_HD HS_INLINE int32_t tia_write_delay(uint32_t reg, int32_t line_clock) {
+HS_HD HS_INLINE int32_t tia_write_delay(uint32_t reg, int32_t since_frame_start) {
   switch (reg) {
     case 0x01: case 0x0B: case 0x0C: case 0x1B: case 0x1C: return 1;
     case 0x04: case 0x05: case 0x12: case 0x13: return 8;
     case 0x0D: case 0x0E: case 0x0F: {
-      const int32_t k = (line_clock / 3) & 3;
+      const int32_t k = ((since_frame_start % H_CLOCKS) / 3) & 3;
       return k == 0 ? 4 : (k == 1 ? 5 : (k == 2 ? 2 : 3));
     }
     default: return 0;
   }
 }
 
-HS_HD inline TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8_t value,
-                                    uint32_t cycles, bool last_access_was_read) {
+// Inlined into its one caller (console_poke_device, out of line itself).
+HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8_t value,
+                                       uint32_t cycles, bool last_access_was_read) {
   TiaPokeResult res;
   res.extra_cycles = 0;
   res.stop = 0;
   const uint32_t reg = addr & 0x3F;
   const int32_t clock = (int32_t)(cycles * 3);
   const int32_t since_frame_start = clock - t.frame_start_clock;  // never negative
-  const int32_t line_clock = since_frame_start % H_CLOCKS;
+  // The clock within the line (tia_line_clock) is computed only by the registers that need it.
   // A frame that runs past the scanline limit ends at the next TIA write.
   const bool runaway = since_frame_start >= (t.max_lines + 1) * H_CLOCKS;
   // Writes that change nothing drawn (WSYNC, RSYNC, audio, motion registers, HMCLR)
@@ -813,7 +814,7 @@ HS_HD inline TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8_t 
   const bool invisible = reg == 0x02 || reg == 0x03 || (reg >= 0x15 && reg <= 0x1A) ||
                          (reg >= 0x20 && reg <= 0x24) || reg == 0x2B;
   if (invisible && !runaway) t.last_access_clock = clock;
-  else tia_catch_up(t, fb, clock + tia_write_delay(reg, line_clock));
+  else tia_catch_up(t, fb, clock + tia_write_delay(reg, since_frame_start));
   if (runaway) {
     res.stop = 1;
     t.partial_frame = 0;
@@ -860,7 +861,7 @@ HS_HD inline TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8_t 
     case 0x0A:  // CTRLPF
       t.ctrlpf = value;
       t.pf_prio_score = (uint8_t)((value & 0x06) << 5);
-      if (line_clock < H_BLANK + 79) t.pf_reflect_shape = value & 0x01;
+      if (tia_line_clock(t, clock) < H_BLANK + 79) t.pf_reflect_shape = value & 0x01;
       break;
     case 0x0B: case 0x0C: {  // REFP0/1
       int32_t p = reg - 0x0B;
@@ -876,6 +877,7 @@ HS_HD inline TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8_t 
     case 0x0F: t.pf = (t.pf & 0x00FFFu) | ((uint32_t)value << 12); set_enabled(t, OBJ_PF, t.pf != 0); break;
     case 0x10: case 0x11: {  // RESP0/1
       int32_t p = reg - 0x10;
+      const int32_t line_clock = tia_line_clock(t, clock);
       int32_t new_x = line_clock < H_BLANK ? 3 : ((line_clock - H_BLANK) + 5) % 160;
       int32_t when = resp_when(t.nusiz[p] & 7, t.pos[p], new_x);
       if (when == 1) tia_catch_up(t, fb, clock + 11);  // finish the copy being drawn
@@ -885,6 +887,7 @@ HS_HD inline TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8_t 
     }
     case 0x12: case 0x13: {  // RESM0/1
       int32_t m = reg - 0x12;
+      const int32_t line_clock = tia_line_clock(t, clock);
       int32_t x = line_clock < H_BLANK ? 2 : ((line_clock - H_BLANK) + 4) % 160;
       // ALE's game-specific fixes for a RESMx just after HMOVE (Dolphin, Pitfall II).
       if (m == 0 && clock - t.last_hmove_clock == 20 * 3 && line_clock == 69) x = 8;
@@ -894,6 +897,7 @@ HS_HD inline TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8_t 
       break;
     }
     case 0x14: {  // RESBL
+      const int32_t line_clock = tia_line_clock(t, clock);
       int32_t x = line_clock < H_BLANK ? 2 : ((line_clock - H_BLANK) + 4) % 160;
       int32_t since = clock - t.last_hmove_clock;
       // ALE's fixes for RESBL just after HMOVE (Mindmaster, Decathlon, Robot Tank, Hole Hunter).
@@ -954,7 +958,7 @@ HS_HD inline TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8_t 
       break;
     }
     case 0x2A: {  // HMOVE
-      int32_t cpu_cycle = line_clock / 3;
+      int32_t cpu_cycle = tia_line_clock(t, clock) / 3;
       if (t.hmove_blanks_allowed && (cpu_cycle <= 20 || cpu_cycle == 75)) t.hmove_blank_pending = 1;
       for (int32_t k = 0; k < 5; ++k) t.pos[k] = wrap_position(t.pos[k] + tia_motion(cpu_cycle, t.hm[k]));
       t.p_hide_first[0] = t.p_hide_first[1] = 0;
