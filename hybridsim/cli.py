@@ -144,6 +144,10 @@ def _cmd_train(args) -> int:
     print(f"trained {summary['frames']:,} frames in {summary['updates']:,} updates; "
           f"{summary['episodes']} episodes, mean return of the last 100: "
           f"{summary['mean_return_100']:.2f}")
+    if summary["episodes"] >= 2:
+        first, last = summary["mean_return_first"], summary["mean_return_last"]
+        print(f"mean return of the first {summary['window']} episodes {first:.2f}, of the last "
+              f"{summary['window']} {last:.2f} ({last - first:+.2f})")
     print(f"checkpoint: {summary['checkpoint']}")
     print(f"metrics:    {summary['metrics']} (TensorBoard: {cfg.log_dir}/tensorboard)")
     print(f"curve:      {summary['curve']}")

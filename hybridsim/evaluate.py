@@ -32,6 +32,10 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     obs, _ = vec.reset(seed=seed)
+    # Each environment owns a fixed quota of episodes, so the score does not favour the
+    # episodes that happen to end first (in Pong, the short, lost ones).
+    quota = np.full(num_envs, episodes // num_envs)
+    quota[:episodes % num_envs] += 1
     returns, running = [], np.zeros(num_envs)
     for _ in range(max_steps):
         with torch.no_grad():
@@ -43,12 +47,13 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
         obs, reward, terminated, truncated, _ = vec.step(actions.numpy().astype(np.int64))
         running += reward
         for k in np.nonzero(np.logical_or(terminated, truncated))[0]:
-            returns.append(float(running[k]))
+            if quota[k] > 0:
+                returns.append(float(running[k]))
+                quota[k] -= 1
             running[k] = 0.0
-        if len(returns) >= episodes:
+        if not quota.any():
             break
     vec.close()
-    returns = returns[:episodes]
     return {"env": env, "game": cfg.game, "episodes": len(returns), "returns": returns,
             "mean": float(np.mean(returns)) if returns else float("nan"),
             "std": float(np.std(returns)) if returns else float("nan"),

@@ -47,7 +47,7 @@ class TrainConfig:
     seed: int = 1
     """Seed of the model, the action sampler and the environments (environment i gets seed + i)."""
     config: str = ""
-    """Optional TOML or JSON file with any of these settings; the command line overrides it."""
+    """Optional TOML or JSON file with any of these settings, or a shipped recipe's name (pong-cpu, pong-h200); the command line overrides it."""
     resume: bool = False
     """Continue from log_dir/checkpoint.pt (same config) instead of starting afresh."""
     schedule: str = "a2c"
@@ -789,10 +789,15 @@ class Trainer:
         self.env.close()
 
     def summary(self) -> dict:
+        returns = [e[2] for e in self.all_episodes]
+        # the first and the last quarter of the episodes (at most 100 each): did it learn?
+        window = min(100, max(1, len(returns) // 4))
         return {"frames": self.frames, "updates": self.updates,
                 "episodes": len(self.all_episodes),
-                "mean_return_100": (float(np.mean([e[2] for e in self.all_episodes[-100:]]))
-                                    if self.all_episodes else float("nan")),
+                "mean_return_100": float(np.mean(returns[-100:])) if returns else float("nan"),
+                "window": window,
+                "mean_return_first": float(np.mean(returns[:window])) if returns else float("nan"),
+                "mean_return_last": float(np.mean(returns[-window:])) if returns else float("nan"),
                 "checkpoint": str(self.final_checkpoint or self.checkpoint_path()),
                 "final_checkpoint": str(self.final_checkpoint) if self.final_checkpoint else None,
                 "preempted": self.preempted, "stopped": self.stop_reason,

@@ -65,6 +65,18 @@ def test_config_file_and_command_line(tmp_path):
         build_config(TrainConfig, args)
 
 
+def test_shipped_recipes_are_valid_configs():
+    from hybridsim.config import shipped_recipes
+    recipes = shipped_recipes()
+    assert {"pong-cpu", "pong-h200"} <= set(recipes)
+    for name in recipes:
+        cfg = build_config(TrainConfig, build_parser().parse_args(["train", "--config", name]))
+        cfg.validate()
+        assert cfg.game == "pong"
+    with pytest.raises(FileNotFoundError, match="recipes: .*pong-cpu"):
+        build_config(TrainConfig, build_parser().parse_args(["train", "--config", "pong-tpu"]))
+
+
 @pytest.mark.parametrize("field,value,message", [
     ("num_envs", 6, "divisible by num_minibatches"),
     ("schedule", "ppo", "schedule must be a2c or impala"),
