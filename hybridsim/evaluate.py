@@ -17,7 +17,10 @@ ENVS = {"hybridsim": "cpu", "ale-py": "ale-py"}
 
 
 def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: int = 4,
-             seed: int = 12345, greedy: bool = False, max_steps: int = 1_000_000) -> dict:
+             seed: int = 12345, greedy: bool = False, max_steps: int = 1_000_000,
+             random_policy: bool = False) -> dict:
+    """Mean return of the checkpoint's policy over `episodes` episodes; with random_policy,
+    of uniformly random actions on the same environment (the level training starts from)."""
     if env not in ENVS:
         raise ValueError(f"--env must be one of {sorted(ENVS)}, got {env!r}")
     if episodes < 1:
@@ -40,7 +43,9 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
     for _ in range(max_steps):
         with torch.no_grad():
             logits, _ = model(torch.from_numpy(obs))
-        if greedy:
+        if random_policy:
+            logits = torch.zeros_like(logits)
+        if greedy and not random_policy:
             actions = logits.argmax(-1)
         else:
             actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1)
@@ -57,4 +62,4 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
     return {"env": env, "game": cfg.game, "episodes": len(returns), "returns": returns,
             "mean": float(np.mean(returns)) if returns else float("nan"),
             "std": float(np.std(returns)) if returns else float("nan"),
-            "frames_trained": int(state["frames"])}
+            "frames_trained": int(state["frames"]), "policy": "random" if random_policy else "trained"}

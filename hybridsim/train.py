@@ -47,7 +47,7 @@ class TrainConfig:
     seed: int = 1
     """Seed of the model, the action sampler and the environments (environment i gets seed + i)."""
     config: str = ""
-    """Optional TOML or JSON file with any of these settings, or a shipped recipe's name (pong-cpu, pong-h200); the command line overrides it."""
+    """Optional TOML or JSON file with any of these settings, or a shipped recipe's name (quickstart, pong-cpu, pong-h200); the command line overrides it."""
     resume: bool = False
     """Continue from log_dir/checkpoint.pt (same config) instead of starting afresh."""
     schedule: str = "a2c"
@@ -202,6 +202,10 @@ class Trainer:
         rank = self.rank = self.comm.rank
         self.world_size = self.comm.size
         self.log_dir = pathlib.Path(cfg.log_dir)
+        if not cfg.resume and self.checkpoint_path().exists():
+            # a fresh run would overwrite that run's metrics, logs and, later, its checkpoint
+            raise FileExistsError(f"{self.log_dir} already holds a run ({self.checkpoint_path().name}); "
+                                  f"continue it with --resume, or choose another --log-dir")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.device = pick_device(cfg.device)
         self.comm = dist.with_gradient_backend(self.comm, cfg.allreduce, self.device)
