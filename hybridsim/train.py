@@ -29,6 +29,9 @@ import torch.nn.functional as F
 
 from hybridsim import dist, storage, vtrace
 from hybridsim.models import build_model
+from hybridsim.optim import RMSpropTF
+
+OPTIMIZERS = ("rmsprop_tf", "rmsprop", "adam")
 from hybridsim.storage import StorageError
 
 
@@ -62,8 +65,8 @@ class TrainConfig:
     """impala: environments returned per asynchronous step (0 = num_envs / 2)."""
     learner_batch: int = 8
     """impala: trajectories per learner update."""
-    optimizer: str = "rmsprop"
-    """rmsprop or adam."""
+    optimizer: str = "rmsprop_tf"
+    """rmsprop_tf (RMSprop as TensorFlow 1 and Baselines' A2C: mean square starting at 1, eps inside the root; hybridsim/optim.py says why), rmsprop (torch.optim.RMSprop) or adam."""
     lr: float = 0.00065
     """Initial learning rate (CuLE's A2C default), decayed linearly to 0 when lr_decay is on."""
     lr_decay: bool = True
@@ -131,7 +134,7 @@ class TrainConfig:
             (self.total_frames >= 1, f"total_frames must be >= 1, got {self.total_frames}"),
             (self.schedule in ("a2c", "impala"), f"schedule must be a2c or impala, got {self.schedule!r}"),
             (self.num_steps >= 1, f"num_steps must be >= 1, got {self.num_steps}"),
-            (self.optimizer in ("rmsprop", "adam"), f"optimizer must be rmsprop or adam, got {self.optimizer!r}"),
+            (self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"),
             (self.backend in ("cpu", "gpu", "hybrid", "ale-py"),
              f"backend must be cpu, gpu, hybrid or ale-py, got {self.backend!r}"),
             (self.frame_skip >= 1, f"frame_skip must be >= 1, got {self.frame_skip}"),
@@ -228,7 +231,10 @@ class Trainer:
         self.obs_shape = tuple(self.env.single_observation_space.shape)
         self.model = build_model(cfg.model, self.obs_shape, self.num_actions).to(self.device)
         self.comm.broadcast_parameters(self.model)
-        if cfg.optimizer == "rmsprop":
+        if cfg.optimizer == "rmsprop_tf":
+            self.optimizer = RMSpropTF(self.model.parameters(), lr=cfg.lr, alpha=cfg.rmsprop_alpha,
+                                       eps=cfg.eps)
+        elif cfg.optimizer == "rmsprop":
             self.optimizer = torch.optim.RMSprop(self.model.parameters(), lr=cfg.lr,
                                                  alpha=cfg.rmsprop_alpha, eps=cfg.eps)
         else:
