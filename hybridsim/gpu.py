@@ -126,10 +126,17 @@ class CupyDevice:
         self.device_id = int(device_id)
         self.device = cupy.cuda.Device(self.device_id)
         cubin = cubin or os.environ.get("HYBRIDSIM_GPU_CUBIN") or None
+        self.cubin = cubin
         with self.device:
             self.module = _cupy_module(self.device_id, tuple(options), hybridsim.core_include_dir(), cubin)
-            self.stream = cupy.cuda.Stream(non_blocking=True)
         self._fns = {}
+
+    # Everything runs on CuPy's current stream (by default the null stream): output arrays
+    # allocated by the caller, actions made by torch or CuPy, and torch.from_dlpack (which
+    # orders itself after the producer's stream) all see the engine's work in order.
+    @property
+    def stream(self):
+        return self.cp.cuda.get_current_stream()
 
     def _fn(self, name):
         f = self._fns.get(name)
@@ -148,19 +155,19 @@ class CupyDevice:
             else:
                 conv.append(_SCALARS[kind](a))
         grid = (threads + block - 1) // block
-        with self.device, self.stream:
+        with self.device:
             self._fn(name)((grid,), (block,), tuple(conv))
 
     def asarray(self, a, dtype=None):
-        with self.device, self.stream:
+        with self.device:
             return self.cp.asarray(a, dtype=dtype)
 
     def zeros(self, shape, dtype):
-        with self.device, self.stream:
+        with self.device:
             return self.cp.zeros(shape, dtype=dtype)
 
     def empty(self, shape, dtype):
-        with self.device, self.stream:
+        with self.device:
             return self.cp.empty(shape, dtype=dtype)
 
     def to_host(self, a) -> np.ndarray:
