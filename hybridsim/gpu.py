@@ -564,6 +564,11 @@ def make_deliver(output: str, dev):
             return dev.to_host(a)
         if output == "torch":
             import torch
+            if a.dtype == np.bool_:  # DLPack's bool code is recent; a uint8 view always works
+                try:
+                    return torch.from_dlpack(a)
+                except Exception:  # noqa: BLE001
+                    return torch.from_dlpack(a.view(np.uint8)).view(torch.bool)
             return torch.from_dlpack(a)
         return a
 
