@@ -119,7 +119,9 @@ def phase_info(args, budget):
                          multiprocessors=props["multiProcessorCount"], memory=props["totalGlobalMem"])
     free, total = cupy.cuda.runtime.memGetInfo()
     rep["memory_free"], rep["memory_total"] = free, total
+    t0 = time.perf_counter()
     dev = gpu.CupyDevice(0, cubin=args.cubin)
+    rep["module_seconds"] = time.perf_counter() - t0  # NVRTC compile (or cache / cubin load)
     rep["module"] = "cubin " + args.cubin if args.cubin else "nvrtc"
     attrs = {}
     for name in gpu.KERNELS:
@@ -133,6 +135,15 @@ def phase_info(args, budget):
     sizes = dev.zeros(7, np.int64)
     dev.launch("hs_vec_sizes", 1, 1, (sizes,))
     rep["device_sizes"] = [int(x) for x in dev.to_host(sizes)]
+    try:  # the device-built resize plan against the host's (the engine uploads the host's)
+        from hybridsim import AtariVectorEnv
+        env = AtariVectorEnv("pong", 2, backend="gpu", gpu_options=dict(output="cupy", cubin=args.cubin))
+        rep["plan_device_equal"] = env._engine.plan_device_equal
+        env.reset(seed=0)
+        rep["first_reset_ok"] = True
+    except Exception as exc:  # noqa: BLE001
+        rep["engine_error"] = repr(exc)
+        rep["engine_trace"] = traceback.format_exc()[-2000:]
     try:
         limit = cupy.cuda.runtime.deviceGetLimit(0x00)  # cudaLimitStackSize
         rep["stack_limit"] = limit

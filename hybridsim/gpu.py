@@ -94,7 +94,9 @@ def kernel_source_hash(include_dir: str | None = None) -> str:
 # ----------------------------------------------------------------------------------------
 # CUDA devices through CuPy.
 
-NVRTC_OPTIONS = ("-std=c++17", "-DNDEBUG")
+# --split-compile=0: NVRTC runs its optimizer and ptxas on all cores (the inlined emulator
+# takes minutes on one).
+NVRTC_OPTIONS = ("-std=c++17", "-DNDEBUG", "--split-compile=0")
 
 
 @functools.lru_cache(maxsize=None)
@@ -381,8 +383,15 @@ class GpuEngine:
         d.launch("hs_vec_config", 1, 1, (self.cfg, self.plan, d.asarray(np.array(params, np.int32)), err))
         code = int(d.to_host(err)[0])
         if code != 0:
-            from hybridsim import _preprocess  # noqa: F401  (same codes as the CPU engine's message)
             raise ValueError(f"img_height/img_width: resize plan error {code} (got {img_height}x{img_width})")
+        # The plan the CPU engine uses (host-built, a plain struct: copied as is) replaces
+        # the device-built one; whether they agreed is kept for the device report.
+        from hybridsim import _preprocess
+        src_shape = (int(raw_height), 160) if grayscale else (int(raw_height), 160, 3)
+        host_plan = _preprocess.Resizer(src_shape, (int(img_height), int(img_width)),
+                                        int(interpolation)).plan_bytes()
+        self.plan_device_equal = bool(np.array_equal(d.to_host(self.plan), host_plan))
+        self.plan[...] = d.asarray(np.ascontiguousarray(host_plan))
         self.rom_host = bytes(rom)
         self.rom = d.asarray(np.frombuffer(self.rom_host, np.uint8))
         self.template_state = np.frombuffer(bytes(template_state), dtype=np.uint8).copy()
