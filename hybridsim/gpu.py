@@ -119,6 +119,7 @@ class CupyDevice:
     emulated = False
 
     def __init__(self, device_id: int = 0, options: tuple = NVRTC_OPTIONS, cubin: str | None = None):
+        self.device_id = int(device_id)
         reason = cupy_unavailable_reason()
         if reason:
             raise RuntimeError(f"backend='gpu' needs CuPy and a CUDA device: {reason}")
