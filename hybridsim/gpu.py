@@ -108,8 +108,16 @@ def _cupy_module(device_id: int, options: tuple, include_dir: str, cubin: str | 
             return cupy.RawModule(path=cubin)
         code = f'#include "{KERNEL_SOURCE}"\n'
         opts = tuple(options) + (f"--include-path={include_dir}",)
-        mod = cupy.RawModule(code=code, options=opts, backend="nvrtc")
-        mod.compile()
+        try:
+            mod = cupy.RawModule(code=code, options=opts, backend="nvrtc")
+            mod.compile()
+        except Exception:
+            if "--split-compile=0" not in opts:
+                raise
+            # an NVRTC without --split-compile: the same build on one core
+            opts = tuple(o for o in opts if o != "--split-compile=0")
+            mod = cupy.RawModule(code=code, options=opts, backend="nvrtc")
+            mod.compile()
         return mod
 
 
@@ -128,7 +136,10 @@ class CupyDevice:
         self.xp = cupy
         self.device_id = int(device_id)
         self.device = cupy.cuda.Device(self.device_id)
-        cubin = cubin or os.environ.get("HYBRIDSIM_GPU_CUBIN") or None
+        # cubin: a path; None: $HYBRIDSIM_GPU_CUBIN if set; False or "": compile with NVRTC.
+        if cubin is None:
+            cubin = os.environ.get("HYBRIDSIM_GPU_CUBIN") or None
+        cubin = cubin or None
         self.cubin = cubin
         with self.device:
             self.module = _cupy_module(self.device_id, tuple(options), hybridsim.core_include_dir(), cubin)

@@ -128,7 +128,7 @@ fi
 # (only when a cubin saved the foreground compile; otherwise info measured it).
 COMPILE_PID=
 if [ -n "${HYBRIDSIM_GPU_CUBIN:-}" ] || [ "$DRY" = "--dry-run" ]; then
-  ( bench compile 300 ) &
+  ( bench compile 300 --nvrtc-marker "$WORK/nvrtc_ready" ) &
   COMPILE_PID=$!
 fi
 
@@ -142,7 +142,7 @@ run_tests() {
 }
 export -f run_tests
 phase tests 120 run_tests
-bench exact 70 --games pong breakout ms_pacman space_invaders
+bench exact 75 --games pong breakout ms_pacman space_invaders --nvrtc-marker "$WORK/nvrtc_ready"
 bench throughput 100 --games pong breakout ms_pacman
 bench designs 35 --games breakout
 

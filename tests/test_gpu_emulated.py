@@ -169,3 +169,24 @@ def test_balance_split_edges():
         balance_split(10, 0.0, 0.0)
     with pytest.raises(ValueError):
         balance_split(10, float("nan"), 1.0)
+
+
+def test_emulated_hybrid_partial_reset_and_snapshot(emulation_library):
+    """Partial resets (write_current split over both parts) and snapshots (host_arrays /
+    load_arrays across the CPU and GPU parts), against the CPU backend."""
+    cpu, hyb = _pair("breakout", 4, "hybrid", dict(cpu_envs=2, cpu_threads=1), repeat_action_probability=0.25)
+    _compare(cpu, hyb, steps=15)
+    mask = np.array([True, False, False, True])
+    oc, ic = cpu.reset(seed=3, options={"reset_mask": mask})
+    oh, ih = hyb.reset(seed=3, options={"reset_mask": mask})
+    _assert_same(oc, oh, "hybrid partial reset obs")
+    _assert_same(ic["episode_frame_number"], ih["episode_frame_number"], "hybrid partial reset frames")
+    state_h = hyb.get_state()
+    rng = np.random.default_rng(2)
+    acts = [rng.integers(0, cpu.single_action_space.n, 4) for _ in range(8)]
+    for a in acts:
+        _assert_same(cpu.step(a)[0], hyb.step(a)[0], "hybrid after partial reset")
+    cpu.set_state(state_h)  # a hybrid snapshot is the CPU backend's format
+    hyb.set_state(state_h)
+    for a in acts:
+        _assert_same(cpu.step(a)[0], hyb.step(a)[0], "hybrid after set_state")
