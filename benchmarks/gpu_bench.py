@@ -126,7 +126,7 @@ def phase_info(args, budget):
     attrs = {}
     for name in gpu.KERNELS:
         try:
-            a = dev.module.get_function(name).attributes
+            a = dev._fn(name).attributes
             attrs[name] = {k: a[k] for k in ("num_regs", "local_size_bytes", "max_threads_per_block",
                                             "shared_size_bytes") if k in a}
         except Exception as exc:  # noqa: BLE001
@@ -157,23 +157,31 @@ def phase_compile(args, budget):
     from hybridsim import gpu
     rep = {}
     if args.dry_run:
+        if args.part not in (None, "base"):
+            return dict(note=f"dry run: the host emulation has no module part {args.part!r}")
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
             gpu.build_emulation_library(cache_dir=tmp, opt="-O0")
         rep["emulation_build_s"] = time.perf_counter() - t0
         return rep
-    import cupy
-    # Into CuPy's default cache (empty on a fresh machine when a cubin saved the first
-    # compile), so the exact phase can then also check the NVRTC build (--nvrtc-marker).
-    t0 = time.perf_counter()
-    dev = gpu.CupyDevice(0, cubin=False)
-    rep["nvrtc_compile_s"] = time.perf_counter() - t0
-    f = dev.module.get_function("hs_vec_execute_fused")
-    rep["nvrtc_fused_regs"] = f.attributes.get("num_regs")
-    rep["nvrtc_fused_local_bytes"] = f.attributes.get("local_size_bytes")
-    if args.nvrtc_marker:
-        with open(args.nvrtc_marker, "w") as fh:
-            fh.write("ok\n")
+    # NVRTC's build of one module part (--part; all parts one after another without it)
+    # into CuPy's default cache, which later processes reuse; device_check.sh runs one
+    # process per part in parallel. --nvrtc-marker: a file written per part when done.
+    parts = [args.part] if args.part else list(gpu.ALL_PARTS)
+    rep["parts"] = {}
+    for part in parts:
+        t0 = time.perf_counter()
+        dev = gpu.CupyDevice(0, cubin=False)
+        mod = dev.module_for(part)
+        r = dict(nvrtc_compile_s=time.perf_counter() - t0)
+        for name, p in gpu.KERNEL_PART.items():
+            if p == part:
+                a = mod.get_function(name).attributes
+                r[name] = {k: a.get(k) for k in ("num_regs", "local_size_bytes")}
+        rep["parts"][part] = r
+        if args.nvrtc_marker:
+            with open(f"{args.nvrtc_marker}.{part}", "w") as fh:
+                fh.write("ok\n")
     if args.cubin:
         t0 = time.perf_counter()
         m = cupy.RawModule(path=args.cubin)
@@ -236,7 +244,8 @@ def phase_exact(args, budget):
             _free_pool(args)
     if args.nvrtc_marker and not args.dry_run:
         # the NVRTC-built kernels too (CuPy adds -ftz=true there), when compiled in time
-        if os.path.exists(args.nvrtc_marker) and budget.left() > 5:
+        ready = all(os.path.exists(f"{args.nvrtc_marker}.{p}") for p in ("base", "split"))
+        if ready and budget.left() > 5:
             try:
                 kw = dict(EXACT_SETTINGS["breakout"], repeat_action_probability=0.25)
                 cpu = AtariVectorEnv("breakout", n, backend="cpu", **kw)
@@ -443,7 +452,9 @@ def main(argv=None):
     p.add_argument("--exact-steps", type=int)
     p.add_argument("--design-envs", type=int)
     p.add_argument("--cpu-threads", type=int)
-    p.add_argument("--nvrtc-marker", help="compile: touch when NVRTC's build is cached; exact: check it then")
+    p.add_argument("--nvrtc-marker", help="compile: touch MARKER.PART when NVRTC's build is cached; "
+                                          "exact: check the NVRTC build then")
+    p.add_argument("--part", help="compile: the module part (base, fused, split, materialize)")
     p.add_argument("--min-time", type=float, default=1.0)
     p.add_argument("--max-steps", type=int, default=30)
     args = p.parse_intermixed_args(argv)

@@ -20,6 +20,10 @@
 //          in-place max-pool of raw0 the CPU path leaves behind). Memory accesses of the
 //          pixel kernels are coalesced across the threads of an environment.
 //
+// Each kernel that inlines the emulator can be left out (HS_VEC_NO_FUSED, HS_VEC_NO_SPLIT,
+// HS_VEC_NO_MATERIALIZE): gpu.py compiles them as separate NVRTC modules, in parallel
+// and only when used, since optimising the inlined emulator takes minutes per kernel.
+//
 // Only blockIdx.x, blockDim.x and threadIdx.x are used (1-D grids), no shared memory,
 // no __syncthreads, no atomics: gpu.py's host emulation compiles this file with g++
 // and a small shim, runs the grid as a loop, and compares with the CPU engine
@@ -150,6 +154,7 @@ extern "C" __global__ void hs_vec_set_loaded(hs::VecEnvState* states, hs::VecEnv
   states[env].reset_done = 1;
 }
 
+#ifndef HS_VEC_NO_FUSED
 // One step (or forced reset) of environments ids[0..count): the CPU engine's
 // engine_run_one, one thread per row.
 extern "C" __global__ void hs_vec_execute_fused(
@@ -162,7 +167,9 @@ extern "C" __global__ void hs_vec_execute_fused(
                              reward, terminated, truncated, lives, frame_number, episode_frame_number, has_final,
                              obs_stride, count);
 }
+#endif  // HS_VEC_NO_FUSED
 
+#ifndef HS_VEC_NO_SPLIT
 // The split design's first kernel: the same, the last screen's pixel work and the
 // observation left to hs_vec_screen and hs_vec_obs.
 extern "C" __global__ void hs_vec_execute_deferred(
@@ -175,6 +182,7 @@ extern "C" __global__ void hs_vec_execute_deferred(
                             reward, terminated, truncated, lives, frame_number, episode_frame_number, has_final,
                             obs_stride, count);
 }
+#endif  // HS_VEC_NO_SPLIT
 
 // Split design, second kernel: one thread per byte i of a resized frame of row j:
 // ring slot vec_last_slot := resize(max(raw0, raw1)) (the in-place max-pool then resize
@@ -247,10 +255,12 @@ extern "C" __global__ void hs_vec_write_current(
 }
 
 // Draw every frame left undrawn (before a snapshot), and read / set the shown buffers.
+#ifndef HS_VEC_NO_MATERIALIZE
 extern "C" __global__ void hs_vec_materialize(const uint8_t* rom, hs::VecEnvBuffers* bufs, int n) {
   const long long k = hs_gpu::thread_index();
   if (k < n) hs::console_materialize(rom, bufs[k].fbs);
 }
+#endif  // HS_VEC_NO_MATERIALIZE
 
 extern "C" __global__ void hs_vec_get_shown(const hs::VecEnvBuffers* bufs, int32_t* shown, int n) {
   const long long k = hs_gpu::thread_index();

@@ -99,15 +99,32 @@ def kernel_source_hash(include_dir: str | None = None) -> str:
 NVRTC_OPTIONS = ("-std=c++17", "-DNDEBUG", "--split-compile=0")
 
 
+# NVRTC modules: the kernels that inline the emulator each get their own (optimising one
+# takes minutes), compiled when first used, or in parallel processes ahead of time
+# (benchmarks/gpu_bench.py compile --part); the small kernels share "base".
+ALL_PARTS = ("base", "fused", "split", "materialize")
+_PART_MACROS = {"fused": "HS_VEC_NO_FUSED", "split": "HS_VEC_NO_SPLIT", "materialize": "HS_VEC_NO_MATERIALIZE"}
+KERNEL_PART = {"hs_vec_execute_fused": "fused", "hs_vec_execute_deferred": "split",
+               "hs_vec_materialize": "materialize"}
+
+
+def part_defines(part: str) -> tuple:
+    """-D options that leave every emulator kernel but `part`'s out of a module."""
+    if part not in ALL_PARTS:
+        raise ValueError(f"part must be one of {ALL_PARTS}, got {part!r}")
+    return tuple(f"-D{m}" for p, m in _PART_MACROS.items() if p != part)
+
+
 @functools.lru_cache(maxsize=None)
-def _cupy_module(device_id: int, options: tuple, include_dir: str, cubin: str | None):
-    """The kernels' RawModule on a device, compiled once per (device, options, sources)."""
+def _cupy_module(device_id: int, options: tuple, include_dir: str, cubin: str | None, part: str = "base"):
+    """A RawModule on a device: the cubin (every kernel), or NVRTC's build of one part,
+    compiled once per (device, options, sources, part) here and in CuPy's disk cache."""
     import cupy
     with cupy.cuda.Device(device_id):
         if cubin:
             return cupy.RawModule(path=cubin)
         code = f'#include "{KERNEL_SOURCE}"\n'
-        opts = tuple(options) + (f"--include-path={include_dir}",)
+        opts = tuple(options) + part_defines(part) + (f"--include-path={include_dir}",)
         try:
             mod = cupy.RawModule(code=code, options=opts, backend="nvrtc")
             mod.compile()
@@ -141,9 +158,15 @@ class CupyDevice:
             cubin = os.environ.get("HYBRIDSIM_GPU_CUBIN") or None
         cubin = cubin or None
         self.cubin = cubin
-        with self.device:
-            self.module = _cupy_module(self.device_id, tuple(options), hybridsim.core_include_dir(), cubin)
+        self.options = tuple(options)
         self._fns = {}
+        self.module = self.module_for("base")
+
+    def module_for(self, part: str):
+        """The module holding `part`'s kernels (compiled now if it is not yet)."""
+        with self.device:
+            return _cupy_module(self.device_id, self.options, hybridsim.core_include_dir(), self.cubin,
+                                "base" if self.cubin else part)
 
     # Everything runs on CuPy's current stream (by default the null stream): output arrays
     # allocated by the caller, actions made by torch or CuPy, and torch.from_dlpack (which
@@ -155,7 +178,7 @@ class CupyDevice:
     def _fn(self, name):
         f = self._fns.get(name)
         if f is None:
-            f = self._fns[name] = self.module.get_function(name)
+            f = self._fns[name] = self.module_for(KERNEL_PART.get(name, "base")).get_function(name)
         return f
 
     def launch(self, name: str, threads: int, block: int, args) -> None:

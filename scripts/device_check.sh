@@ -113,23 +113,33 @@ if [ "$DRY" != "--dry-run" ]; then
   fi
 fi
 
-# 4. info: sizes, registers; without a cubin this is where NVRTC compiles (into CuPy's
-# disk cache, which later phases' processes reuse), so it gets the long limit.
-if [ -n "${HYBRIDSIM_GPU_CUBIN:-}" ]; then
-  bench info 60
-  if ! grep -q '"status": "ok"' "$WORK/info.json" 2>/dev/null; then
-    log "info failed with the cubin: dropping it, NVRTC from here on"
-    unset HYBRIDSIM_GPU_CUBIN
-  fi
-fi
-[ -z "${HYBRIDSIM_GPU_CUBIN:-}" ] && bench info 330
-
-# 5. NVRTC compile time into a fresh cache, in the background while the GPU phases run
-# (only when a cubin saved the foreground compile; otherwise info measured it).
+# 4. NVRTC: one process per module part (base, fused, split, materialize), in parallel,
+# into CuPy's disk cache, which every later process reuses. Without a cubin this is the
+# first compile, in the foreground; with one it runs in the background (NVRTC's time, and
+# the exact phase then checks the NVRTC build too).
+compile_parts() {
+  local pids=() part
+  for part in base fused split materialize; do
+    phase "compile_$part" "$1" "$PY" benchmarks/gpu_bench.py compile --part "$part" \
+      --out "$WORK/compile_$part.json" --budget "$1" --nvrtc-marker "$WORK/nvrtc_ready" "${BENCH_FLAGS[@]}" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+}
 COMPILE_PID=
-if [ -n "${HYBRIDSIM_GPU_CUBIN:-}" ] || [ "$DRY" = "--dry-run" ]; then
-  ( bench compile 300 --nvrtc-marker "$WORK/nvrtc_ready" ) &
+if [ -z "${HYBRIDSIM_GPU_CUBIN:-}" ] && [ "$DRY" != "--dry-run" ]; then
+  compile_parts 330
+else
+  ( compile_parts 300 ) &
   COMPILE_PID=$!
+fi
+
+# 5. info: sizes, registers, local memory; the cubin is dropped if it fails to load.
+bench info 90
+if [ -n "${HYBRIDSIM_GPU_CUBIN:-}" ] && ! grep -q '"status": "ok"' "$WORK/info.json" 2>/dev/null; then
+  log "info failed with the cubin: dropping it, NVRTC from here on"
+  unset HYBRIDSIM_GPU_CUBIN
+  bench info 200
 fi
 
 # 6. GPU tests (skip cleanly without a device), then bit-exactness over long runs.

@@ -14,7 +14,7 @@ PY312=${PY312:-python3.12}
 mkdir -p .gpubuild/cp312
 HASH=$(PYTHONPATH="$REPO" python3 -c "from hybridsim.gpu import kernel_source_hash; print(kernel_source_hash())")
 if [ "$(cat .gpubuild/vector_kernels_sm90.cubin.hash 2>/dev/null)" != "$HASH" ]; then
-  nice nvcc -std=c++17 -DNDEBUG -arch=sm_90 -cubin -Xptxas -v -I cuda cuda/vector_kernels.cu \
+  nice nvcc -std=c++17 -DNDEBUG -arch=sm_90 -cubin -split-compile=0 -Xptxas -v -I cuda cuda/vector_kernels.cu \
     -o .gpubuild/vector_kernels_sm90.cubin 2>.gpubuild/ptxas_sm90.log
   echo "$HASH" >.gpubuild/vector_kernels_sm90.cubin.hash
 fi

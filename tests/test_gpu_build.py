@@ -91,3 +91,19 @@ def test_gpu_backend_reports_why_it_cannot_run():
         pytest.skip("CuPy and a CUDA device are present")
     with pytest.raises(RuntimeError, match="needs CuPy and a CUDA device"):
         hybridsim.AtariVectorEnv("pong", 2, backend="gpu")
+
+
+@pytest.mark.parametrize("part", gpu.ALL_PARTS)
+def test_module_parts_hold_their_kernels(part):
+    """Each NVRTC module part (gpu.part_defines) holds the small kernels only, or one
+    emulator kernel only: what CupyDevice looks up in it is there."""
+    from nvrtc import compile_to_ptx, nvrtc_library
+    lib = nvrtc_library()
+    if lib is None:
+        pytest.skip("NVRTC library not found (pip install nvidia-cuda-nvrtc-cu12 or set HYBRIDSIM_NVRTC_LIB)")
+    extra = (b"-G",) + tuple(d.encode() for d in gpu.part_defines(part))
+    rc, log, ptx = compile_to_ptx(lib, _source("vector_kernels.cu"), extra=extra)
+    assert rc == 0, log[-4000:]
+    for kernel in gpu.KERNELS:
+        here = gpu.KERNEL_PART.get(kernel, "base") == part or (part != "base" and kernel not in gpu.KERNEL_PART)
+        assert (b".entry " + kernel.encode() + b"(" in ptx) == here, (part, kernel)
