@@ -137,6 +137,8 @@ class TrainConfig:
             (self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"),
             (self.backend in ("cpu", "gpu", "hybrid", "ale-py"),
              f"backend must be cpu, gpu, hybrid or ale-py, got {self.backend!r}"),
+            (self.backend not in ("gpu", "hybrid") or self.schedule == "a2c",
+             f"backend {self.backend!r} steps all environments together: use schedule a2c"),
             (self.frame_skip >= 1, f"frame_skip must be >= 1, got {self.frame_skip}"),
             (self.allreduce in dist.ALLREDUCE_CHOICES,
              f"allreduce must be one of {', '.join(dist.ALLREDUCE_CHOICES)}, got {self.allreduce!r}"),
@@ -165,6 +167,10 @@ def make_vector_env(cfg: TrainConfig, seed: int, batch_size: int = 0):
     except ImportError:
         raise ValueError(f"backend {cfg.backend!r} needs hybridsim's batched engine, which this "
                          f"build does not have yet; use --backend ale-py") from None
+    if cfg.backend in ("gpu", "hybrid"):
+        # The learner's rollout buffers are host arrays for now: ask for numpy outputs (one
+        # copy per step); handing the device batch to the learner zero-copy is still to do.
+        kwargs["gpu_options"] = {"output": "numpy"}
     return AtariVectorEnv(backend=cfg.backend, **kwargs)
 
 
