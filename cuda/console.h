@@ -228,6 +228,39 @@ struct ConsoleBus {
     else data_bus = peek_device(addr);
     return data_bus;
   }
+  // peek for an absolute load that ends at `next_pc`. A timer poll `L: LDA/LDX/LDY INTIM;
+  // BNE L` (ROM code in the window) touches nothing but the timer until INTIM reads 0, so
+  // the iterations before the one that reads 0 (or reaches the instruction budget) are run
+  // at once: same cycles, count, data bus and value as stepping them (the reads in between
+  // take riot_read_timer's counting branch, which has no side effects).
+  HS_HD HS_INLINE uint8_t peek_poll(uint16_t addr, uint16_t next_pc, uint32_t& count, uint32_t max) {
+    const uint32_t from_window = (uint32_t)(addr & 0x1FFF) - (0x1000u + window_lo);
+    if (from_window < window_len) data_bus = window[addr & window_mask];
+    else if ((addr & 0x1280) == 0x0080) data_bus = c->riot.ram[addr & 0x7F];
+    else {
+      data_bus = peek_device(addr);
+      if ((addr & 0x1285) == 0x0284) count += 2 * poll_skip(next_pc, max - count);  // INTIM ($284/$286)
+    }
+    return data_bus;
+  }
+  // Returns the number of iterations run (each is two instructions; `left` instructions
+  // remain in the budget).
+  HS_HD HS_NOINLINE uint32_t poll_skip(uint16_t next_pc, uint32_t left) {
+    if (data_bus == 0) return 0;
+    // The loop's code (the load 3 bytes back, BNE -5 here) must be plain window ROM.
+    const uint32_t first = (uint32_t)((next_pc - 3) & 0x1FFF) - (0x1000u + window_lo);
+    const uint32_t last = (uint32_t)((next_pc + 1) & 0x1FFF) - (0x1000u + window_lo);
+    if (first >= window_len || last >= window_len || last < first) return 0;
+    if (window[next_pc & window_mask] != 0xD0 || window[(uint16_t)(next_pc + 1) & window_mask] != 0xFB) return 0;
+    // One iteration: the load (4 cycles) and the taken BNE (3, or 4 across a page).
+    const uint32_t per = 7u + ((((uint32_t)next_pc + 2u) ^ ((uint32_t)next_pc - 3u)) & 0xFF00u ? 1u : 0u);
+    uint32_t k = riot_timer_steady_cycles(c->riot, cycles) / per;
+    if (k > left / 2) k = left / 2;
+    if (k == 0) return 0;
+    cycles += k * per;
+    data_bus = riot_read_timer(c->riot, cycles);
+    return k;
+  }
   HS_HD HS_INLINE uint8_t peek_device(uint16_t addr) {
     c->cycles = cycles;
     c->data_bus = data_bus;

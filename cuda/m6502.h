@@ -2,6 +2,9 @@
 //
 // The CPU is generic over its bus: `Bus` provides
 //   uint8_t peek(uint16_t addr);                       // a read; updates the data bus
+//   uint8_t peek_poll(uint16_t addr, uint16_t pc, uint32_t& count, uint32_t max);
+//                                                      // peek for LDA/LDX/LDY abs; may run
+//                                                      // a timer-polling loop ahead (console.h)
 //   void    poke(uint16_t addr, uint8_t v, bool last_access_was_read);  // a write
 //   void    add_cycles(uint32_t n);                    // advance the system clock (CPU cycles)
 //   bool    stop_requested();                          // e.g. the TIA ended a frame
@@ -109,6 +112,13 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
 
   auto rd = [&](uint16_t address) HS_LAMBDA_INLINE -> uint8_t {
     uint8_t value = bus.peek(address);
+    last_read = 1;
+    return value;
+  };
+  // An absolute load (LDA/LDX/LDY abs): the bus may recognise a loop that polls a
+  // timer and run its iterations in one step (Bus::peek_poll; pc is past the operand).
+  auto rd_poll = [&](uint16_t address) HS_LAMBDA_INLINE -> uint8_t {
+    uint8_t value = bus.peek_poll(address, pc, count, max_instructions);
     last_read = 1;
     return value;
   };
@@ -229,6 +239,7 @@ struct FlatBus {
   uint8_t* mem;
   uint64_t cycles;
   HS_HD HS_INLINE uint8_t peek(uint16_t address) { return mem[address]; }
+  HS_HD HS_INLINE uint8_t peek_poll(uint16_t address, uint16_t, uint32_t&, uint32_t) { return mem[address]; }
   HS_HD HS_INLINE void poke(uint16_t address, uint8_t value, bool) { mem[address] = value; }
   HS_HD HS_INLINE void add_cycles(uint32_t k) { cycles += k; }
   HS_HD HS_INLINE bool stop_requested() const { return false; }

@@ -62,6 +62,18 @@ HS_HD inline uint8_t riot_read_timer(Riot& r, uint32_t cycles) {
   return (uint8_t)count;
 }
 
+// How many more cycles INTIM keeps reading 1 or more through the counting branch of
+// riot_read_timer (no side effects there), given that a read at `cycles` does: reads at
+// cycles + 0 .. cycles + result all return timer - (elapsed >> shift) - 1 >= 1.
+// 0 when the read at `cycles` is not such a read (or no later one is).
+HS_HD inline uint32_t riot_timer_steady_cycles(const Riot& r, uint32_t cycles) {
+  if (r.timer < 2) return 0;
+  const uint32_t elapsed = (cycles - 1) - (uint32_t)r.cycle_timer_written;
+  const uint32_t limit = (r.timer - 1) << r.interval_shift;  // count >= 1 iff elapsed < limit
+  if (elapsed >= limit) return 0;
+  return limit - 1 - elapsed;
+}
+
 // TIMINT: bit 7 while the timer has expired and no read past expiry has been seen.
 HS_HD inline uint8_t riot_read_irq_flag(const Riot& r, uint32_t cycles) {
   uint32_t elapsed = (cycles - 1) - (uint32_t)r.cycle_timer_written;

@@ -131,7 +131,9 @@ def case_body(mnemonic, mode):
             lines.append(f"if ((addr ^ (addr + {index})) & 0xFF00) bus.add_cycles(1);")
         lines.append(f"addr = (uint16_t)(addr + {index});")
     if kind in ("r", "m") and mode not in ("imm", "imp"):
-        lines.append("operand = rd(addr);")
+        # Absolute loads may be a timer poll (LDA INTIM / BNE): the bus may skip ahead.
+        poll = mnemonic in ("LDA", "LDX", "LDY") and mode == "abs"
+        lines.append("operand = rd_poll(addr);" if poll else "operand = rd(addr);")
     if body:
         lines.append(body)
     return lines
