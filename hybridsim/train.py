@@ -60,7 +60,7 @@ class TrainConfig:
     num_steps: int = 5
     """Rollout length T per update (a2c) or trajectory length (impala)."""
     num_minibatches: int = 1
-    """a2c: groups of environments updated one after another from one rollout (CuLE's schedule; later groups learn from a slightly stale policy, corrected by V-trace). 1 is Baselines' A2C: with 4 groups of 4 environments a Pong run lost every first-layer unit (BENCHMARKS.md)."""
+    """a2c: groups of environments updated one after another from one rollout (CuLE's schedule; later groups learn from a slightly stale policy, corrected by V-trace). 1 is Baselines' A2C, one update of all num_envs x num_steps transitions."""
     env_batch_size: int = 0
     """impala: environments returned per asynchronous step (0 = num_envs / 2)."""
     learner_batch: int = 8
