@@ -41,10 +41,11 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
     quota[:episodes % num_envs] += 1
     returns, running = [], np.zeros(num_envs)
     for _ in range(max_steps):
-        with torch.no_grad():
-            logits, _ = model(torch.from_numpy(obs))
-        if random_policy:
-            logits = torch.zeros_like(logits)
+        if random_policy:  # uniform logits; the network is not consulted
+            logits = torch.zeros(num_envs, state["num_actions"])
+        else:
+            with torch.no_grad():
+                logits, _ = model(torch.from_numpy(obs))
         if greedy and not random_policy:
             actions = logits.argmax(-1)
         else:
