@@ -194,12 +194,22 @@ class EpisodeTracker:
         self.returns[env_ids] += rewards
         self.lengths[env_ids] += 1
         for env in np.asarray(env_ids)[np.asarray(dones, bool)]:
-            self.finished.append((int(env), int(self.episode_ids[env]), float(self.returns[env]),
-                                  int(self.lengths[env]), int(self.start_frames[env]), int(frame)))
+            if self.start_frames[env] >= 0:  # -1: began before a checkpoint that lacks its start
+                self.finished.append((int(env), int(self.episode_ids[env]), float(self.returns[env]),
+                                      int(self.lengths[env]), int(self.start_frames[env]), int(frame)))
             self.returns[env] = 0.0
             self.lengths[env] = 0
             self.start_frames[env] = frame
             self.episode_ids[env] += 1
+
+    def state(self) -> dict:
+        """The running episodes (return, length, start, id per env), for a checkpoint."""
+        return {"returns": self.returns.copy(), "lengths": self.lengths.copy(),
+                "start_frames": self.start_frames.copy(), "episode_ids": self.episode_ids.copy()}
+
+    def load(self, state: dict):
+        for name in ("returns", "lengths", "start_frames", "episode_ids"):
+            getattr(self, name)[...] = state[name]
 
 
 
@@ -249,6 +259,7 @@ class Trainer:
         self.local_frames = 0  # this rank's frames not yet added to self.frames
         self.updates = 0
         self.episodes = EpisodeTracker(cfg.num_envs)
+        self._rank_states: list[dict] | None = None  # every rank's _rank_state, on rank 0
         self.all_episodes: list[tuple] = []  # every rank's finished episodes, on rank 0
         self.stop_requested = False  # set by request_stop (SIGUSR1/SIGTERM before a time limit)
         self.stop_reason = None  # None (budget reached), "signal" or "storage"
@@ -438,7 +449,7 @@ class Trainer:
                 "config": dataclasses.asdict(self.cfg), "num_actions": self.num_actions,
                 "obs_shape": self.obs_shape, "episodes": self.all_episodes,
                 "world_size": self.world_size,
-                "env_state": self._env_state()}
+                "rank_states": self._rank_states if self.world_size > 1 else [self._rank_state()]}
 
     def save_checkpoint(self, path=None) -> pathlib.Path | None:
         """Rank 0 writes the checkpoint atomically (temporary file, fsync, rename): a write
@@ -457,9 +468,17 @@ class Trainer:
             self._grow_reserve(path.stat().st_size)
         return path
 
-    def _env_state(self):
+    def _rank_state(self) -> dict:
+        """What a resumed rank needs besides the shared model: its environments (None where
+        the backend cannot snapshot them) and its episodes in progress."""
         getter = getattr(self.env, "get_state", None)
-        return None if getter is None else getter()
+        return {"env_state": None if getter is None else getter(),
+                "episode_tracker": self.episodes.state()}
+
+    def _gather_rank_states(self):
+        """Collective before rank 0 writes a checkpoint: every rank's _rank_state on rank 0."""
+        if self.world_size > 1:
+            self._rank_states = self.comm.gather(self._rank_state())
 
     def load_checkpoint(self):
         path = self.checkpoint_path()
@@ -473,7 +492,31 @@ class Trainer:
         if state.get("world_size", 1) == self.world_size:
             self.action_counters[:] = state["action_counters"][:len(self.action_counters)]
         self.all_episodes = list(state["episodes"])
-        return state.get("env_state")
+        rank_states = state.get("rank_states")
+        if rank_states is None:  # written before rank states: rank 0's environments only
+            rank_states = [{"env_state": state.get("env_state")}]
+        if len(rank_states) != self.world_size:
+            print(f"note: the checkpoint holds {len(rank_states)} rank(s)' environments, this job has "
+                  f"{self.world_size}; environments restart", file=sys.stderr)
+            mine = {}
+        else:
+            mine = rank_states[self.rank]
+        if "episode_tracker" in mine:
+            self.episodes.load(mine["episode_tracker"])
+        else:
+            self._skip_unknown_episode_starts()
+        return mine.get("env_state")
+
+    def _skip_unknown_episode_starts(self):
+        """Episodes running at a checkpoint that lacks their start (older checkpoints, or a
+        rank count that changed) would report a partial return: number them on from the last
+        recorded episode and leave them out of the statistics."""
+        first = int(self.env_ids[0])
+        for env, episode, *_ in self.all_episodes:
+            local = env - first
+            if 0 <= local < len(self.episodes.episode_ids):
+                self.episodes.episode_ids[local] = max(self.episodes.episode_ids[local], episode + 1)
+        self.episodes.start_frames[:] = -1  # unknown: EpisodeTracker.update drops these
 
     # ----- the loops -----------------------------------------------------------------
     def frames_per_agent_step(self, batch: int) -> int:
@@ -489,8 +532,11 @@ class Trainer:
             obs, state_info = self.env.set_state(env_state)
         else:
             if cfg.resume:
-                print("note: this backend cannot restore environment states; environments restart",
-                      file=sys.stderr)
+                if not hasattr(self.env, "set_state"):
+                    print("note: this backend cannot restore environment states; environments "
+                          "restart", file=sys.stderr)
+                self.episodes.returns[:] = self.episodes.lengths[:] = 0  # fresh episodes
+                self.episodes.start_frames[:] = self.frames
             obs, state_info = self.env.reset(seed=self.env_seed)
         start_time, start_frames = time.perf_counter(), self.frames
         last_log = time.perf_counter()
@@ -520,6 +566,7 @@ class Trainer:
                     self._log_metrics(start_time, start_frames)
                     last_log = now
                 if self.frames >= next_checkpoint:
+                    self._gather_rank_states()
                     try:
                         self.save_checkpoint()
                     except StorageError as exc:
@@ -639,6 +686,7 @@ class Trainer:
                                           f"{self.reserve.path}")
         self._flush_episodes()
         self._log_metrics(start_time, start_frames)
+        self._gather_rank_states()
         if self.rank == 0:
             self.final_checkpoint = self._write_final_checkpoint()
         self.final_checkpoint = self.comm.bcast(self.final_checkpoint)
