@@ -9,7 +9,7 @@ STAMP := $(VENV)/.hybridsim-installed
 TORCH_SPEC ?= torch==2.13.0
 SOURCES := setup.py setup.cfg pyproject.toml $(wildcard pyx/*.pyx cuda/* hybridsim/*.py data/*)
 
-.PHONY: run test install bench clean
+.PHONY: run test install bench verify clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,11 +22,18 @@ $(STAMP): $(BIN)/python $(SOURCES)
 
 install: $(STAMP)
 
-# The main job until training on hybridsim's own engine lands: check the emulator against
-# ale-py frame by frame on five games, then time it against ale-py.
+# The main job: train an A2C+V-trace agent on hybridsim's CPU engine for about five minutes
+# (the `quickstart` recipe, data/recipes/quickstart.toml), then score the policy on
+# ale-py's own environment.
+# A new directory per run: train refuses to overwrite a finished run (it offers --resume).
+RUN_STAMP := $(shell date +%Y%m%d-%H%M%S)
+RUN_DIR ?= runs/quickstart-$(RUN_STAMP)
 run: install
+	$(BIN)/hybridsim train --config quickstart --log-dir $(RUN_DIR)
+	$(BIN)/hybridsim eval $(RUN_DIR)/checkpoint.pt --env ale-py --episodes 8
+
+verify: install
 	$(BIN)/hybridsim verify --games pong,breakout,space_invaders,ms_pacman,seaquest --frames 2000
-	$(BIN)/hybridsim bench --single --frames 10000
 
 test: install
 	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider

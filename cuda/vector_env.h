@@ -130,11 +130,29 @@ HS_HD inline void vec_capture(const VecConfig& c, const FrameBuffers& fbs, uint8
   }
 }
 
+// The work of process_screen for ring slot `slot`: max-pool into raw0 (in place), resize
+// into the slot.
+HS_HD inline void vec_screen_into(const VecConfig& c, const pp::ResizePlan& plan, VecEnvBuffers& b,
+                                  int32_t slot) {
+  if (c.maxpool) pp::maxpool_frames(b.raw0, b.raw0, b.raw1, c.raw_size);
+  pp::resize_image(plan, b.raw0, b.stack + (long long)slot * c.obs_size);
+}
+
+// The ring slot the last process_screen wrote (or, deferred, is to write).
+HS_HD HS_INLINE int32_t vec_last_slot(const VecConfig& c, const VecEnvState& s) {
+  return s.stack_head == 0 ? c.stack_num - 1 : s.stack_head - 1;
+}
+
 // process_screen: max-pool into raw0 (in place), resize into the ring, advance it.
+// kDefer (the GPU's split design, cuda/vector_kernels.cu): only advance the ring; the
+// pixel work of the last process_screen of a vec_execute (and, after a reset, the
+// stack_clear and the observation copy) is left to kernels with many threads per
+// environment, which find everything they need in the state: the slot is
+// vec_last_slot, and elapsed_steps == 0 exactly when that screen is a reset's.
+template <bool kDefer = false>
 HS_HD inline void vec_process_screen(const VecConfig& c, const pp::ResizePlan& plan,
                                      VecEnvState& s, VecEnvBuffers& b) {
-  if (c.maxpool) pp::maxpool_frames(b.raw0, b.raw0, b.raw1, c.raw_size);
-  pp::resize_image(plan, b.raw0, b.stack + (long long)s.stack_head * c.obs_size);
+  if (!kDefer) vec_screen_into(c, plan, b, s.stack_head);
   s.stack_head = s.stack_head + 1 == c.stack_num ? 0 : s.stack_head + 1;
 }
 
@@ -159,6 +177,7 @@ HS_HD HS_INLINE void vec_capture_drawn(const VecConfig& c, const uint8_t* rom, F
 
 // PreprocessedEnv::reset after any reseed: reset_game, FIRE, noops, fresh stack.
 // reset_game is skipped once when the state was copied from a load that already ran it.
+template <bool kDefer = false>
 HS_HD inline void vec_reset(const VecConfig& c, const pp::ResizePlan& plan, const uint8_t* rom,
                             AleEnv& e, VecEnvState& s, VecEnvBuffers& b) {
   vec_will_read(b.fbs, false);
@@ -171,11 +190,11 @@ HS_HD inline void vec_reset(const VecConfig& c, const pp::ResizePlan& plan, cons
     vec_ale_act(e, rom, b.fbs, A_NOOP, 1.0f);
     if (env_terminal(e)) env_reset(e, rom, b.fbs);
   }
-  pp::stack_clear(b.stack, c.stack_num, c.obs_size);
+  if (!kDefer) pp::stack_clear(b.stack, c.stack_num, c.obs_size);
   s.stack_head = 0;
   vec_capture_drawn(c, rom, b.fbs, b.raw0);
   for (int32_t i = 0; i < c.raw_size; ++i) b.raw1[i] = 0;
-  vec_process_screen(c, plan, s, b);
+  vec_process_screen<kDefer>(c, plan, s, b);
   s.elapsed_steps = 0;
   s.reward = 0;
   s.game_over = 0;
@@ -184,6 +203,7 @@ HS_HD inline void vec_reset(const VecConfig& c, const pp::ResizePlan& plan, cons
 }
 
 // PreprocessedEnv::step with an action index into the action set (checked by the caller).
+template <bool kDefer = false>
 HS_HD inline void vec_step(const VecConfig& c, const pp::ResizePlan& plan, const uint8_t* rom,
                            AleEnv& e, VecEnvState& s, VecEnvBuffers& b, int32_t action_index,
                            float strength) {
@@ -200,7 +220,7 @@ HS_HD inline void vec_step(const VecConfig& c, const pp::ResizePlan& plan, const
       break;
     if (skip <= 2) vec_capture_drawn(c, rom, b.fbs, skip == 1 ? b.raw0 : b.raw1);
   }
-  vec_process_screen(c, plan, s, b);
+  vec_process_screen<kDefer>(c, plan, s, b);
   s.lives = env_lives(e);
   s.reward = c.reward_clipping ? (reward < -1 ? -1 : (reward > 1 ? 1 : reward)) : reward;
 }
@@ -222,7 +242,9 @@ HS_HD inline void vec_write_obs(const VecConfig& c, const VecEnvState& s, const 
   }
 }
 
-// PreprocessedEnv::write_to.
+// PreprocessedEnv::write_to (kDefer: without the observation, which the split GPU
+// design copies with many threads per environment).
+template <bool kDefer = false>
 HS_HD inline void vec_write(const VecConfig& c, const AleEnv& e, const VecEnvState& s,
                             const VecEnvBuffers& b, const VecOutput& out) {
   const bool terminated = s.game_over || ((c.life_loss_info || c.episodic_life) && s.was_life_lost);
@@ -232,37 +254,42 @@ HS_HD inline void vec_write(const VecConfig& c, const AleEnv& e, const VecEnvSta
   *out.lives = s.lives;
   *out.frame_number = e.frame_number;
   *out.episode_frame_number = e.episode_frame_number;
-  vec_write_obs(c, s, b, out.obs);
+  if (!kDefer) vec_write_obs(c, s, b, out.obs);
 }
 
 // One environment's part of a batch (EnvVectorizer::execute_env): a forced reset
 // (reset() call, after the caller's reseed), or a step with NEXT_STEP / SAME_STEP
 // autoreset. Returns 1 when out.final_obs was written (SAME_STEP episode end).
+// kDefer: the last screen's pixel work and the observation are left to the caller (see
+// vec_process_screen); a SAME_STEP episode end processes its step's screen here, since
+// the final observation needs it before the reset's.
+template <bool kDefer = false>
 HS_HD inline int32_t vec_execute(const VecConfig& c, const pp::ResizePlan& plan, const uint8_t* rom,
                                  AleEnv& e, VecEnvState& s, VecEnvBuffers& b, bool force_reset,
                                  int32_t action_index, float strength, const VecOutput& out) {
   if (!c.same_step) {
-    if (force_reset || vec_episode_over(c, s)) vec_reset(c, plan, rom, e, s, b);
-    else vec_step(c, plan, rom, e, s, b, action_index, strength);
-    vec_write(c, e, s, b, out);
+    if (force_reset || vec_episode_over(c, s)) vec_reset<kDefer>(c, plan, rom, e, s, b);
+    else vec_step<kDefer>(c, plan, rom, e, s, b, action_index, strength);
+    vec_write<kDefer>(c, e, s, b, out);
     return 0;
   }
   if (force_reset) {
-    vec_reset(c, plan, rom, e, s, b);
-    vec_write(c, e, s, b, out);
+    vec_reset<kDefer>(c, plan, rom, e, s, b);
+    vec_write<kDefer>(c, e, s, b, out);
     return 0;
   }
-  vec_step(c, plan, rom, e, s, b, action_index, strength);
+  vec_step<kDefer>(c, plan, rom, e, s, b, action_index, strength);
   if (!vec_episode_over(c, s)) {
-    vec_write(c, e, s, b, out);
+    vec_write<kDefer>(c, e, s, b, out);
     return 0;
   }
+  if (kDefer) vec_screen_into(c, plan, b, vec_last_slot(c, s));
   if (out.final_obs) vec_write_obs(c, s, b, out.final_obs);
-  vec_write(c, e, s, b, out);
+  vec_write<kDefer>(c, e, s, b, out);
   const int32_t reward = *out.reward;
   const uint8_t terminated = *out.terminated, truncated = *out.truncated;
-  vec_reset(c, plan, rom, e, s, b);
-  vec_write(c, e, s, b, out);
+  vec_reset<kDefer>(c, plan, rom, e, s, b);
+  vec_write<kDefer>(c, e, s, b, out);
   *out.reward = reward;
   *out.terminated = terminated;
   *out.truncated = truncated;

@@ -7,12 +7,10 @@ import os as _os
 
 __version__ = "0.1.0"
 
-# The batched engine's OpenMP threads wait for the next step asleep rather than spinning:
-# a step takes milliseconds, and spinning threads take CPU time from the learner and other
-# processes (BENCHMARKS.md: 0.5-0.6x -> 0.8-0.9x of ale-py on a loaded 2-CPU VM). Read by
-# libgomp when it loads, so it applies unless OpenMP was loaded before hybridsim; set
-# OMP_WAIT_POLICY=ACTIVE to override.
-_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OMP_WAIT_POLICY is left to the user: libgomp's own policy (spin briefly, then sleep)
+# trained 29% faster than PASSIVE on a quiet 2-core VM (benchmarks/train_throughput.py,
+# BENCHMARKS.md); on a machine shared with other busy processes, OMP_WAIT_POLICY=PASSIVE
+# can be worth more (it was 0.5-0.6x -> 0.8-0.9x of ale-py's speed on a loaded VM).
 
 
 def _packaged_dir(name: str, marker: str) -> str:

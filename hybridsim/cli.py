@@ -91,9 +91,12 @@ def _cmd_replay(args) -> int:
 def _cmd_eval(args) -> int:
     from hybridsim import evaluate
     r = evaluate.evaluate(args.checkpoint, episodes=args.episodes, env=args.env,
-                          num_envs=args.num_envs, seed=args.seed, greedy=args.greedy)
+                          num_envs=args.num_envs, seed=args.seed, greedy=args.greedy,
+                          random_policy=args.random)
+    policy = ("uniformly random actions" if args.random
+              else f"policy trained for {r['frames_trained']:,} frames")
     print(f"{r['game']} on {r['env']}: {r['episodes']} episodes, return {r['mean']:.2f} "
-          f"+- {r['std']:.2f} (policy trained for {r['frames_trained']:,} frames)")
+          f"+- {r['std']:.2f} ({policy})")
     return 0
 
 
@@ -144,6 +147,10 @@ def _cmd_train(args) -> int:
     print(f"trained {summary['frames']:,} frames in {summary['updates']:,} updates; "
           f"{summary['episodes']} episodes, mean return of the last 100: "
           f"{summary['mean_return_100']:.2f}")
+    if summary["episodes"] >= 2:
+        first, last = summary["mean_return_first"], summary["mean_return_last"]
+        print(f"mean return of the first {summary['window']} episodes {first:.2f}, of the last "
+              f"{summary['window']} {last:.2f} ({last - first:+.2f})")
     print(f"checkpoint: {summary['checkpoint']}")
     print(f"metrics:    {summary['metrics']} (TensorBoard: {cfg.log_dir}/tensorboard)")
     print(f"curve:      {summary['curve']}")
@@ -228,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-envs", type=int, default=4, help="environments played in parallel")
     p.add_argument("--seed", type=int, default=12345, help="environment and sampling seed")
     p.add_argument("--greedy", action="store_true", help="take the most likely action")
+    p.add_argument("--random", action="store_true",
+                   help="play uniformly random actions instead (the level training starts from)")
     p.set_defaults(func=_cmd_eval)
     p = sub.add_parser("games", help="the supported games and their properties")
     p.set_defaults(func=_cmd_games)

@@ -60,10 +60,28 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, positional=())
         parser.add_argument(*names, **kwargs)
 
 
+def shipped_recipes() -> dict[str, pathlib.Path]:
+    """Training recipes installed with the package (hybridsim/data/recipes/NAME.toml)."""
+    folder = pathlib.Path(__file__).resolve().parent / "data" / "recipes"
+    if not folder.is_dir():  # running from a source tree: data/ sits next to the package
+        folder = pathlib.Path(__file__).resolve().parent.parent / "data" / "recipes"
+    return {p.stem: p for p in sorted(folder.glob("*.toml"))}
+
+
+def resolve_config_path(name) -> pathlib.Path:
+    """A file path, or the name of a shipped recipe such as `pong-cpu`."""
+    path = pathlib.Path(name)
+    if path.is_file():
+        return path
+    recipes = shipped_recipes()
+    if str(name) in recipes:
+        return recipes[str(name)]
+    raise FileNotFoundError(f"config file not found: {path} (nor a shipped recipe; "
+                            f"recipes: {', '.join(recipes) or 'none installed'})")
+
+
 def load_config_file(path) -> dict:
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config file not found: {path}")
+    path = resolve_config_path(path)
     text = path.read_text()
     try:
         if path.suffix == ".json":

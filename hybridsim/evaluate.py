@@ -17,7 +17,10 @@ ENVS = {"hybridsim": "cpu", "ale-py": "ale-py"}
 
 
 def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: int = 4,
-             seed: int = 12345, greedy: bool = False, max_steps: int = 1_000_000) -> dict:
+             seed: int = 12345, greedy: bool = False, max_steps: int = 1_000_000,
+             random_policy: bool = False) -> dict:
+    """Mean return of the checkpoint's policy over `episodes` episodes; with random_policy,
+    of uniformly random actions on the same environment (the level training starts from)."""
     if env not in ENVS:
         raise ValueError(f"--env must be one of {sorted(ENVS)}, got {env!r}")
     if episodes < 1:
@@ -32,24 +35,32 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     obs, _ = vec.reset(seed=seed)
+    # Each environment owns a fixed quota of episodes, so the score does not favour the
+    # episodes that happen to end first (in Pong, the short, lost ones).
+    quota = np.full(num_envs, episodes // num_envs)
+    quota[:episodes % num_envs] += 1
     returns, running = [], np.zeros(num_envs)
     for _ in range(max_steps):
-        with torch.no_grad():
-            logits, _ = model(torch.from_numpy(obs))
-        if greedy:
+        if random_policy:  # uniform logits; the network is not consulted
+            logits = torch.zeros(num_envs, state["num_actions"])
+        else:
+            with torch.no_grad():
+                logits, _ = model(torch.from_numpy(obs))
+        if greedy and not random_policy:
             actions = logits.argmax(-1)
         else:
             actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1)
         obs, reward, terminated, truncated, _ = vec.step(actions.numpy().astype(np.int64))
         running += reward
         for k in np.nonzero(np.logical_or(terminated, truncated))[0]:
-            returns.append(float(running[k]))
+            if quota[k] > 0:
+                returns.append(float(running[k]))
+                quota[k] -= 1
             running[k] = 0.0
-        if len(returns) >= episodes:
+        if not quota.any():
             break
     vec.close()
-    returns = returns[:episodes]
     return {"env": env, "game": cfg.game, "episodes": len(returns), "returns": returns,
             "mean": float(np.mean(returns)) if returns else float("nan"),
             "std": float(np.std(returns)) if returns else float("nan"),
-            "frames_trained": int(state["frames"])}
+            "frames_trained": int(state["frames"]), "policy": "random" if random_policy else "trained"}

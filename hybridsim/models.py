@@ -78,7 +78,27 @@ class ImpalaResNet(nn.Module):
 MODELS = {"nature": NatureCNN, "impala": ImpalaResNet}
 
 
+def init_actor_critic(model: nn.Module, trunk: bool) -> nn.Module:
+    """Orthogonal heads with zero biases: gain 0.01 for the policy, so the first policy is
+    close to uniform, and 1 for the value; with `trunk`, also the ReLU layers (gain sqrt(2)).
+    This is the OpenAI Baselines A2C/PPO initialisation; Andrychowicz et al., "What Matters
+    in On-Policy Reinforcement Learning?" (ICLR 2021), found the small policy-head scale
+    among the choices that matter most. PyTorch's default (Kaiming-uniform, a = sqrt(5))
+    starts ReLU layers at a third of the He variance. The IMPALA ResNet keeps that default
+    in its trunk (as torchbeast does): sqrt(2) gains in every residual branch would grow the
+    activations stage by stage."""
+    layers = [model.policy, model.value]
+    if trunk:
+        layers += [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    for layer in layers:
+        nn.init.orthogonal_(layer.weight, gain=nn.init.calculate_gain("relu"))
+        nn.init.zeros_(layer.bias)
+    nn.init.orthogonal_(model.policy.weight, gain=0.01)
+    nn.init.orthogonal_(model.value.weight, gain=1.0)
+    return model
+
+
 def build_model(name: str, obs_shape, num_actions: int) -> nn.Module:
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {sorted(MODELS)}")
-    return MODELS[name](tuple(obs_shape), num_actions)
+    return init_actor_critic(MODELS[name](tuple(obs_shape), num_actions), trunk=name == "nature")

@@ -29,6 +29,9 @@ import torch.nn.functional as F
 
 from hybridsim import dist, storage, vtrace
 from hybridsim.models import build_model
+from hybridsim.optim import RMSpropTF
+
+OPTIMIZERS = ("rmsprop_tf", "rmsprop", "adam")
 from hybridsim.storage import StorageError
 
 
@@ -47,7 +50,7 @@ class TrainConfig:
     seed: int = 1
     """Seed of the model, the action sampler and the environments (environment i gets seed + i)."""
     config: str = ""
-    """Optional TOML or JSON file with any of these settings; the command line overrides it."""
+    """Optional TOML or JSON file with any of these settings, or a shipped recipe's name (quickstart, pong-cpu, pong-h200); the command line overrides it."""
     resume: bool = False
     """Continue from log_dir/checkpoint.pt (same config) instead of starting afresh."""
     schedule: str = "a2c"
@@ -56,14 +59,14 @@ class TrainConfig:
     """Network: nature (Mnih et al. 2015) or impala (Espeholt et al. 2018 ResNet)."""
     num_steps: int = 5
     """Rollout length T per update (a2c) or trajectory length (impala)."""
-    num_minibatches: int = 4
-    """a2c: groups of environments updated one after another from one rollout."""
+    num_minibatches: int = 1
+    """a2c: groups of environments updated one after another from one rollout (CuLE's schedule; later groups learn from a slightly stale policy, corrected by V-trace). 1 is Baselines' A2C, one update of all num_envs x num_steps transitions."""
     env_batch_size: int = 0
     """impala: environments returned per asynchronous step (0 = num_envs / 2)."""
     learner_batch: int = 8
     """impala: trajectories per learner update."""
-    optimizer: str = "rmsprop"
-    """rmsprop or adam."""
+    optimizer: str = "rmsprop_tf"
+    """rmsprop_tf (RMSprop as TensorFlow 1 and Baselines' A2C: mean square starting at 1, eps inside the root; hybridsim/optim.py says why), rmsprop (torch.optim.RMSprop) or adam."""
     lr: float = 0.00065
     """Initial learning rate (CuLE's A2C default), decayed linearly to 0 when lr_decay is on."""
     lr_decay: bool = True
@@ -131,9 +134,11 @@ class TrainConfig:
             (self.total_frames >= 1, f"total_frames must be >= 1, got {self.total_frames}"),
             (self.schedule in ("a2c", "impala"), f"schedule must be a2c or impala, got {self.schedule!r}"),
             (self.num_steps >= 1, f"num_steps must be >= 1, got {self.num_steps}"),
-            (self.optimizer in ("rmsprop", "adam"), f"optimizer must be rmsprop or adam, got {self.optimizer!r}"),
+            (self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"),
             (self.backend in ("cpu", "gpu", "hybrid", "ale-py"),
              f"backend must be cpu, gpu, hybrid or ale-py, got {self.backend!r}"),
+            (self.backend not in ("gpu", "hybrid") or self.schedule == "a2c",
+             f"backend {self.backend!r} steps all environments together: use schedule a2c"),
             (self.frame_skip >= 1, f"frame_skip must be >= 1, got {self.frame_skip}"),
             (self.allreduce in dist.ALLREDUCE_CHOICES,
              f"allreduce must be one of {', '.join(dist.ALLREDUCE_CHOICES)}, got {self.allreduce!r}"),
@@ -162,6 +167,10 @@ def make_vector_env(cfg: TrainConfig, seed: int, batch_size: int = 0):
     except ImportError:
         raise ValueError(f"backend {cfg.backend!r} needs hybridsim's batched engine, which this "
                          f"build does not have yet; use --backend ale-py") from None
+    if cfg.backend in ("gpu", "hybrid"):
+        # The learner's rollout buffers are host arrays for now: ask for numpy outputs (one
+        # copy per step); handing the device batch to the learner zero-copy is still to do.
+        kwargs["gpu_options"] = {"output": "numpy"}
     return AtariVectorEnv(backend=cfg.backend, **kwargs)
 
 
@@ -185,12 +194,22 @@ class EpisodeTracker:
         self.returns[env_ids] += rewards
         self.lengths[env_ids] += 1
         for env in np.asarray(env_ids)[np.asarray(dones, bool)]:
-            self.finished.append((int(env), int(self.episode_ids[env]), float(self.returns[env]),
-                                  int(self.lengths[env]), int(self.start_frames[env]), int(frame)))
+            if self.start_frames[env] >= 0:  # -1: began before a checkpoint that lacks its start
+                self.finished.append((int(env), int(self.episode_ids[env]), float(self.returns[env]),
+                                      int(self.lengths[env]), int(self.start_frames[env]), int(frame)))
             self.returns[env] = 0.0
             self.lengths[env] = 0
             self.start_frames[env] = frame
             self.episode_ids[env] += 1
+
+    def state(self) -> dict:
+        """The running episodes (return, length, start, id per env), for a checkpoint."""
+        return {"returns": self.returns.copy(), "lengths": self.lengths.copy(),
+                "start_frames": self.start_frames.copy(), "episode_ids": self.episode_ids.copy()}
+
+    def load(self, state: dict):
+        for name in ("returns", "lengths", "start_frames", "episode_ids"):
+            getattr(self, name)[...] = state[name]
 
 
 
@@ -202,6 +221,10 @@ class Trainer:
         rank = self.rank = self.comm.rank
         self.world_size = self.comm.size
         self.log_dir = pathlib.Path(cfg.log_dir)
+        if not cfg.resume and self.checkpoint_path().exists():
+            # a fresh run would overwrite that run's metrics, logs and, later, its checkpoint
+            raise FileExistsError(f"{self.log_dir} already holds a run ({self.checkpoint_path().name}); "
+                                  f"continue it with --resume, or choose another --log-dir")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.device = pick_device(cfg.device)
         self.comm = dist.with_gradient_backend(self.comm, cfg.allreduce, self.device)
@@ -224,7 +247,10 @@ class Trainer:
         self.obs_shape = tuple(self.env.single_observation_space.shape)
         self.model = build_model(cfg.model, self.obs_shape, self.num_actions).to(self.device)
         self.comm.broadcast_parameters(self.model)
-        if cfg.optimizer == "rmsprop":
+        if cfg.optimizer == "rmsprop_tf":
+            self.optimizer = RMSpropTF(self.model.parameters(), lr=cfg.lr, alpha=cfg.rmsprop_alpha,
+                                       eps=cfg.eps)
+        elif cfg.optimizer == "rmsprop":
             self.optimizer = torch.optim.RMSprop(self.model.parameters(), lr=cfg.lr,
                                                  alpha=cfg.rmsprop_alpha, eps=cfg.eps)
         else:
@@ -233,6 +259,7 @@ class Trainer:
         self.local_frames = 0  # this rank's frames not yet added to self.frames
         self.updates = 0
         self.episodes = EpisodeTracker(cfg.num_envs)
+        self._rank_states: list[dict] | None = None  # every rank's _rank_state, on rank 0
         self.all_episodes: list[tuple] = []  # every rank's finished episodes, on rank 0
         self.stop_requested = False  # set by request_stop (SIGUSR1/SIGTERM before a time limit)
         self.stop_reason = None  # None (budget reached), "signal" or "storage"
@@ -422,7 +449,7 @@ class Trainer:
                 "config": dataclasses.asdict(self.cfg), "num_actions": self.num_actions,
                 "obs_shape": self.obs_shape, "episodes": self.all_episodes,
                 "world_size": self.world_size,
-                "env_state": self._env_state()}
+                "rank_states": self._rank_states if self.world_size > 1 else [self._rank_state()]}
 
     def save_checkpoint(self, path=None) -> pathlib.Path | None:
         """Rank 0 writes the checkpoint atomically (temporary file, fsync, rename): a write
@@ -441,9 +468,17 @@ class Trainer:
             self._grow_reserve(path.stat().st_size)
         return path
 
-    def _env_state(self):
+    def _rank_state(self) -> dict:
+        """What a resumed rank needs besides the shared model: its environments (None where
+        the backend cannot snapshot them) and its episodes in progress."""
         getter = getattr(self.env, "get_state", None)
-        return None if getter is None else getter()
+        return {"env_state": None if getter is None else getter(),
+                "episode_tracker": self.episodes.state()}
+
+    def _gather_rank_states(self):
+        """Collective before rank 0 writes a checkpoint: every rank's _rank_state on rank 0."""
+        if self.world_size > 1:
+            self._rank_states = self.comm.gather(self._rank_state())
 
     def load_checkpoint(self):
         path = self.checkpoint_path()
@@ -457,7 +492,31 @@ class Trainer:
         if state.get("world_size", 1) == self.world_size:
             self.action_counters[:] = state["action_counters"][:len(self.action_counters)]
         self.all_episodes = list(state["episodes"])
-        return state.get("env_state")
+        rank_states = state.get("rank_states")
+        if rank_states is None:  # written before rank states: rank 0's environments only
+            rank_states = [{"env_state": state.get("env_state")}]
+        if len(rank_states) != self.world_size:
+            print(f"note: the checkpoint holds {len(rank_states)} rank(s)' environments, this job has "
+                  f"{self.world_size}; environments restart", file=sys.stderr)
+            mine = {}
+        else:
+            mine = rank_states[self.rank]
+        if "episode_tracker" in mine:
+            self.episodes.load(mine["episode_tracker"])
+        else:
+            self._skip_unknown_episode_starts()
+        return mine.get("env_state")
+
+    def _skip_unknown_episode_starts(self):
+        """Episodes running at a checkpoint that lacks their start (older checkpoints, or a
+        rank count that changed) would report a partial return: number them on from the last
+        recorded episode and leave them out of the statistics."""
+        first = int(self.env_ids[0])
+        for env, episode, *_ in self.all_episodes:
+            local = env - first
+            if 0 <= local < len(self.episodes.episode_ids):
+                self.episodes.episode_ids[local] = max(self.episodes.episode_ids[local], episode + 1)
+        self.episodes.start_frames[:] = -1  # unknown: EpisodeTracker.update drops these
 
     # ----- the loops -----------------------------------------------------------------
     def frames_per_agent_step(self, batch: int) -> int:
@@ -473,8 +532,11 @@ class Trainer:
             obs, state_info = self.env.set_state(env_state)
         else:
             if cfg.resume:
-                print("note: this backend cannot restore environment states; environments restart",
-                      file=sys.stderr)
+                if not hasattr(self.env, "set_state"):
+                    print("note: this backend cannot restore environment states; environments "
+                          "restart", file=sys.stderr)
+                self.episodes.returns[:] = self.episodes.lengths[:] = 0  # fresh episodes
+                self.episodes.start_frames[:] = self.frames
             obs, state_info = self.env.reset(seed=self.env_seed)
         start_time, start_frames = time.perf_counter(), self.frames
         last_log = time.perf_counter()
@@ -504,6 +566,7 @@ class Trainer:
                     self._log_metrics(start_time, start_frames)
                     last_log = now
                 if self.frames >= next_checkpoint:
+                    self._gather_rank_states()
                     try:
                         self.save_checkpoint()
                     except StorageError as exc:
@@ -623,6 +686,7 @@ class Trainer:
                                           f"{self.reserve.path}")
         self._flush_episodes()
         self._log_metrics(start_time, start_frames)
+        self._gather_rank_states()
         if self.rank == 0:
             self.final_checkpoint = self._write_final_checkpoint()
         self.final_checkpoint = self.comm.bcast(self.final_checkpoint)
@@ -789,10 +853,15 @@ class Trainer:
         self.env.close()
 
     def summary(self) -> dict:
+        returns = [e[2] for e in self.all_episodes]
+        # the first and the last quarter of the episodes (at most 100 each): did it learn?
+        window = min(100, max(1, len(returns) // 4))
         return {"frames": self.frames, "updates": self.updates,
                 "episodes": len(self.all_episodes),
-                "mean_return_100": (float(np.mean([e[2] for e in self.all_episodes[-100:]]))
-                                    if self.all_episodes else float("nan")),
+                "mean_return_100": float(np.mean(returns[-100:])) if returns else float("nan"),
+                "window": window,
+                "mean_return_first": float(np.mean(returns[:window])) if returns else float("nan"),
+                "mean_return_last": float(np.mean(returns[-window:])) if returns else float("nan"),
                 "checkpoint": str(self.final_checkpoint or self.checkpoint_path()),
                 "final_checkpoint": str(self.final_checkpoint) if self.final_checkpoint else None,
                 "preempted": self.preempted, "stopped": self.stop_reason,

@@ -2,7 +2,14 @@
 
     AtariVectorEnv(game, num_envs, *, backend="cpu", num_threads=0, batch_size=0,
                    <every other keyword of ale_py.vector_env.AtariVectorEnv, same defaults>,
-                   resize_interpolation="area")
+                   resize_interpolation="area", device=0, gpu_options=None)
+
+backend="gpu" runs every environment on CUDA device `device` (hybridsim/gpu.py, CuPy);
+backend="hybrid" splits them between this CPU engine and the GPU (hybridsim/hybrid.py).
+Both are synchronous (batch_size == num_envs) and return device arrays (torch tensors
+through DLPack by default); docs/GPU.md. gpu_options: design ("split" | "fused"),
+block, emulate (host-emulated kernels, no GPU), output ("torch" | "cupy" | "numpy"),
+cubin; hybrid: cpu_envs (the split; default measured), cpu_threads.
 
 resize_interpolation="linear" resizes as cv2.INTER_LINEAR (bit for bit) instead of
 ale-py's INTER_AREA.
@@ -102,12 +109,14 @@ class AtariVectorEnv(VectorEnv):
         reward_clipping: bool = True,
         use_fire_reset: bool = True,
         resize_interpolation: str = "area",
+        device: int = 0,
+        gpu_options: dict | None = None,
     ):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if backend != "cpu":
-            raise ValueError(f"backend={backend!r} is not available yet (the GPU engine and the hybrid "
-                             f"scheduler are separate work); use backend='cpu'")
+        if backend != "cpu" and batch_size not in (0, num_envs):
+            raise ValueError(f"backend={backend!r} is synchronous: batch_size must be 0 or num_envs, "
+                             f"got {batch_size!r}")
         # ale-py raises gymnasium's error for a bad frameskip; keep its exception type.
         if type(frameskip) is not int:
             raise gym_error.Error(f"Invalid frameskip type: {type(frameskip)}.")
@@ -170,8 +179,8 @@ class AtariVectorEnv(VectorEnv):
         self.action_set = np.array([int(a) for a in actions], dtype=np.int32)
         fire_reset = bool(use_fire_reset) and 1 in self.action_set
         height = ale.getScreenDims()[0]
-        self._engine = _vector.VectorEngine(
-            self._rom_bytes, template[0], template[1], template[2], num_envs,
+        engine_args = (self._rom_bytes, template[0], template[1], template[2], num_envs)
+        engine_kwargs = dict(
             num_threads=self.num_threads, frame_skip=frameskip, stack_num=int(stack_num),
             img_height=int(img_height), img_width=int(img_width), grayscale=bool(grayscale),
             maxpool=bool(maxpool), noop_max=int(noop_max), fire_reset=fire_reset,
@@ -180,6 +189,15 @@ class AtariVectorEnv(VectorEnv):
             same_step=self.autoreset_mode == AutoresetMode.SAME_STEP, action_set=self.action_set,
             raw_height=height, pal=ale._emu.tv_standard == "PAL",
             interpolation=interpolations[resize_interpolation])
+        self.device = device
+        self._xp = np
+        self._deliver = None
+        if backend == "cpu":
+            self._engine = _vector.VectorEngine(*engine_args, **engine_kwargs)
+        else:
+            from hybridsim.gpu import make_vector_engine
+            self._engine, self._xp, self._deliver = make_vector_engine(
+                backend, engine_args, engine_kwargs, device=device, options=gpu_options)
         self._template_copyable = self._check_template(template)
 
         obs_shape = (int(stack_num), int(img_height), int(img_width)) + (() if grayscale else (3,))
@@ -253,6 +271,10 @@ class AtariVectorEnv(VectorEnv):
         and reset with another seed (neither draws from the environment RNG)."""
         other = self._load(12345)
         self._engine.reseed(np.array([0], np.int32), np.array([12345]))
+        if self.backend != "cpu":
+            env, frames, shown = self._engine.env_row_host(0)
+            return (bytes(env) == other[0] and shown == other[2]
+                    and np.array_equal(frames, np.asarray(other[1]).reshape(2, -1)))
         same = (bytes(self._engine.env_mem[0]) == other[0]
                 and np.array_equal(self._engine.frame_mem[0], np.asarray(other[1]).reshape(2, -1))
                 and int(self._engine.shown()[0]) == other[2])
@@ -273,16 +295,17 @@ class AtariVectorEnv(VectorEnv):
 
     # ----- output arrays -------------------------------------------------------------------
     def _outputs(self, rows: int, final: bool):
-        obs = np.empty((rows,) + self._obs_shape, dtype=np.uint8)
+        xp = self._xp  # numpy, or the GPU backends' device array module
+        obs = xp.empty((rows,) + self._obs_shape, dtype=np.uint8)
         return dict(obs=obs,
-                    final_obs=np.zeros_like(obs) if final else None,
-                    reward=np.empty(rows, dtype=np.int32),
-                    terminated=np.empty(rows, dtype=np.bool_),
-                    truncated=np.empty(rows, dtype=np.bool_),
-                    lives=np.empty(rows, dtype=np.int32),
-                    frame_number=np.empty(rows, dtype=np.int32),
-                    episode_frame_number=np.empty(rows, dtype=np.int32),
-                    has_final=np.zeros(rows, dtype=np.uint8) if final else None)
+                    final_obs=xp.zeros_like(obs) if final else None,
+                    reward=xp.empty(rows, dtype=np.int32),
+                    terminated=xp.empty(rows, dtype=np.bool_),
+                    truncated=xp.empty(rows, dtype=np.bool_),
+                    lives=xp.empty(rows, dtype=np.int32),
+                    frame_number=xp.empty(rows, dtype=np.int32),
+                    episode_frame_number=xp.empty(rows, dtype=np.int32),
+                    has_final=xp.zeros(rows, dtype=np.uint8) if final else None)
 
     def _run(self, ids, force, actions, strengths, out):
         self._engine.run(ids, force, actions, strengths, out["obs"], out["final_obs"], out["reward"],
@@ -360,12 +383,15 @@ class AtariVectorEnv(VectorEnv):
             self._engine.write_current(rest, cur["obs"], cur["reward"], cur["terminated"].view(np.uint8),
                                        cur["truncated"].view(np.uint8), cur["lives"], cur["frame_number"],
                                        cur["episode_frame_number"])
+            put_i, put_r = self._xp.asarray(indices), self._xp.asarray(rest)
             for key in ("obs", "lives", "frame_number", "episode_frame_number"):
-                out[key][indices] = part[key]
-                out[key][rest] = cur[key]
+                out[key][put_i] = part[key]
+                out[key][put_r] = cur[key]
         else:
             self._run(indices, force, zeros, self._ones, out)
         self._last_ids = self._all_ids
+        if self._deliver is not None:
+            return self._deliver(out["obs"]), self._deliver(self._info(self._all_ids, out))
         return out["obs"], self._info(self._all_ids, out)
 
     def _check_actions(self, actions, n: int):
@@ -383,6 +409,8 @@ class AtariVectorEnv(VectorEnv):
             f = (a[:, 2] > t).astype(np.int32)
             return (np.ascontiguousarray(self.map_action_idx[h, v, f], dtype=np.int32),
                     np.ascontiguousarray(a[:, 0], dtype=np.float32))
+        if self.backend != "cpu" and not isinstance(actions, (np.ndarray, list, tuple)):
+            return self._engine.check_actions(actions, n, len(self.action_set)), self._ones[:n]
         a = np.asarray(actions)
         if a.dtype.kind not in "iu":
             raise ValueError(f"actions must be an integer array (int32 or int64), got dtype {a.dtype}")
@@ -443,8 +471,11 @@ class AtariVectorEnv(VectorEnv):
             self._run(self._all_ids, self._no_force, acts, strengths, out)
             ids = self._all_ids
         info = self._info(ids, out)
-        if out.get("final_obs") is not None and np.any(out["terminated"] | out["truncated"]):
+        if out.get("final_obs") is not None and bool((out["terminated"] | out["truncated"]).any()):
             info["final_obs"] = out["final_obs"]
+        if self._deliver is not None:
+            return tuple(self._deliver(x) for x in (out["obs"], out["reward"], out["terminated"],
+                                                    out["truncated"], info))
         return out["obs"], out["reward"], out["terminated"], out["truncated"], info
 
     def _recv_async(self):
@@ -488,8 +519,9 @@ class AtariVectorEnv(VectorEnv):
         self._settle()
         e = self._engine
         e.materialize()
-        arrays = dict(env=e.env_mem, state=e.state_mem, frames=e.frame_mem, raw=e.raw_mem,
-                      stack=e.stack_mem, shown=e.shown(),
+        engine_arrays = (dict(env=e.env_mem, state=e.state_mem, frames=e.frame_mem, raw=e.raw_mem,
+                              stack=e.stack_mem) if self.backend == "cpu" else e.host_arrays())
+        arrays = dict(**engine_arrays, shown=e.shown(),
                       last_ids=np.array([] if self._last_ids is None else self._last_ids, np.int32),
                       started=np.array(self._last_ids is not None),
                       in_flight=self._in_flight, ready=np.array(self._ready, np.int32))
@@ -517,9 +549,12 @@ class AtariVectorEnv(VectorEnv):
         self._pending = None
         data = np.load(io.BytesIO(state[head:]))
         e = self._engine
-        for name, arr in (("env", e.env_mem), ("state", e.state_mem), ("frames", e.frame_mem),
-                          ("raw", e.raw_mem), ("stack", e.stack_mem)):
-            arr[...] = data[name]
+        if self.backend != "cpu":
+            e.load_arrays(data)
+        else:
+            for name, arr in (("env", e.env_mem), ("state", e.state_mem), ("frames", e.frame_mem),
+                              ("raw", e.raw_mem), ("stack", e.stack_mem)):
+                arr[...] = data[name]
         e.set_shown(data["shown"])
         e.forget_undrawn()
         if self._async:
@@ -537,6 +572,8 @@ class AtariVectorEnv(VectorEnv):
         self._engine.write_current(ids, out["obs"], out["reward"], out["terminated"].view(np.uint8),
                                    out["truncated"].view(np.uint8), out["lives"], out["frame_number"],
                                    out["episode_frame_number"])
+        if self._deliver is not None:
+            return self._deliver(out["obs"]), self._deliver(self._info(ids, out))
         return out["obs"], self._info(ids, out)
 
     # ----- misc ----------------------------------------------------------------------------
@@ -544,5 +581,8 @@ class AtariVectorEnv(VectorEnv):
         self._drain()
 
     def __repr__(self) -> str:
+        if self.backend != "cpu":
+            return (f"hybridsim.AtariVectorEnv({self.game!r}, num_envs={self.num_envs}, "
+                    f"backend={self.backend!r}, device={self.device!r}, engine={self._engine!r})")
         return (f"hybridsim.AtariVectorEnv({self.game!r}, num_envs={self.num_envs}, "
                 f"batch_size={self.batch_size}, num_threads={self.num_threads}, backend={self.backend!r})")

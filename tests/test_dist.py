@@ -69,6 +69,35 @@ def test_two_ranks_match_one_rank_with_all_environments(tmp_path):
     assert sorted(set(steps["env_id"].ravel().tolist())) == list(range(8))
 
 
+def test_two_ranks_resume_each_their_own_environments(tmp_path):
+    """The checkpoint holds every rank's environments and running episodes: two ranks
+    stopped at 1,280 frames and resumed to 2,560 end exactly like two ranks that ran
+    2,560 frames at once (constant learning rate, so the budget does not change it)."""
+    exe = mpiexec()
+    args = ["--game", "pong", "--backend", "cpu", "--num-envs", "2", "--num-minibatches", "2",
+            "--num-threads", "1", "--torch-threads", "1", "--noop-max", "5", "--log-every", "0",
+            "--lr-decay", "false", "--max-episode-frames", "400", "--log-trajectories", "false"]
+
+    def train(log_dir, frames, *extra):
+        run = subprocess.run([exe, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "hybridsim",
+                              "train", *args, "--total-frames", str(frames), "--log-dir",
+                              str(tmp_path / log_dir), *extra],
+                             capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+
+    train("whole", 2560)
+    train("split", 1280)
+    half = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)
+    assert len(half["rank_states"]) == 2
+    assert half["rank_states"][0]["env_state"] != half["rank_states"][1]["env_state"]
+    train("split", 2560, "--resume")
+    p1, s1 = final_parameters(tmp_path / "whole")
+    p2, s2 = final_parameters(tmp_path / "split")
+    assert s1["frames"] == s2["frames"] and s1["updates"] == s2["updates"]
+    assert torch.equal(p1, p2)
+    assert s2["episodes"] == s1["episodes"] and len(s1["episodes"]) >= 4
+
+
 def test_gloo_allreduce_bootstrapped_from_mpi_matches_one_rank(tmp_path):
     """torch.distributed (gloo on CPU; nccl takes the same path on GPUs) set up from the MPI
     ranks averages the gradients like the MPI path: 2 ranks x 4 envs == 1 rank x 8 envs."""

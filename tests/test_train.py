@@ -65,6 +65,18 @@ def test_config_file_and_command_line(tmp_path):
         build_config(TrainConfig, args)
 
 
+def test_shipped_recipes_are_valid_configs():
+    from hybridsim.config import shipped_recipes
+    recipes = shipped_recipes()
+    assert {"pong-cpu", "pong-h200", "quickstart"} <= set(recipes)
+    for name in recipes:
+        cfg = build_config(TrainConfig, build_parser().parse_args(["train", "--config", name]))
+        cfg.validate()
+        assert cfg.game in {"pong", "kung_fu_master"}
+    with pytest.raises(FileNotFoundError, match="recipes: .*pong-cpu"):
+        build_config(TrainConfig, build_parser().parse_args(["train", "--config", "pong-tpu"]))
+
+
 @pytest.mark.parametrize("field,value,message", [
     ("num_envs", 6, "divisible by num_minibatches"),
     ("schedule", "ppo", "schedule must be a2c or impala"),
@@ -73,6 +85,14 @@ def test_config_file_and_command_line(tmp_path):
 def test_invalid_settings_are_named(tmp_path, field, value, message):
     with pytest.raises(ValueError, match=message):
         tiny_config(tmp_path, **{field: value}, num_minibatches=4).validate()
+
+
+def test_a_fresh_run_does_not_overwrite_a_finished_one(tmp_path):
+    Trainer(tiny_config(tmp_path, total_frames=400, log_trajectories=False)).train()
+    before = (tmp_path / "checkpoint.pt").read_bytes()
+    with pytest.raises(FileExistsError, match="already holds a run.*--resume"):
+        Trainer(tiny_config(tmp_path, total_frames=400, log_trajectories=False))
+    assert (tmp_path / "checkpoint.pt").read_bytes() == before
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path):
@@ -122,3 +142,6 @@ def test_eval_scores_a_checkpoint_on_ale_py(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "pong on ale-py: 3 episodes" in out.stdout
+    from hybridsim.evaluate import evaluate
+    r = evaluate(tmp_path / "checkpoint.pt", episodes=2, num_envs=2, random_policy=True)
+    assert (r["policy"], r["episodes"], r["env"]) == ("random", 2, "hybridsim")

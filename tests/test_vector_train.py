@@ -15,3 +15,40 @@ def test_train_on_the_cpu_engine_and_resume(tmp_path, schedule):
     assert summary["frames"] >= 800 and summary["updates"] > 0
     resumed = Trainer(TrainConfig(**dict(base, total_frames=1600, resume=True))).train()
     assert resumed["frames"] >= 1600
+
+
+def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
+    """Synchronous schedule: stopped by a signal mid-run and resumed, the run ends with the
+    same parameters, optimizer state and episode records as one that never stopped, also
+    for the episodes running at the stop (short truncated episodes cross it)."""
+    import torch
+    base = dict(game="pong", backend="cpu", num_envs=4, num_minibatches=2, total_frames=4000,
+                num_threads=1, torch_threads=1, log_every=0.0, checkpoint_every=10**9, noop_max=5,
+                max_episode_frames=600, log_trajectories=False)
+    whole = Trainer(TrainConfig(**base, log_dir=str(tmp_path / "whole")))
+    whole.train()
+
+    first = Trainer(TrainConfig(**base, log_dir=str(tmp_path / "split")))
+    iteration, calls = first._a2c_iteration, []
+
+    def stop_midway(state):
+        iteration(state)
+        calls.append(1)
+        if len(calls) == 7:  # 7 x 4 envs x 5 steps x 4 frames = 560 frames: mid-episode
+            first.request_stop()
+
+    first._a2c_iteration = stop_midway
+    first.train()
+    assert first.preempted and 0 < first.frames < base["total_frames"]
+    resumed = Trainer(TrainConfig(**base, log_dir=str(tmp_path / "split"), resume=True))
+    resumed.train()
+
+    assert resumed.frames == whole.frames and resumed.updates == whole.updates
+    for name, value in whole.model.state_dict().items():
+        assert torch.equal(value, resumed.model.state_dict()[name]), name
+    a, b = whole.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
+    for key in a:
+        for field in a[key]:
+            assert torch.equal(torch.as_tensor(a[key][field]), torch.as_tensor(b[key][field]))
+    assert len(whole.all_episodes) == 4  # each ends after the stop
+    assert resumed.all_episodes == whole.all_episodes

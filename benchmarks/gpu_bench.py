@@ -1,0 +1,479 @@
+"""GPU backend checks and benchmarks for one short device session (scripts/device_check.sh).
+
+    python benchmarks/gpu_bench.py PHASE --out FILE.json [--budget S] [--dry-run] [options]
+
+Phases (each writes one JSON object to --out, and stops itself within --budget seconds):
+  info        device, versions, struct sizes, kernel attributes (registers, local memory)
+  compile     NVRTC compile time of the kernels (fresh CuPy cache), and the cubin's load time
+  exact       GPU == CPU bit for bit (obs, rewards, terminations, truncations, lives,
+              frame numbers) for several games and both designs over many steps
+  throughput  frames/s (frame_skip 4, default preprocessing) for games x num_envs,
+              1K .. 256K environments, growing while memory and time allow
+  designs     fused vs split design and block sizes on one game at one size
+  hybrid      CPU-only (all cores) vs GPU-only vs hybrid (measured split) at a few sizes
+  merge       merge phase files: --out REPORT.json PHASEFILE...
+
+--dry-run runs every phase on the host-emulated device (hybridsim.gpu.HostEmulatedDevice)
+with tiny sizes: no GPU needed; it exercises the whole report path here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import traceback
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+GAMES = ("pong", "breakout", "ms_pacman")
+# Settings that end episodes within a few hundred steps under random play.
+EXACT_SETTINGS = {
+    "pong": dict(max_num_frames_per_episode=2000),
+    "breakout": dict(episodic_life=True),
+    "ms_pacman": dict(life_loss_info=True, max_num_frames_per_episode=3000),
+    "space_invaders": dict(episodic_life=True),
+    "seaquest": dict(life_loss_info=True, max_num_frames_per_episode=3000),
+}
+FRAME_SKIP = 4
+
+
+class Budget:
+    def __init__(self, seconds: float):
+        self.t0 = time.perf_counter()
+        self.seconds = float(seconds)
+
+    def used(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def left(self) -> float:
+        return self.seconds - self.used()
+
+
+def _opts(args, **kw):
+    o = dict(kw)
+    if args.dry_run:
+        o["emulate"] = True
+    if args.cubin:
+        o["cubin"] = args.cubin
+    return o
+
+
+def _xp(args):
+    if args.dry_run:
+        return np
+    import cupy
+    return cupy
+
+
+def _sync(args):
+    if not args.dry_run:
+        import cupy
+        cupy.cuda.get_current_stream().synchronize()
+
+
+def _free_pool(args):
+    if not args.dry_run:
+        import cupy
+        cupy.get_default_memory_pool().free_all_blocks()
+        cupy.get_default_pinned_memory_pool().free_all_blocks()
+
+
+def _to_numpy(x):
+    if hasattr(x, "get") and not isinstance(x, (dict, np.ndarray)):
+        return x.get()
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+# ---- info / compile ---------------------------------------------------------------------
+def phase_info(args, budget):
+    import hybridsim
+    from hybridsim import _vector, gpu
+    rep = dict(python=sys.version.split()[0], platform=platform.platform(), numpy=np.__version__,
+               cpu_count=os.cpu_count(), source_hash=gpu.kernel_source_hash(),
+               cpu_sizes=dict(ale_env=_vector.ALE_ENV_BYTES, vec_state=_vector.VEC_STATE_BYTES,
+                              frame=_vector.FRAME_BYTES, plan=_vector.RESIZE_PLAN_BYTES),
+               include_dir=hybridsim.core_include_dir())
+    try:
+        import torch
+        rep["torch"] = torch.__version__
+    except Exception as exc:  # noqa: BLE001
+        rep["torch"] = repr(exc)
+    if args.dry_run:
+        rep["device"] = "host-emulated (dry run)"
+        return rep
+    import cupy
+    rep["cupy"] = cupy.__version__
+    rep["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
+    rep["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    rep["device"] = dict(name=props["name"].decode(), sm=f"{props['major']}{props['minor']}",
+                         multiprocessors=props["multiProcessorCount"], memory=props["totalGlobalMem"])
+    free, total = cupy.cuda.runtime.memGetInfo()
+    rep["memory_free"], rep["memory_total"] = free, total
+    t0 = time.perf_counter()
+    dev = gpu.CupyDevice(0, cubin=args.cubin)
+    rep["module_seconds"] = time.perf_counter() - t0  # NVRTC compile (or cache / cubin load)
+    rep["module"] = "cubin " + args.cubin if args.cubin else "nvrtc"
+    attrs = {}
+    for name in gpu.KERNELS:
+        try:
+            a = dev._fn(name).attributes
+            attrs[name] = {k: a[k] for k in ("num_regs", "local_size_bytes", "max_threads_per_block",
+                                            "shared_size_bytes") if k in a}
+        except Exception as exc:  # noqa: BLE001
+            attrs[name] = repr(exc)
+    rep["kernel_attributes"] = attrs
+    sizes = dev.zeros(7, np.int64)
+    dev.launch("hs_vec_sizes", 1, 1, (sizes,))
+    rep["device_sizes"] = [int(x) for x in dev.to_host(sizes)]
+    try:  # the device-built resize plan against the host's (the engine uploads the host's)
+        from hybridsim import AtariVectorEnv
+        env = AtariVectorEnv("pong", 2, backend="gpu", gpu_options=dict(output="cupy", cubin=args.cubin))
+        rep["plan_device_equal"] = env._engine.plan_device_equal
+        env.reset(seed=0)
+        rep["first_reset_ok"] = True
+    except Exception as exc:  # noqa: BLE001
+        rep["engine_error"] = repr(exc)
+        rep["engine_trace"] = traceback.format_exc()[-2000:]
+    try:
+        limit = cupy.cuda.runtime.deviceGetLimit(0x00)  # cudaLimitStackSize
+        rep["stack_limit"] = limit
+    except Exception:  # noqa: BLE001
+        pass
+    return rep
+
+
+def phase_compile(args, budget):
+    """NVRTC compile of the kernels into a fresh cache (what a first backend='gpu' costs)."""
+    from hybridsim import gpu
+    rep = {}
+    if args.dry_run:
+        if args.part not in (None, "base"):
+            return dict(note=f"dry run: the host emulation has no module part {args.part!r}")
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp:
+            gpu.build_emulation_library(cache_dir=tmp, opt="-O0")
+        rep["emulation_build_s"] = time.perf_counter() - t0
+        return rep
+    # NVRTC's build of one module part (--part; all parts one after another without it)
+    # into CuPy's default cache, which later processes reuse; device_check.sh runs one
+    # process per part in parallel. --nvrtc-marker: a file written per part when done.
+    parts = [args.part] if args.part else list(gpu.ALL_PARTS)
+    rep["parts"] = {}
+    for part in parts:
+        t0 = time.perf_counter()
+        dev = gpu.CupyDevice(0, cubin=False)
+        mod = dev.module_for(part)
+        r = dict(nvrtc_compile_s=time.perf_counter() - t0)
+        for name, p in gpu.KERNEL_PART.items():
+            if p == part:
+                a = mod.get_function(name).attributes
+                r[name] = {k: a.get(k) for k in ("num_regs", "local_size_bytes")}
+        rep["parts"][part] = r
+        if args.nvrtc_marker:
+            with open(f"{args.nvrtc_marker}.{part}", "w") as fh:
+                fh.write("ok\n")
+    if args.cubin:
+        t0 = time.perf_counter()
+        m = cupy.RawModule(path=args.cubin)
+        m.get_function("hs_vec_sizes")
+        rep["cubin_load_s"] = time.perf_counter() - t0
+    return rep
+
+
+# ---- exactness ---------------------------------------------------------------------------
+def _compare_run(cpu, other, steps, budget, seed=11):
+    obs_c, info_c = cpu.reset(seed=seed)
+    obs_o, info_o = other.reset(seed=seed)
+    if not np.array_equal(_to_numpy(obs_c), _to_numpy(obs_o)):
+        return dict(equal=False, first_mismatch="reset obs", steps=0, ends=0)
+    rng = np.random.default_rng(seed)
+    ends = done = 0
+    for t in range(steps):
+        if budget.left() < 0:
+            break
+        a = rng.integers(0, cpu.single_action_space.n, cpu.num_envs)
+        rc = cpu.step(a)
+        ro = other.step(a)
+        pairs = list(zip(("obs", "reward", "terminated", "truncated"), rc[:4], ro[:4]))
+        pairs += [(f"info.{k}", rc[4][k], ro[4][k]) for k in ("lives", "frame_number", "episode_frame_number")]
+        for name, x, y in pairs:
+            x, y = _to_numpy(x), _to_numpy(y)
+            if x.shape != y.shape or not np.array_equal(x, y):
+                bad = np.argwhere(x != y)[:3].tolist() if x.shape == y.shape else "shape"
+                return dict(equal=False, first_mismatch=f"step {t} {name} at {bad}", steps=t, ends=ends)
+        ends += int(np.sum(_to_numpy(rc[2]) | _to_numpy(rc[3])))
+        done = t + 1
+    return dict(equal=True, steps=done, ends=ends)
+
+
+def phase_exact(args, budget):
+    from hybridsim import AtariVectorEnv
+    games = args.games or list(EXACT_SETTINGS)
+    designs = ("split", "fused")
+    n = args.exact_envs or (4 if args.dry_run else 256)
+    steps = args.exact_steps or (30 if args.dry_run else 2000)
+    rep = dict(num_envs=n, max_steps=steps, results={})
+    share = budget.left() / (len(games) * len(designs) + (1 if args.nvrtc_marker else 0))
+    for game in games:
+        for design in designs:
+            if budget.left() < 5:
+                rep["results"][f"{game}/{design}"] = "skipped: out of time"
+                continue
+            b = Budget(min(share, budget.left() - 3))
+            try:
+                kw = dict(EXACT_SETTINGS.get(game, {}), repeat_action_probability=0.25, noop_max=30)
+                cpu = AtariVectorEnv(game, n, backend="cpu", **kw)
+                other = AtariVectorEnv(game, n, backend="gpu", gpu_options=_opts(args, design=design, output="cupy"
+                                       if not args.dry_run else "numpy"), **kw)
+                r = _compare_run(cpu, other, steps, b)
+                r["seconds"] = b.used()
+                rep["results"][f"{game}/{design}"] = r
+                del cpu, other
+            except Exception as exc:  # noqa: BLE001
+                rep["results"][f"{game}/{design}"] = dict(error=repr(exc), trace=traceback.format_exc()[-2000:])
+            _free_pool(args)
+    if args.nvrtc_marker and not args.dry_run:
+        # the NVRTC-built kernels too (CuPy adds -ftz=true there), when compiled in time
+        ready = all(os.path.exists(f"{args.nvrtc_marker}.{p}") for p in ("base", "split"))
+        if ready and budget.left() > 5:
+            try:
+                kw = dict(EXACT_SETTINGS["breakout"], repeat_action_probability=0.25)
+                cpu = AtariVectorEnv("breakout", n, backend="cpu", **kw)
+                other = AtariVectorEnv("breakout", n, backend="gpu", gpu_options=dict(cubin=False, output="cupy"),
+                                       **kw)
+                r = _compare_run(cpu, other, steps, Budget(budget.left() - 3))
+                rep["results"]["breakout/split/nvrtc"] = r
+            except Exception as exc:  # noqa: BLE001
+                rep["results"]["breakout/split/nvrtc"] = dict(error=repr(exc))
+        else:
+            rep["nvrtc_variant"] = "skipped: NVRTC build not ready"
+    rep["all_equal"] = all(isinstance(v, dict) and v.get("equal") for v in rep["results"].values())
+    return rep
+
+
+# ---- throughput ---------------------------------------------------------------------------
+def bytes_per_env(obs_bytes=4 * 84 * 84):
+    """Device bytes one environment takes (state, frames, raw frames, ring, replay, outputs)."""
+    from hybridsim import _vector
+    replay = 2 * 4096  # FrameReplay: two console snapshots (upper bound)
+    return (_vector.ALE_ENV_BYTES + _vector.VEC_STATE_BYTES + 2 * _vector.FRAME_BYTES + 2 * 210 * 160
+            + obs_bytes * 3 + replay + 256)
+
+
+def _time_steps(env, args, budget, min_time, max_steps):
+    xp = _xp(args)
+    n = env.num_envs
+    na = env.single_action_space.n
+    rng = np.random.default_rng(0)
+    acts = [xp.asarray(rng.integers(0, na, n)) for _ in range(4)]
+    t0 = time.perf_counter()
+    env.reset(seed=0)
+    _sync(args)
+    reset_s = time.perf_counter() - t0
+    env.step(acts[0])
+    _sync(args)
+    steps = 0
+    t0 = time.perf_counter()
+    while True:
+        env.step(acts[steps % 4])
+        steps += 1
+        _sync(args)
+        el = time.perf_counter() - t0
+        if steps >= max_steps or el >= min_time or el + el / steps > budget.left():
+            break
+    el = time.perf_counter() - t0
+    return dict(num_envs=n, steps=steps, seconds=el, step_ms=1000 * el / steps,
+                frames_per_s=n * steps * FRAME_SKIP / el, env_steps_per_s=n * steps / el, reset_s=reset_s)
+
+
+def phase_throughput(args, budget):
+    from hybridsim import AtariVectorEnv
+    games = args.games or list(GAMES)
+    sizes = args.sizes or ([2, 4] if args.dry_run else [1024, 4096, 16384, 65536, 262144])
+    design = args.design
+    rep = dict(design=design, frame_skip=FRAME_SKIP, results={})
+    per_game = budget.left() / len(games)
+    for game in games:
+        gb = Budget(min(per_game, budget.left()))
+        rows = []
+        last_step = 0.0
+        for n in sizes:
+            if not args.dry_run:
+                import cupy
+                free = cupy.cuda.runtime.memGetInfo()[0]
+                need = n * bytes_per_env() * 1.3
+                if need > free:
+                    rows.append(dict(num_envs=n, stopped=f"memory: need ~{need / 2**30:.1f} GiB, free "
+                                                         f"{free / 2**30:.1f} GiB"))
+                    break
+            # expected: reset ~ 8 steps, plus warm-up and at least 3 timed steps
+            if last_step and last_step * (n / prev_n) * 14 > gb.left():
+                rows.append(dict(num_envs=n, stopped=f"time: ~{last_step * n / prev_n:.2f} s/step, "
+                                                     f"{gb.left():.0f} s left"))
+                break
+            try:
+                env = AtariVectorEnv(game, n, backend="gpu",
+                                     gpu_options=_opts(args, design=design,
+                                                       output="numpy" if args.dry_run else "cupy"))
+                r = _time_steps(env, args, gb, args.min_time, args.max_steps)
+                rows.append(r)
+                last_step, prev_n = r["seconds"] / r["steps"], n
+                del env
+            except Exception as exc:  # noqa: BLE001
+                rows.append(dict(num_envs=n, error=repr(exc)))
+                _free_pool(args)
+                break
+            _free_pool(args)
+        rep["results"][game] = rows
+    return rep
+
+
+def phase_designs(args, budget):
+    from hybridsim import AtariVectorEnv
+    game = (args.games or ["breakout"])[0]
+    n = args.design_envs or (4 if args.dry_run else 16384)
+    env = AtariVectorEnv(game, n, backend="gpu", gpu_options=_opts(args, output="numpy" if args.dry_run else "cupy"))
+    rep = dict(game=game, num_envs=n, results=[])
+    variants = [("split", 128, 256), ("fused", 128, 256), ("split", 64, 256), ("split", 256, 256),
+                ("split", 32, 256), ("fused", 64, 256), ("split", 128, 128), ("split", 128, 512)]
+    share = budget.left() / len(variants)
+    for design, block, pblock in variants:
+        if budget.left() < 3:
+            break
+        e = env._engine
+        e.design, e.block, e.pixel_block = design, block, pblock
+        try:
+            r = _time_steps(env, args, Budget(min(share, budget.left())), args.min_time / 2, args.max_steps)
+            r.update(design=design, block=block, pixel_block=pblock)
+        except Exception as exc:  # noqa: BLE001
+            r = dict(design=design, block=block, pixel_block=pblock, error=repr(exc))
+        rep["results"].append(r)
+    return rep
+
+
+def phase_hybrid(args, budget):
+    from hybridsim import AtariVectorEnv
+    game = (args.games or ["pong"])[0]
+    sizes = args.sizes or ([6] if args.dry_run else [4096, 16384])
+    threads = args.cpu_threads or (1 if args.dry_run else (os.cpu_count() or 1))
+    rep = dict(game=game, cpu_threads=threads, results=[])
+    share = budget.left() / (3 * len(sizes))
+    for n in sizes:
+        for backend in ("cpu", "gpu", "hybrid"):
+            if budget.left() < 5:
+                rep["results"].append(dict(num_envs=n, backend=backend, skipped="out of time"))
+                continue
+            b = Budget(min(share, budget.left()))
+            try:
+                kw = {}
+                if backend == "cpu":
+                    kw = dict(num_threads=threads)
+                else:
+                    o = _opts(args, output="numpy" if args.dry_run else "cupy")
+                    if backend == "hybrid":
+                        o.update(cpu_threads=threads, calibrate_steps=3)
+                    kw = dict(gpu_options=o)
+                t0 = time.perf_counter()
+                env = AtariVectorEnv(game, n, backend=backend, **kw)
+                build_s = time.perf_counter() - t0
+                bargs = argparse.Namespace(**vars(args))
+                bargs.dry_run = args.dry_run or backend == "cpu"
+                r = _time_steps(env, bargs, b, args.min_time / 2, args.max_steps)
+                r.update(backend=backend, build_s=build_s)
+                if backend == "hybrid":
+                    r["split"] = env._engine.split
+                    r["repr"] = repr(env)
+                del env
+            except Exception as exc:  # noqa: BLE001
+                r = dict(num_envs=n, backend=backend, error=repr(exc), trace=traceback.format_exc()[-1500:])
+            rep["results"].append(r)
+            _free_pool(args)
+    return rep
+
+
+PHASES = dict(info=phase_info, compile=phase_compile, exact=phase_exact, throughput=phase_throughput,
+              designs=phase_designs, hybrid=phase_hybrid)
+
+
+def merge(out, files):
+    """One report: report["phases"][NAME] = NAME.json's result, with the shell's record of
+    the run (status_NAME.json: rc, seconds, limit, timed_out) under "run"."""
+    report = dict(created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), phases={})
+    for f in sorted(files):
+        base = os.path.splitext(os.path.basename(f))[0]
+        is_status = base.startswith("status_")
+        name = base[len("status_"):] if is_status else base
+        entry = report["phases"].setdefault(name, {})
+        try:
+            with open(f) as fh:
+                data = json.load(fh)
+        except Exception as exc:  # noqa: BLE001
+            data = dict(status="no result", error=repr(exc))
+        if is_status:
+            entry["run"] = data
+        else:
+            entry.update(data)
+    for name, entry in report["phases"].items():
+        if "status" not in entry:
+            run = entry.get("run", {})
+            entry["status"] = "ok" if run.get("rc") == 0 else f"rc={run.get('rc')}" if "rc" in run \
+                else run.get("status", "no result")
+    report["summary"] = {name: e.get("status") for name, e in report["phases"].items()}
+    exact = report["phases"].get("exact", {})
+    if "all_equal" in exact:
+        report["summary"]["gpu_equals_cpu"] = exact["all_equal"]
+    with open(out, "w") as fh:
+        json.dump(report, fh, indent=1, default=str)
+    return report
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("phase", choices=sorted(PHASES) + ["merge"])
+    p.add_argument("files", nargs="*", help="merge: phase JSON files")
+    p.add_argument("--out", required=True)
+    p.add_argument("--budget", type=float, default=60.0, help="seconds this phase may take")
+    p.add_argument("--dry-run", action="store_true", help="host-emulated device, tiny sizes (no GPU)")
+    p.add_argument("--cubin", default=os.environ.get("HYBRIDSIM_GPU_CUBIN"))
+    p.add_argument("--games", nargs="*")
+    p.add_argument("--sizes", nargs="*", type=int)
+    p.add_argument("--design", default="split")
+    p.add_argument("--exact-envs", type=int)
+    p.add_argument("--exact-steps", type=int)
+    p.add_argument("--design-envs", type=int)
+    p.add_argument("--cpu-threads", type=int)
+    p.add_argument("--nvrtc-marker", help="compile: touch MARKER.PART when NVRTC's build is cached; "
+                                          "exact: check the NVRTC build then")
+    p.add_argument("--part", help="compile: the module part (base, fused, split, materialize)")
+    p.add_argument("--min-time", type=float, default=1.0)
+    p.add_argument("--max-steps", type=int, default=30)
+    args = p.parse_intermixed_args(argv)
+    if args.phase == "merge":
+        merge(args.out, args.files)
+        return 0
+    budget = Budget(args.budget)
+    t0 = time.perf_counter()
+    try:
+        rep = dict(status="ok", **PHASES[args.phase](args, budget))
+    except Exception as exc:  # noqa: BLE001
+        rep = dict(status="error", error=repr(exc), trace=traceback.format_exc()[-3000:])
+    rep["phase_seconds"] = time.perf_counter() - t0
+    rep["dry_run"] = bool(args.dry_run)
+    with open(args.out, "w") as fh:
+        json.dump(rep, fh, indent=1, default=str)
+    print(json.dumps({k: v for k, v in rep.items() if k != "trace"}, default=str)[:3000])
+    return 0 if rep["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,315 @@
+"""backend="hybrid": one batch split between the CPU engine and the GPU engine.
+
+Environments 0 .. cpu_envs-1 run on the CPU engine (pyx/_vector.pyx, OpenMP), the rest
+on the GPU engine (hybridsim/gpu.py). A step launches the GPU part first (asynchronous
+on its stream), runs the CPU part meanwhile (GIL released) into page-locked host
+buffers, copies those rows into the same device batch on the GPU's stream, and returns
+when both are done: the caller sees one device batch, row k = environment k, exactly
+what backend="cpu" and backend="gpu" return for the same seeds.
+
+The split is chosen so both parts take the same time: cpu_envs / cpu_rate =
+(num_envs - cpu_envs) / gpu_rate, with the rates (environment steps per second) measured
+at construction by short runs of throwaway engines (calibrate), unless
+gpu_options={"cpu_envs": k} fixes it. HybridEngine.split reports the choice.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def balance_split(num_envs: int, cpu_rate: float, gpu_rate: float, *, min_cpu: int = 0,
+                  max_cpu: int | None = None) -> int:
+    """Environments for the CPU so that both parts finish together: n_c / cpu_rate ==
+    (N - n_c) / gpu_rate, i.e. n_c = N * cpu_rate / (cpu_rate + gpu_rate), rounded and
+    clamped to [min_cpu, max_cpu]. Rates are environment steps per second (> 0; a rate of
+    0 or less gives that side nothing)."""
+    n = int(num_envs)
+    if n < 0:
+        raise ValueError(f"num_envs must be >= 0, got {num_envs}")
+    hi = n if max_cpu is None else min(n, int(max_cpu))
+    lo = max(0, min(int(min_cpu), hi))
+    c, g = float(cpu_rate), float(gpu_rate)
+    if not np.isfinite(c) or not np.isfinite(g):
+        raise ValueError(f"rates must be finite, got cpu {cpu_rate} gpu {gpu_rate}")
+    if c <= 0 and g <= 0:
+        raise ValueError("at least one rate must be > 0")
+    if c <= 0:
+        share = 0.0
+    elif g <= 0:
+        share = 1.0
+    else:
+        share = c / (c + g)
+    return max(lo, min(hi, int(round(n * share))))
+
+
+def step_time_balance(cpu_envs: int, num_envs: int, cpu_rate: float, gpu_rate: float):
+    """(cpu seconds, gpu seconds) of one step for a split, under the linear model."""
+    t_cpu = cpu_envs / cpu_rate if cpu_envs else 0.0
+    t_gpu = (num_envs - cpu_envs) / gpu_rate if num_envs - cpu_envs else 0.0
+    return t_cpu, t_gpu
+
+
+def _time_engine(engine, n, num_actions, steps, sync=lambda: None, make_out=None):
+    """Environment steps per second of `engine` over n environments (after one reset)."""
+    ids = np.arange(n, dtype=np.int32)
+    engine.reseed(ids, np.arange(n, dtype=np.int64))
+    out = make_out(n)
+    rng = np.random.default_rng(0)
+    ones = np.ones(n, np.float32)
+
+    def run(force, acts):
+        engine.run(ids, force, acts, ones, out["obs"], None, out["reward"], out["terminated"], out["truncated"],
+                   out["lives"], out["frame"], out["episode_frame"], None)
+
+    run(np.ones(n, np.uint8), np.zeros(n, np.int32))
+    no = np.zeros(n, np.uint8)
+    run(no, rng.integers(0, num_actions, n).astype(np.int32))  # warm-up
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        run(no, rng.integers(0, num_actions, n).astype(np.int32))
+    sync()
+    return n * steps / max(time.perf_counter() - t0, 1e-9)
+
+
+def _outputs_factory(xp, obs_bytes):
+    def make(n):
+        return dict(obs=xp.zeros((n, obs_bytes), np.uint8), reward=xp.zeros(n, np.int32),
+                    terminated=xp.zeros(n, np.uint8), truncated=xp.zeros(n, np.uint8),
+                    lives=xp.zeros(n, np.int32), frame=xp.zeros(n, np.int32),
+                    episode_frame=xp.zeros(n, np.int32))
+    return make
+
+
+def calibrate(engine_args, engine_kwargs, dev, gpu_kwargs, cpu_threads, steps=8, cpu_sample=None,
+              gpu_sample=None):
+    """(cpu_rate, gpu_rate) in environment steps per second, from throwaway engines."""
+    from hybridsim import _vector
+    from hybridsim.gpu import GpuEngine
+    rom, tstate, tframes, tshown, n = engine_args
+    kw = dict(engine_kwargs, num_threads=cpu_threads)
+    num_actions = len(engine_kwargs["action_set"])
+    c = int(cpu_sample or min(n, max(16 * cpu_threads, 32)))
+    cpu = _vector.VectorEngine(rom, tstate, tframes, tshown, c, **kw)
+    cpu_rate = _time_engine(cpu, c, num_actions, steps, make_out=_outputs_factory(np, cpu.obs_bytes))
+    del cpu
+    g = int(gpu_sample or n)
+    gpu = GpuEngine(rom, tstate, tframes, tshown, g, **engine_kwargs, device=dev, **gpu_kwargs)
+    gpu_rate = _time_engine(gpu, g, num_actions, steps, sync=gpu.synchronize,
+                            make_out=_outputs_factory(dev.xp, gpu.obs_bytes))
+    del gpu
+    return cpu_rate, gpu_rate
+
+
+class HybridEngine:
+    """The engine interface of pyx/_vector.pyx's VectorEngine over a CPU part and a GPU part."""
+
+    def __init__(self, engine_args, engine_kwargs, *, device, gpu_kwargs, cpu_envs=None, cpu_threads=None,
+                 calibrate_steps=8):
+        from hybridsim import _vector
+        from hybridsim.gpu import GpuEngine
+        from hybridsim.vector import resolve_num_threads
+        rom, tstate, tframes, tshown, n = engine_args
+        self.num_envs = int(n)
+        self.dev = device
+        threads = resolve_num_threads(int(cpu_threads or 0), self.num_envs)
+        self.num_threads = threads
+        measured = cpu_envs is None
+        cpu_rate = gpu_rate = None
+        if measured:
+            cpu_rate, gpu_rate = calibrate(engine_args, engine_kwargs, device, gpu_kwargs, threads,
+                                           steps=int(calibrate_steps))
+            cpu_envs = balance_split(self.num_envs, cpu_rate, gpu_rate)
+        cpu_envs = int(cpu_envs)
+        if not 0 <= cpu_envs <= self.num_envs:
+            raise ValueError(f"cpu_envs must be in 0..{self.num_envs}, got {cpu_envs}")
+        self.cpu_envs = cpu_envs
+        self.gpu_envs = self.num_envs - cpu_envs
+        self.split = dict(cpu_envs=self.cpu_envs, gpu_envs=self.gpu_envs, cpu_threads=threads,
+                          measured=measured, cpu_rate=cpu_rate, gpu_rate=gpu_rate)
+        kw = dict(engine_kwargs, num_threads=threads)
+        self.cpu = _vector.VectorEngine(rom, tstate, tframes, tshown, cpu_envs, **kw) if cpu_envs else None
+        self.gpu = (GpuEngine(rom, tstate, tframes, tshown, self.gpu_envs, **engine_kwargs, device=device,
+                              **gpu_kwargs) if self.gpu_envs else None)
+        part = self.cpu if self.cpu is not None else self.gpu
+        self.obs_bytes = part.obs_bytes
+        self.template_state = part.template_state
+        self._pinned = {}
+
+    # ---- routing ----------------------------------------------------------------------
+    def _split_ids(self, env_ids):
+        ids = np.ascontiguousarray(env_ids, dtype=np.int32)
+        on_cpu = ids < self.cpu_envs
+        return ids, np.flatnonzero(on_cpu), np.flatnonzero(~on_cpu)
+
+    def reseed(self, env_ids, seeds):
+        ids, rc, rg = self._split_ids(env_ids)
+        seeds = np.asarray(seeds, dtype=np.int64)
+        if len(rc):
+            self.cpu.reseed(ids[rc], seeds[rc])
+        if len(rg):
+            self.gpu.reseed(ids[rg] - self.cpu_envs, seeds[rg])
+
+    def set_loaded(self, env, state, frames, shown, seed):
+        if env < self.cpu_envs:
+            self.cpu.set_loaded(env, state, frames, shown, seed)
+        else:
+            self.gpu.set_loaded(env - self.cpu_envs, state, frames, shown, seed)
+
+    def check_actions(self, actions, n, num_actions):
+        if self.gpu is not None:
+            return self.gpu.check_actions(actions, n, num_actions)
+        a = np.asarray(self.dev.to_host(actions) if not isinstance(actions, np.ndarray) else actions)
+        return np.ascontiguousarray(a, dtype=np.int32)
+
+    def _host_buffers(self, m, with_final):
+        key = (m, with_final)
+        b = self._pinned.get(key)
+        if b is None:
+            p = self.dev.pinned_empty
+            b = dict(obs=p((m, self.obs_bytes), np.uint8), reward=p(m, np.int32), terminated=p(m, np.uint8),
+                     truncated=p(m, np.uint8), lives=p(m, np.int32), frame_number=p(m, np.int32),
+                     episode_frame_number=p(m, np.int32))
+            if with_final:
+                b["final_obs"] = p((m, self.obs_bytes), np.uint8)
+                b["has_final"] = p(m, np.uint8)
+            self._pinned[key] = b
+        return b
+
+    @staticmethod
+    def _rows2d(a, n):
+        return None if a is None else a.reshape(n, -1) if a.ndim > 1 else a
+
+    def run(self, env_ids, force_reset, actions, strengths, obs, final_obs, reward, terminated, truncated,
+            lives, frame_number, episode_frame_number, has_final):
+        ids, rc, rg = self._split_ids(env_ids)
+        n = len(ids)
+        if n == 0:
+            return
+        xp = self.dev.xp
+        outs = dict(obs=obs.reshape(obs.shape[0], -1), final_obs=None if final_obs is None else
+                    final_obs.reshape(final_obs.shape[0], -1), reward=reward, terminated=terminated,
+                    truncated=truncated, lives=lives, frame_number=frame_number,
+                    episode_frame_number=episode_frame_number, has_final=has_final)
+        m = len(rc)
+        prefix = m == 0 or (rc[0] == 0 and rc[-1] == m - 1)  # CPU rows first, GPU rows after
+        # GPU part first: its kernels run while the CPU part steps.
+        if len(rg):
+            gpu_ids = ids[rg] - self.cpu_envs
+            sel = slice(m, n) if prefix else xp.asarray(rg)
+            g_out = {k: (None if v is None else v[sel]) for k, v in outs.items()}
+            if not prefix:
+                g_out = {k: (None if v is None else xp.ascontiguousarray(v)) for k, v in g_out.items()}
+            self.gpu.run(gpu_ids, self._take(force_reset, rg, np.uint8), self._take(actions, rg, np.int32),
+                         self._take(strengths, rg, np.float32), g_out["obs"], g_out["final_obs"],
+                         g_out["reward"], g_out["terminated"], g_out["truncated"], g_out["lives"],
+                         g_out["frame_number"], g_out["episode_frame_number"], g_out["has_final"])
+            if not prefix:
+                for k, v in g_out.items():
+                    if v is not None:
+                        outs[k][sel] = v
+        if m:
+            h = self._host_buffers(m, final_obs is not None)
+            self.cpu.run(ids[rc], self._host(force_reset, rc, np.uint8), self._host(actions, rc, np.int32),
+                         self._host(strengths, rc, np.float32), h["obs"], h.get("final_obs"), h["reward"],
+                         h["terminated"], h["truncated"], h["lives"], h["frame_number"],
+                         h["episode_frame_number"], h.get("has_final"))
+            for k, v in h.items():
+                if outs.get(k) is None:
+                    continue
+                if prefix:
+                    self.dev.copy_to_device(outs[k][:m], v)
+                else:
+                    outs[k][xp.asarray(rc)] = xp.asarray(v)
+        self.dev.synchronize()
+
+    def _take(self, a, rows, dtype):
+        if isinstance(a, np.ndarray):
+            return np.ascontiguousarray(a[rows], dtype=dtype)
+        xp = self.dev.xp
+        return xp.ascontiguousarray(xp.asarray(a)[xp.asarray(rows)].astype(dtype))
+
+    def _host(self, a, rows, dtype):
+        if not isinstance(a, np.ndarray):
+            a = self.dev.to_host(a)
+        return np.ascontiguousarray(np.asarray(a)[rows], dtype=dtype)
+
+    def write_current(self, env_ids, obs, reward, terminated, truncated, lives, frame_number,
+                      episode_frame_number):
+        ids, rc, rg = self._split_ids(env_ids)
+        xp = self.dev.xp
+        outs = dict(obs=obs.reshape(obs.shape[0], -1), reward=reward, terminated=terminated, truncated=truncated,
+                    lives=lives, frame_number=frame_number, episode_frame_number=episode_frame_number)
+        if len(rg):
+            g = {k: xp.ascontiguousarray(v[xp.asarray(rg)]) for k, v in outs.items()}
+            self.gpu.write_current(ids[rg] - self.cpu_envs, g["obs"], g["reward"], g["terminated"],
+                                   g["truncated"], g["lives"], g["frame_number"], g["episode_frame_number"])
+            for k, v in g.items():
+                outs[k][xp.asarray(rg)] = v
+        if len(rc):
+            h = {k: np.zeros((len(rc),) + tuple(v.shape[1:]), dtype=v.dtype) for k, v in outs.items()}
+            self.cpu.write_current(ids[rc], h["obs"], h["reward"], h["terminated"], h["truncated"], h["lives"],
+                                   h["frame_number"], h["episode_frame_number"])
+            for k, v in h.items():
+                outs[k][xp.asarray(rc)] = xp.asarray(v)
+        self.dev.synchronize()
+
+    def synchronize(self):
+        self.dev.synchronize()
+
+    # ---- snapshots --------------------------------------------------------------------
+    def materialize(self):
+        for part in (self.cpu, self.gpu):
+            if part is not None:
+                part.materialize()
+
+    def forget_undrawn(self):
+        for part in (self.cpu, self.gpu):
+            if part is not None:
+                part.forget_undrawn()
+
+    def shown(self):
+        parts = [p.shown() for p in (self.cpu, self.gpu) if p is not None]
+        return np.concatenate(parts).astype(np.int32)
+
+    def set_shown(self, values):
+        v = np.asarray(values, dtype=np.int32)
+        if self.cpu is not None:
+            self.cpu.set_shown(v[: self.cpu_envs])
+        if self.gpu is not None:
+            self.gpu.set_shown(v[self.cpu_envs:])
+
+    def host_arrays(self):
+        names = dict(env="env_mem", state="state_mem", frames="frame_mem", raw="raw_mem", stack="stack_mem")
+        parts = []
+        if self.cpu is not None:
+            parts.append({k: np.asarray(getattr(self.cpu, attr)) for k, attr in names.items()})
+        if self.gpu is not None:
+            parts.append(self.gpu.host_arrays())
+        return {k: np.concatenate([p[k] for p in parts]) for k in names}
+
+    def load_arrays(self, arrays):
+        c = self.cpu_envs
+        if self.cpu is not None:
+            for k, attr in (("env", "env_mem"), ("state", "state_mem"), ("frames", "frame_mem"),
+                            ("raw", "raw_mem"), ("stack", "stack_mem")):
+                getattr(self.cpu, attr)[...] = np.asarray(arrays[k])[:c]
+        if self.gpu is not None:
+            self.gpu.load_arrays({k: np.asarray(v)[c:] for k, v in arrays.items()
+                                  if k in ("env", "state", "frames", "raw", "stack")})
+
+    def env_row_host(self, k):
+        if k < self.cpu_envs:
+            return (np.asarray(self.cpu.env_mem[k]), np.asarray(self.cpu.frame_mem[k]),
+                    int(self.cpu.shown()[k]))
+        return self.gpu.env_row_host(k - self.cpu_envs)
+
+    def __repr__(self):
+        s = self.split
+        rates = ""
+        if s["measured"]:
+            rates = f", measured cpu {s['cpu_rate']:.0f} / gpu {s['gpu_rate']:.0f} env-steps/s"
+        return (f"HybridEngine(cpu_envs={self.cpu_envs}, gpu_envs={self.gpu_envs}, "
+                f"cpu_threads={self.num_threads}{rates}, gpu={self.gpu!r})")

@@ -1,0 +1,192 @@
+"""The GPU kernels (cuda/vector_kernels.cu) run as host code over a sequential grid
+(hybridsim.gpu.HostEmulatedDevice) against the CPU backend: AtariVectorEnv(backend="gpu")
+and backend="hybrid" driven by the same Python code that drives a CUDA device, on the
+same seeds, must return the same observations, rewards, terminations, truncations and
+info as backend="cpu", bit for bit, across episode ends, sticky actions and noop starts.
+No GPU needed: this proves the kernels' logic and indexing before any device run."""
+import shutil
+
+import numpy as np
+import pytest
+
+from hybridsim import AtariVectorEnv
+from hybridsim.hybrid import balance_split, step_time_balance
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                                reason="host emulation of the kernels needs g++")
+
+
+@pytest.fixture(scope="module")
+def emulation_library():
+    from hybridsim.gpu import build_emulation_library
+    return build_emulation_library()
+
+
+def _pair(game, n, backend, options, emulate=True, **kw):
+    cpu = AtariVectorEnv(game, n, backend="cpu", num_threads=1 if emulate else 0, **kw)
+    other = AtariVectorEnv(game, n, backend=backend, gpu_options=dict(options, emulate=emulate), **kw)
+    return cpu, other
+
+
+def to_numpy(x):
+    """numpy view of a numpy array, torch tensor (any device) or cupy array."""
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    if hasattr(x, "get") and not isinstance(x, dict):
+        return x.get()
+    return np.asarray(x)
+
+
+def _assert_same(a, b, what):
+    a, b = to_numpy(a), to_numpy(b)
+    assert a.shape == b.shape and a.dtype == b.dtype, f"{what}: {a.shape} {a.dtype} vs {b.shape} {b.dtype}"
+    if not np.array_equal(a, b):
+        bad = np.argwhere(a != b)
+        raise AssertionError(f"{what} differs at {len(bad)} places, first {bad[:3].tolist()}")
+
+
+def _compare(cpu, other, steps, seed=7, action_seed=3, reset_every=None):
+    obs_c, info_c = cpu.reset(seed=seed)
+    obs_o, info_o = other.reset(seed=seed)
+    _assert_same(obs_c, obs_o, "reset obs")
+    for key in ("lives", "frame_number", "episode_frame_number", "env_id"):
+        _assert_same(info_c[key], info_o[key], f"reset info[{key}]")
+    rng = np.random.default_rng(action_seed)
+    ends = 0
+    for t in range(steps):
+        actions = rng.integers(0, cpu.single_action_space.n, cpu.num_envs)
+        rc = cpu.step(actions)
+        ro = other.step(actions)
+        for name, x, y in zip(("obs", "reward", "terminated", "truncated"), rc[:4], ro[:4]):
+            _assert_same(x, y, f"step {t} {name}")
+        for key in ("lives", "frame_number", "episode_frame_number"):
+            _assert_same(rc[4][key], ro[4][key], f"step {t} info[{key}]")
+        assert ("final_obs" in rc[4]) == ("final_obs" in ro[4])
+        if "final_obs" in rc[4]:
+            _assert_same(rc[4]["final_obs"], ro[4]["final_obs"], f"step {t} final_obs")
+        ends += int(np.sum(to_numpy(rc[2]) | to_numpy(rc[3])))
+    return ends
+
+
+# Episode ends within a few hundred steps: episodic life (breakout, ms_pacman lose lives
+# under random play) and a frame limit (pong's games last longer than the run).
+GAMES = [
+    ("pong", dict(max_num_frames_per_episode=600)),
+    ("breakout", dict(episodic_life=True)),
+    ("ms_pacman", dict(life_loss_info=True, max_num_frames_per_episode=1500)),
+]
+
+
+@pytest.mark.parametrize("design", ["split", "fused"])
+@pytest.mark.parametrize("game,kw", GAMES, ids=[g for g, _ in GAMES])
+def test_emulated_gpu_equals_cpu(emulation_library, game, kw, design):
+    cpu, gpu = _pair(game, 5, "gpu", dict(design=design, block=2), repeat_action_probability=0.25,
+                     noop_max=30, **kw)
+    ends = _compare(cpu, gpu, steps=300)
+    assert ends >= 2, f"only {ends} episode ends: the run does not cover resets"
+
+
+@pytest.mark.parametrize("design", ["split", "fused"])
+def test_emulated_gpu_same_step_autoreset_rgb(emulation_library, design):
+    """SAME_STEP (final_obs, a reset inside the step; split design processes the ending
+    step's screen inline) and RGB observations without max-pool."""
+    cpu, gpu = _pair("breakout", 4, "gpu", dict(design=design), autoreset_mode="SameStep",
+                     episodic_life=True, grayscale=False, maxpool=False, img_height=64, img_width=48,
+                     repeat_action_probability=0.25)
+    assert _compare(cpu, gpu, steps=150) >= 2
+
+
+def test_emulated_gpu_partial_reset_and_snapshot(emulation_library):
+    cpu, gpu = _pair("breakout", 4, "gpu", dict(design="split"), repeat_action_probability=0.25)
+    _compare(cpu, gpu, steps=20)
+    mask = np.array([True, False, True, False])
+    oc, ic = cpu.reset(seed=99, options={"reset_mask": mask})
+    og, ig = gpu.reset(seed=99, options={"reset_mask": mask})
+    _assert_same(oc, og, "partial reset obs")
+    _assert_same(ic["lives"], ig["lives"], "partial reset lives")
+    state_c, state_g = cpu.get_state(), gpu.get_state()
+    rng = np.random.default_rng(1)
+    acts = [rng.integers(0, cpu.single_action_space.n, 4) for _ in range(10)]
+    first = [to_numpy(gpu.step(a)[0]).copy() for a in acts]
+    gpu.set_state(state_g)
+    again = [gpu.step(a)[0] for a in acts]
+    for x, y in zip(first, again):
+        _assert_same(x, y, "replay after set_state")
+    cpu.set_state(state_c)
+    for a, y in zip(acts, again):
+        _assert_same(cpu.step(a)[0], y, "cpu vs gpu after set_state")
+
+
+@pytest.mark.parametrize("cpu_envs", [0, 2, 5])
+def test_emulated_hybrid_equals_cpu(emulation_library, cpu_envs):
+    cpu, hyb = _pair("ms_pacman", 5, "hybrid", dict(cpu_envs=cpu_envs, cpu_threads=1),
+                     repeat_action_probability=0.25, life_loss_info=True, max_num_frames_per_episode=1200)
+    assert hyb._engine.split["cpu_envs"] == cpu_envs and not hyb._engine.split["measured"]
+    assert f"cpu_envs={cpu_envs}" in repr(hyb)
+    assert _compare(cpu, hyb, steps=200) >= 1
+
+
+def test_emulated_hybrid_measures_its_split(emulation_library):
+    hyb = AtariVectorEnv("pong", 6, backend="hybrid",
+                         gpu_options=dict(emulate=True, cpu_threads=1, calibrate_steps=2))
+    s = hyb._engine.split
+    assert s["measured"] and s["cpu_rate"] > 0 and s["gpu_rate"] > 0
+    assert s["cpu_envs"] + s["gpu_envs"] == 6
+    assert s["cpu_envs"] == balance_split(6, s["cpu_rate"], s["gpu_rate"])
+    assert "measured" in repr(hyb._engine)
+
+
+def test_emulated_gpu_rejects_async_and_unknown_options(emulation_library):
+    with pytest.raises(ValueError, match="synchronous"):
+        AtariVectorEnv("pong", 4, batch_size=2, backend="gpu", gpu_options=dict(emulate=True))
+    with pytest.raises(ValueError, match="unknown gpu_options"):
+        AtariVectorEnv("pong", 2, backend="gpu", gpu_options=dict(emulate=True, bogus=1))
+    with pytest.raises(ValueError, match="design"):
+        AtariVectorEnv("pong", 2, backend="gpu", gpu_options=dict(emulate=True, design="x"))
+
+
+# ---- the split rule, no engine needed -----------------------------------------------------
+
+def test_balance_split_equalises_times():
+    for n, c, g in [(1000, 2000.0, 8000.0), (4096, 30000.0, 10000.0), (7, 1.0, 1.0), (65536, 1e4, 1e6)]:
+        k = balance_split(n, c, g)
+        t_cpu, t_gpu = step_time_balance(k, n, c, g)
+        # one environment more or less on either side would not be closer
+        for other in (k - 1, k + 1):
+            if 0 <= other <= n:
+                a, b = step_time_balance(other, n, c, g)
+                assert abs(t_cpu - t_gpu) <= abs(a - b) + 1e-12
+
+
+def test_balance_split_edges():
+    assert balance_split(100, 0.0, 5.0) == 0
+    assert balance_split(100, 5.0, 0.0) == 100
+    assert balance_split(100, 1.0, 1.0) == 50
+    assert balance_split(100, 1.0, 1.0, max_cpu=10) == 10
+    assert balance_split(100, 1.0, 1000.0, min_cpu=3) == 3
+    assert balance_split(0, 1.0, 1.0) == 0
+    with pytest.raises(ValueError):
+        balance_split(10, 0.0, 0.0)
+    with pytest.raises(ValueError):
+        balance_split(10, float("nan"), 1.0)
+
+
+def test_emulated_hybrid_partial_reset_and_snapshot(emulation_library):
+    """Partial resets (write_current split over both parts) and snapshots (host_arrays /
+    load_arrays across the CPU and GPU parts), against the CPU backend."""
+    cpu, hyb = _pair("breakout", 4, "hybrid", dict(cpu_envs=2, cpu_threads=1), repeat_action_probability=0.25)
+    _compare(cpu, hyb, steps=15)
+    mask = np.array([True, False, False, True])
+    oc, ic = cpu.reset(seed=3, options={"reset_mask": mask})
+    oh, ih = hyb.reset(seed=3, options={"reset_mask": mask})
+    _assert_same(oc, oh, "hybrid partial reset obs")
+    _assert_same(ic["episode_frame_number"], ih["episode_frame_number"], "hybrid partial reset frames")
+    state_h = hyb.get_state()
+    rng = np.random.default_rng(2)
+    acts = [rng.integers(0, cpu.single_action_space.n, 4) for _ in range(8)]
+    for a in acts:
+        _assert_same(cpu.step(a)[0], hyb.step(a)[0], "hybrid after partial reset")
+    cpu.set_state(state_h)  # a hybrid snapshot is the CPU backend's format
+    hyb.set_state(state_h)
+    for a in acts:
+        _assert_same(cpu.step(a)[0], hyb.step(a)[0], "hybrid after set_state")
