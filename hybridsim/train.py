@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from hybridsim import dist, storage, vtrace
-from hybridsim.models import build_model
+from hybridsim.models import OBS_NORMALIZATIONS, RunningObservationNorm, build_model
 from hybridsim.optim import RMSpropTF
 
 OPTIMIZERS = ("rmsprop_tf", "rmsprop", "adam")
@@ -57,6 +57,8 @@ class TrainConfig:
     """a2c (synchronous, minibatches of environments updated in turn) or impala (asynchronous)."""
     model: str = "nature"
     """Network: nature (Mnih et al. 2015) or impala (Espeholt et al. 2018 ResNet)."""
+    obs_normalization: str = "scale"
+    """Network input: scale (frames / 255) or running (per-pixel running mean and variance, clipped to +-10: Baselines' VecNormalize, CuLE's --normalize; the statistics learn from every update's batch, summed over ranks)."""
     num_steps: int = 5
     """Rollout length T per update (a2c) or trajectory length (impala)."""
     num_minibatches: int = 1
@@ -137,6 +139,8 @@ class TrainConfig:
             (self.schedule in ("a2c", "impala"), f"schedule must be a2c or impala, got {self.schedule!r}"),
             (self.num_steps >= 1, f"num_steps must be >= 1, got {self.num_steps}"),
             (self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"),
+            (self.obs_normalization in OBS_NORMALIZATIONS,
+             f"obs_normalization must be one of {', '.join(OBS_NORMALIZATIONS)}, got {self.obs_normalization!r}"),
             (self.backend in ("cpu", "gpu", "hybrid", "ale-py"),
              f"backend must be cpu, gpu, hybrid or ale-py, got {self.backend!r}"),
             (self.backend not in ("gpu", "hybrid") or self.schedule == "a2c",
@@ -256,7 +260,8 @@ class Trainer:
         self.env = make_vector_env(cfg, self.env_seed, env_batch, self.device)
         self.num_actions = int(self.env.single_action_space.n)
         self.obs_shape = tuple(self.env.single_observation_space.shape)
-        self.model = build_model(cfg.model, self.obs_shape, self.num_actions).to(self.device)
+        self.model = build_model(cfg.model, self.obs_shape, self.num_actions,
+                                 cfg.obs_normalization).to(self.device)
         self.comm.broadcast_parameters(self.model)
         if cfg.optimizer == "rmsprop_tf":
             self.optimizer = RMSpropTF(self.model.parameters(), lr=cfg.lr, alpha=cfg.rmsprop_alpha,
@@ -305,11 +310,22 @@ class Trainer:
         tensor = array if torch.is_tensor(array) else torch.from_numpy(array)
         return tensor.to(self.device, non_blocking=True)
 
+    def _update_obs_statistics(self, obs: torch.Tensor):
+        """The running input statistics take this update's observations, from every rank
+        (summed moments), so all ranks keep the same statistics, as one rank with all
+        environments would."""
+        moments = RunningObservationNorm.moments(obs)
+        if self.world_size > 1:
+            moments = torch.from_numpy(self.comm.allreduce_sum(moments.cpu().numpy()))
+        self.model.normalize.update(moments)
+
     def learn(self, obs, actions, behavior_logits, rewards, dones):
         """One update on a [T(+1), B] batch: obs [T+1, B, ...], the rest [T, B]."""
         cfg = self.cfg
         T, B = actions.shape
         obs_t = self._on_device(obs)
+        if isinstance(self.model.normalize, RunningObservationNorm):
+            self._update_obs_statistics(obs_t[:T].reshape(-1, *obs_t.shape[2:]))
         logits, values = self.model(obs_t.reshape(-1, *obs_t.shape[2:]))
         logits = logits.reshape(T + 1, B, -1)
         values = values.reshape(T + 1, B)
