@@ -23,11 +23,11 @@ class ScaleObservations(nn.Module):
 class RunningObservationNorm(nn.Module):
     """Per-input-pixel standardisation by a running mean and variance, clipped to
     [-clip, clip]: OpenAI Baselines' VecNormalize for observations (RunningMeanStd: prior
-    mean 0, variance 1, count 1e-4; clip 10), which CuLE's A2C+V-trace uses for Pong
-    (`--normalize`; its README: "with no normalization, convergence takes way more
-    time"). Static background becomes 0 and whatever moves (ball, paddles) stands out.
-    The statistics are buffers, so checkpoints carry them; only `update` changes them,
-    from batch moments that the trainer sums over all ranks first."""
+    mean 0, variance 1, count 1e-4; clip 10). CuLE's A2C+V-trace standardises Pong's
+    frames the same way, without the clip (`--normalize`; its README reports much slower
+    convergence without it). Static background becomes 0 and whatever moves (ball,
+    paddles) stands out. The statistics are buffers, so checkpoints carry them; only
+    `update` changes them, from batch moments that the trainer sums over all ranks."""
 
     def __init__(self, obs_shape, clip: float = 10.0, epsilon: float = 1e-8):
         super().__init__()
