@@ -112,9 +112,10 @@ class MPIComm:
         return self.comm.gather(value, root=0)
 
     def parameters_in_sync(self, model) -> bool:
-        """True on every rank when all ranks hold bit-identical parameters."""
+        """True on every rank when all ranks hold bit-identical parameters and buffers (the
+        running input statistics)."""
         digest = 0
-        for p in model.parameters():
+        for p in [*model.parameters(), *model.buffers()]:
             digest = zlib.crc32(p.detach().cpu().numpy().tobytes(), digest)
         digests = self.comm.allgather(digest)
         return all(d == digests[0] for d in digests)

@@ -30,7 +30,7 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
     cfg = TrainConfig(**{k: v for k, v in state["config"].items() if k in fields})
     cfg.backend, cfg.num_envs, cfg.num_minibatches, cfg.episodic_life = ENVS[env], num_envs, 1, False
     vec = make_vector_env(cfg, seed)
-    model = build_model(cfg.model, state["obs_shape"], state["num_actions"])
+    model = build_model(cfg.model, state["obs_shape"], state["num_actions"], cfg.obs_normalization)
     model.load_state_dict(state["model"])
     model.eval()
     generator = torch.Generator().manual_seed(seed)

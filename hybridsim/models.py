@@ -1,13 +1,74 @@
 """Actor-critic networks for Atari frames: the Nature CNN and the IMPALA ResNet.
 
 Inputs are uint8 frame stacks [N, C, H, W] (C = stack x channels); they are converted to
-float and scaled to [0, 1] on whatever device the model lives on, so observations can
-stay uint8 until they reach the GPU.
+float and scaled to [0, 1] (or standardised by running statistics) on whatever device the
+model lives on, so observations can stay uint8 until they reach the GPU.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+
+OBS_NORMALIZATIONS = ("scale", "running")
+
+
+class ScaleObservations(nn.Module):
+    """uint8 frames to [0, 1] (Mnih et al. 2015)."""
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs.float() / 255.0
+
+
+class RunningObservationNorm(nn.Module):
+    """Per-input-pixel standardisation by a running mean and variance, clipped to
+    [-clip, clip]: OpenAI Baselines' VecNormalize for observations (RunningMeanStd: prior
+    mean 0, variance 1, count 1e-4; clip 10). CuLE's A2C+V-trace standardises Pong's
+    frames the same way, without the clip (`--normalize`; its README reports much slower
+    convergence without it). Static background becomes 0 and whatever moves (ball,
+    paddles) stands out. The statistics are buffers, so checkpoints carry them; only
+    `update` changes them, from batch moments that the trainer sums over all ranks."""
+
+    def __init__(self, obs_shape, clip: float = 10.0, epsilon: float = 1e-8):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(obs_shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(obs_shape, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+        self.clip, self.epsilon = clip, epsilon
+
+    @staticmethod
+    def moments(obs: torch.Tensor) -> torch.Tensor:
+        """[count, sum over the batch, sum of squares] of a [N, *obs_shape] batch, flat float64."""
+        x = obs.reshape(obs.shape[0], -1).double()
+        count = torch.tensor([float(obs.shape[0])], dtype=torch.float64, device=obs.device)
+        return torch.cat([count, x.sum(0), (x * x).sum(0)])
+
+    @torch.no_grad()
+    def update(self, moments: torch.Tensor):
+        """Fold in a batch's (possibly all-reduced) moments: Chan et al.'s parallel update."""
+        moments = moments.to(self.mean.device)
+        n = moments[0]
+        size = self.mean.numel()
+        batch_mean = (moments[1:1 + size] / n).view_as(self.mean)
+        batch_var = (moments[1 + size:] / n).view_as(self.mean) - batch_mean ** 2
+        total = self.count + n
+        delta = batch_mean - self.mean
+        m2 = self.var * self.count + batch_var.clamp(min=0) * n + delta ** 2 * self.count * n / total
+        self.mean += delta * n / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        mean, std = self.mean.float(), torch.sqrt(self.var + self.epsilon).float()
+        return ((obs.float() - mean) / std).clamp(-self.clip, self.clip)
+
+
+def make_obs_normalizer(kind: str, obs_shape) -> nn.Module:
+    if kind == "scale":
+        return ScaleObservations()
+    if kind == "running":
+        return RunningObservationNorm(tuple(obs_shape))
+    raise ValueError(f"obs_normalization must be one of {OBS_NORMALIZATIONS}, got {kind!r}")
 
 
 def _conv_output_size(module: nn.Module, in_shape) -> int:
@@ -19,8 +80,9 @@ class NatureCNN(nn.Module):
     """Mnih et al., "Human-level control through deep reinforcement learning", Nature 2015:
     conv 32x8x8/4, 64x4x4/2, 64x3x3/1, fc 512; here with a policy and a value head."""
 
-    def __init__(self, obs_shape, num_actions: int):
+    def __init__(self, obs_shape, num_actions: int, obs_normalization: str = "scale"):
         super().__init__()
+        self.normalize = make_obs_normalizer(obs_normalization, obs_shape)
         channels = obs_shape[0]
         self.features = nn.Sequential(
             nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(),
@@ -34,7 +96,7 @@ class NatureCNN(nn.Module):
         self.value = nn.Linear(512, 1)
 
     def forward(self, obs: torch.Tensor):
-        x = self.fc(self.features(obs.float() / 255.0))
+        x = self.fc(self.features(self.normalize(obs)))
         return self.policy(x), self.value(x).squeeze(-1)
 
 
@@ -54,8 +116,10 @@ class ImpalaResNet(nn.Module):
     """Espeholt et al. (2018), fig. 3 (right): three stages of conv 3x3, max-pool 3x3/2 and
     two residual blocks, with 16, 32, 32 channels, then fc 256 (no LSTM here)."""
 
-    def __init__(self, obs_shape, num_actions: int, stage_channels=(16, 32, 32)):
+    def __init__(self, obs_shape, num_actions: int, stage_channels=(16, 32, 32),
+                 obs_normalization: str = "scale"):
         super().__init__()
+        self.normalize = make_obs_normalizer(obs_normalization, obs_shape)
         layers = []
         channels = obs_shape[0]
         for out_channels in stage_channels:
@@ -71,7 +135,7 @@ class ImpalaResNet(nn.Module):
         self.value = nn.Linear(256, 1)
 
     def forward(self, obs: torch.Tensor):
-        x = self.fc(self.features(obs.float() / 255.0))
+        x = self.fc(self.features(self.normalize(obs)))
         return self.policy(x), self.value(x).squeeze(-1)
 
 
@@ -98,7 +162,8 @@ def init_actor_critic(model: nn.Module, trunk: bool) -> nn.Module:
     return model
 
 
-def build_model(name: str, obs_shape, num_actions: int) -> nn.Module:
+def build_model(name: str, obs_shape, num_actions: int, obs_normalization: str = "scale") -> nn.Module:
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {sorted(MODELS)}")
-    return init_actor_critic(MODELS[name](tuple(obs_shape), num_actions), trunk=name == "nature")
+    model = MODELS[name](tuple(obs_shape), num_actions, obs_normalization=obs_normalization)
+    return init_actor_critic(model, trunk=name == "nature")

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from hybridsim import dist, storage, vtrace
-from hybridsim.models import build_model
+from hybridsim.models import OBS_NORMALIZATIONS, RunningObservationNorm, build_model
 from hybridsim.optim import RMSpropTF
 
 OPTIMIZERS = ("rmsprop_tf", "rmsprop", "adam")
@@ -57,6 +57,8 @@ class TrainConfig:
     """a2c (synchronous, minibatches of environments updated in turn) or impala (asynchronous)."""
     model: str = "nature"
     """Network: nature (Mnih et al. 2015) or impala (Espeholt et al. 2018 ResNet)."""
+    obs_normalization: str = "scale"
+    """Network input: scale (frames / 255) or running (per-pixel running mean and variance, clipped to +-10: Baselines' VecNormalize, CuLE's --normalize; the statistics learn from every update's batch, summed over ranks)."""
     num_steps: int = 5
     """Rollout length T per update (a2c) or trajectory length (impala)."""
     num_minibatches: int = 1
@@ -103,6 +105,8 @@ class TrainConfig:
     """Truncate episodes after this many emulator frames."""
     device: str = "auto"
     """Torch device for the learner: auto, cpu, cuda or cuda:K."""
+    gpu_emulate: bool = False
+    """gpu and hybrid backends: run the CUDA kernels as host code, one thread at a time (no GPU needed; slow, for checking a setup)."""
     num_threads: int = 0
     """Environment worker threads (0 = all cores available to this process)."""
     torch_threads: int = 0
@@ -135,6 +139,8 @@ class TrainConfig:
             (self.schedule in ("a2c", "impala"), f"schedule must be a2c or impala, got {self.schedule!r}"),
             (self.num_steps >= 1, f"num_steps must be >= 1, got {self.num_steps}"),
             (self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"),
+            (self.obs_normalization in OBS_NORMALIZATIONS,
+             f"obs_normalization must be one of {', '.join(OBS_NORMALIZATIONS)}, got {self.obs_normalization!r}"),
             (self.backend in ("cpu", "gpu", "hybrid", "ale-py"),
              f"backend must be cpu, gpu, hybrid or ale-py, got {self.backend!r}"),
             (self.backend not in ("gpu", "hybrid") or self.schedule == "a2c",
@@ -152,8 +158,10 @@ class TrainConfig:
                 raise ValueError(message)
 
 
-def make_vector_env(cfg: TrainConfig, seed: int, batch_size: int = 0):
-    """The vector environment for a backend; all speak gymnasium's VectorEnv API plus send/recv."""
+def make_vector_env(cfg: TrainConfig, seed: int, batch_size: int = 0, learner_device=None):
+    """The vector environment for a backend; all speak gymnasium's VectorEnv API plus send/recv.
+    The gpu and hybrid backends hand a CUDA learner their batches as torch tensors on the
+    device (DLPack, no copy), and a CPU learner numpy arrays."""
     kwargs = dict(game=cfg.game, num_envs=cfg.num_envs, batch_size=batch_size,
                   frameskip=cfg.frame_skip, repeat_action_probability=cfg.repeat_action_probability,
                   noop_max=cfg.noop_max, episodic_life=cfg.episodic_life, reward_clipping=False,
@@ -168,10 +176,17 @@ def make_vector_env(cfg: TrainConfig, seed: int, batch_size: int = 0):
         raise ValueError(f"backend {cfg.backend!r} needs hybridsim's batched engine, which this "
                          f"build does not have yet; use --backend ale-py") from None
     if cfg.backend in ("gpu", "hybrid"):
-        # The learner's rollout buffers are host arrays for now: ask for numpy outputs (one
-        # copy per step); handing the device batch to the learner zero-copy is still to do.
-        kwargs["gpu_options"] = {"output": "numpy"}
+        on_gpu = learner_device is not None and learner_device.type == "cuda" and not cfg.gpu_emulate
+        kwargs["gpu_options"] = {"output": "torch" if on_gpu else "numpy", "emulate": cfg.gpu_emulate}
+        if on_gpu:
+            index = learner_device.index
+            kwargs["device"] = torch.cuda.current_device() if index is None else index
     return AtariVectorEnv(backend=cfg.backend, **kwargs)
+
+
+def _host(array) -> np.ndarray:
+    """numpy for a numpy array or a torch tensor on any device."""
+    return array.cpu().numpy() if torch.is_tensor(array) else np.asarray(array)
 
 
 def pick_device(name: str) -> torch.device:
@@ -242,10 +257,11 @@ class Trainer:
         if cfg.schedule == "impala":
             env_batch = cfg.env_batch_size or max(1, cfg.num_envs // 2)
         self.env_batch = env_batch or cfg.num_envs
-        self.env = make_vector_env(cfg, self.env_seed, env_batch)
+        self.env = make_vector_env(cfg, self.env_seed, env_batch, self.device)
         self.num_actions = int(self.env.single_action_space.n)
         self.obs_shape = tuple(self.env.single_observation_space.shape)
-        self.model = build_model(cfg.model, self.obs_shape, self.num_actions).to(self.device)
+        self.model = build_model(cfg.model, self.obs_shape, self.num_actions,
+                                 cfg.obs_normalization).to(self.device)
         self.comm.broadcast_parameters(self.model)
         if cfg.optimizer == "rmsprop_tf":
             self.optimizer = RMSpropTF(self.model.parameters(), lr=cfg.lr, alpha=cfg.rmsprop_alpha,
@@ -279,7 +295,7 @@ class Trainer:
     def act(self, obs: np.ndarray, local_ids=None):
         """Sample actions for the environments `local_ids` (default: all, in order)."""
         local_ids = np.arange(len(obs)) if local_ids is None else np.asarray(local_ids)
-        logits, values = self.model(torch.from_numpy(obs).to(self.device))
+        logits, values = self.model(self._on_device(obs))
         logits = logits.float().cpu().numpy()
         probs = np.exp(logits - logits.max(-1, keepdims=True))
         cdf = np.cumsum(probs / probs.sum(-1, keepdims=True), axis=-1)
@@ -289,11 +305,27 @@ class Trainer:
         actions = np.minimum((cdf < u[:, None]).sum(-1), self.num_actions - 1)
         return actions.astype(np.int64), logits, values.float().cpu().numpy()
 
+    def _on_device(self, array) -> torch.Tensor:
+        """A numpy array or a tensor (a gpu backend's batch) as a tensor on the learner's device."""
+        tensor = array if torch.is_tensor(array) else torch.from_numpy(array)
+        return tensor.to(self.device, non_blocking=True)
+
+    def _update_obs_statistics(self, obs: torch.Tensor):
+        """The running input statistics take this update's observations, from every rank
+        (summed moments), so all ranks keep the same statistics, as one rank with all
+        environments would."""
+        moments = RunningObservationNorm.moments(obs)
+        if self.world_size > 1:
+            moments = torch.from_numpy(self.comm.allreduce_sum(moments.cpu().numpy()))
+        self.model.normalize.update(moments)
+
     def learn(self, obs, actions, behavior_logits, rewards, dones):
         """One update on a [T(+1), B] batch: obs [T+1, B, ...], the rest [T, B]."""
         cfg = self.cfg
         T, B = actions.shape
-        obs_t = torch.from_numpy(obs).to(self.device)
+        obs_t = self._on_device(obs)
+        if isinstance(self.model.normalize, RunningObservationNorm):
+            self._update_obs_statistics(obs_t[:T].reshape(-1, *obs_t.shape[2:]))
         logits, values = self.model(obs_t.reshape(-1, *obs_t.shape[2:]))
         logits = logits.reshape(T + 1, B, -1)
         values = values.reshape(T + 1, B)
@@ -421,7 +453,7 @@ class Trainer:
                 truncated=dones_trunc, lives=lives, value=values,
                 env_id=np.asarray(env_ids) + int(self.env_ids[0]), episode_id=episode_ids,
                 global_frame=np.full(len(env_ids), frame, np.int64), behavior_logits=logits,
-                observation=obs)
+                observation=None if obs is None or not self.cfg.log_observations else _host(obs))
         except StorageError as exc:
             # the writer keeps this and later rows buffered; the loop stops after this
             # iteration and the stop retries them once the disk reserve is released
@@ -705,7 +737,9 @@ class Trainer:
     def _a2c_iteration(self, state):
         cfg = self.cfg
         T, N = cfg.num_steps, cfg.num_envs
-        obs_buf = np.empty((T + 1, N, *self.obs_shape), dtype=np.uint8)
+        # Observations stay where the learner is (a gpu backend's batches never leave the
+        # device); what the host needs anyway (actions, rewards, logging) is numpy.
+        obs_buf = torch.empty((T + 1, N, *self.obs_shape), dtype=torch.uint8, device=self.device)
         actions = np.empty((T, N), dtype=np.int64)
         logits = np.empty((T, N, self.num_actions), dtype=np.float32)
         rewards = np.empty((T, N), dtype=np.float32)
@@ -714,18 +748,19 @@ class Trainer:
         env_ids = np.arange(N)
         obs = state["obs"]
         for t in range(T):
-            obs_buf[t] = obs
-            actions[t], logits[t], values[t] = self.act(obs)
+            obs_buf[t].copy_(self._on_device(obs))
+            actions[t], logits[t], values[t] = self.act(obs_buf[t])
             obs, reward, terminated, truncated, info = self.env.step(actions[t])
+            reward, terminated, truncated = _host(reward), _host(terminated), _host(truncated)
             done = np.logical_or(terminated, truncated)
             rewards[t], dones[t] = reward, done
             self.local_frames += self.frames_per_agent_step(N)
             episode_ids = self.episodes.episode_ids.copy()  # the ids of the steps just taken
             self.episodes.update(env_ids, reward, done, self.frames + self.local_frames)
             self._log_step(env_ids, episode_ids, actions[t], np.asarray(reward, np.float32), terminated, truncated,
-                           info.get("lives", np.zeros(N)), values[t], logits[t],
+                           _host(info.get("lives", np.zeros(N))), values[t], logits[t],
                            self.frames + self.local_frames, obs)
-        obs_buf[T] = obs
+        obs_buf[T].copy_(self._on_device(obs))
         state["obs"] = obs
         # Minibatch m takes every num_minibatches-th environment, so the groups are the same
         # sets of global envs however they are split over ranks. Later groups learn from

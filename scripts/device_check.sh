@@ -159,6 +159,23 @@ bench designs 35 --games breakout
 [ -n "$COMPILE_PID" ] && wait "$COMPILE_PID" 2>/dev/null  # bounded by its limit; hybrid wants every core
 bench hybrid 60 --games pong
 
+# 8. Optional, when $DEVICE_CHECK_TRAIN_SECONDS > 0 (raise DEVICE_CHECK_SECONDS with it):
+# the pong-h200 training recipe for that long; a SIGTERM at the limit ends it with a
+# checkpoint, and OUTDIR/pong-h200/ keeps metrics.csv and the learning curve (issue 7).
+train_recipe() {
+  local extra=()
+  [ "$DRY" = "--dry-run" ] && extra=(--gpu-emulate --device cpu --num-envs 4 --num-steps 5
+    --num-minibatches 2 --total-frames 1600 --num-threads 1)
+  # SIGTERM 30 s before the phase's limit: the run stops after its iteration and checkpoints
+  timeout -s TERM "$1" "$PY" -m hybridsim train --config pong-h200 --log-dir "$OUT/pong-h200" "${extra[@]}"
+  local rc=$?
+  rm -f "$OUT/pong-h200/checkpoint.pt" "$OUT"/pong-h200/.disk_reserve*  # too big to bring back
+  return $rc
+}
+export -f train_recipe
+TRAIN_SECONDS=${DEVICE_CHECK_TRAIN_SECONDS:-0}
+[ "$TRAIN_SECONDS" -gt 30 ] && phase train "$TRAIN_SECONDS" train_recipe $((TRAIN_SECONDS - 30))
+
 "$PY" benchmarks/gpu_bench.py merge --out "$OUT/report.json" "$WORK"/*.json >>"$LOG" 2>&1 ||
   echo '{"status": "merge failed"}' >"$OUT/report.json"
 log "done: $OUT/report.json"

@@ -50,12 +50,14 @@ def final_parameters(run_dir):
 
 
 def test_two_ranks_match_one_rank_with_all_environments(tmp_path):
+    """Also with running input statistics, which every rank updates from all ranks' frames."""
     exe = mpiexec()
-    one = subprocess.run([sys.executable, "-m", "hybridsim", "train", *TRAIN_ARGS, "--num-envs", "8",
+    args = [*TRAIN_ARGS, "--obs-normalization", "running"]
+    one = subprocess.run([sys.executable, "-m", "hybridsim", "train", *args, "--num-envs", "8",
                           "--log-dir", str(tmp_path / "one")], capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
     two = subprocess.run([exe, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train",
-                          *TRAIN_ARGS, "--num-envs", "4", "--log-dir", str(tmp_path / "two")],
+                          *args, "--num-envs", "4", "--log-dir", str(tmp_path / "two")],
                          capture_output=True, text=True, timeout=600)
     assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-3000:]
     p1, s1 = final_parameters(tmp_path / "one")
@@ -63,6 +65,9 @@ def test_two_ranks_match_one_rank_with_all_environments(tmp_path):
     assert s1["frames"] == s2["frames"] and s1["updates"] == s2["updates"]
     assert s2["world_size"] == 2
     torch.testing.assert_close(p1, p2, rtol=1e-4, atol=1e-5)
+    for key in ("normalize.mean", "normalize.var", "normalize.count"):
+        torch.testing.assert_close(s1["model"][key], s2["model"][key], rtol=1e-9, atol=1e-9)
+    assert abs(float(s2["model"]["normalize.count"]) - s2["frames"] / 4) < 1e-3  # every observation once
     assert (tmp_path / "two" / "traj_rank00001.h5").is_file()
     from hybridsim import trajlog
     steps = trajlog.read_steps(tmp_path / "two" / "trajectories.h5", fields=["env_id"])

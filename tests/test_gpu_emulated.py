@@ -190,3 +190,25 @@ def test_emulated_hybrid_partial_reset_and_snapshot(emulation_library):
     hyb.set_state(state_h)
     for a in acts:
         _assert_same(cpu.step(a)[0], hyb.step(a)[0], "hybrid after set_state")
+
+
+@pytest.mark.parametrize("backend", ["gpu", "hybrid"])
+def test_training_on_the_emulated_kernels_equals_training_on_the_cpu_backend(
+        emulation_library, tmp_path, backend):
+    """The training loop over backend gpu/hybrid (host-emulated kernels) learns exactly
+    what it learns over backend cpu: same batches, so the same parameters."""
+    torch = pytest.importorskip("torch")
+    from hybridsim.train import TrainConfig, Trainer
+    base = dict(game="pong", num_envs=4, num_minibatches=2, total_frames=640, num_threads=1,
+                torch_threads=1, log_every=0.0, noop_max=5, max_episode_frames=100,
+                log_trajectories=False, device="cpu")
+    runs = {}
+    for name in ("cpu", backend):
+        trainer = Trainer(TrainConfig(**base, backend=name, gpu_emulate=name != "cpu",
+                                      log_dir=str(tmp_path / name)))
+        trainer.train()
+        runs[name] = trainer
+    a, b = runs["cpu"], runs[backend]
+    assert a.updates == b.updates > 0 and a.all_episodes == b.all_episodes != []
+    for name, value in a.model.state_dict().items():
+        assert torch.equal(value, b.model.state_dict()[name]), name

@@ -52,3 +52,36 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
             assert torch.equal(torch.as_tensor(a[key][field]), torch.as_tensor(b[key][field]))
     assert len(whole.all_episodes) == 4  # each ends after the stop
     assert resumed.all_episodes == whole.all_episodes
+
+
+class _TensorBatches:
+    """A vector env whose batches come as torch tensors, as backend="gpu" hands them to a
+    CUDA learner (here on the CPU, so the test runs anywhere)."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def step(self, actions):
+        import torch
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        info = dict(info, lives=torch.as_tensor(info["lives"]))
+        return (torch.as_tensor(obs), torch.as_tensor(reward), torch.as_tensor(terminated),
+                torch.as_tensor(truncated), info)
+
+
+def test_the_a2c_loop_takes_tensor_batches_like_numpy_ones(tmp_path):
+    import torch
+    base = dict(game="pong", backend="cpu", num_envs=4, num_minibatches=2, total_frames=1200,
+                num_threads=1, torch_threads=1, log_every=0.0, noop_max=5,
+                max_episode_frames=160, log_observations=True, obs_stride=3)
+    plain = Trainer(TrainConfig(**base, log_dir=str(tmp_path / "numpy")))
+    plain.train()
+    tensors = Trainer(TrainConfig(**base, log_dir=str(tmp_path / "tensor")))
+    tensors.env = _TensorBatches(tensors.env)
+    tensors.train()
+    assert plain.all_episodes == tensors.all_episodes != []
+    for name, value in plain.model.state_dict().items():
+        assert torch.equal(value, tensors.model.state_dict()[name]), name
