@@ -365,7 +365,7 @@ HS_HD inline int32_t env_lives(const AleEnv& e) { return game_lives(e.cfg.game, 
 namespace hs {
 
 // ALE's restoreState: what ALE serialises comes back; what it does not save (the TIA's
-// per-line shape selections and drawing position, input events, the sticky actions, the
+// per-line shape selections, missile and ball masks, drawing position, input events, the sticky actions, the
 // bus value, the environment RNG unless it was saved) keeps its current value.
 HS_HD inline void env_restore(AleEnv& cur, const AleEnv& saved, bool with_rng) {
   AleEnv keep = cur;
@@ -376,6 +376,10 @@ HS_HD inline void env_restore(AleEnv& cur, const AleEnv& saved, bool with_rng) {
   t.p_hide_first[1] = k.p_hide_first[1];
   t.pf_reflect_shape = k.pf_reflect_shape;
   t.m0_shape = k.m0_shape;
+  for (int32_t m = 0; m < 3; ++m) t.shape_pos[m] = k.shape_pos[m];
+  t.shape_nusiz[0] = k.shape_nusiz[0];
+  t.shape_nusiz[1] = k.shape_nusiz[1];
+  t.shape_bl_size = k.shape_bl_size;
   t.fb_pos = k.fb_pos;
   t.partial_frame = k.partial_frame;
   t.frame_greyed = k.frame_greyed;

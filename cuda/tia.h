@@ -79,6 +79,13 @@ struct Tia {
   uint8_t p_hide_first[2];       // RESPx this line: the first copy is not drawn
   uint8_t pf_reflect_shape;      // reflection used for the rest of this line
   uint8_t m0_shape;              // M0_NORMAL / M0_STRETCHED / M0_HIDDEN
+  // Missile and ball shapes as ALE's mask pointers hold them: taken from pos, NUSIZ and
+  // CTRLPF only where ALE recomputes those masks (NUSIZ, CTRLPF, RESMx, RESBL, RESMPx,
+  // HMOVE, Cosmic Ark lines), and not part of a saved state, so after restoreState ALE
+  // draws these objects where they were before the restore until such a write.
+  int16_t shape_pos[3];          // M0, M1, BL
+  uint8_t shape_nusiz[2];        // NUSIZ0/1 of the missile masks (copies mode, size bits)
+  uint8_t shape_bl_size;         // CTRLPF bits 4-5 of the ball mask
   uint8_t hmove_blank_pending;
   uint8_t cosmic_ark;
   uint8_t dump_active;           // VBLANK bit 7: paddle inputs grounded
@@ -203,6 +210,16 @@ HS_HD HS_INLINE int32_t wrap_distance(int32_t x, int32_t pos) {
   return d < 0 ? d + 160 : d;
 }
 
+// ALE recomputes missile m's mask / the ball's mask (see Tia::shape_pos).
+HS_HD HS_INLINE void missile_shape_follows(Tia& t, int32_t m) {
+  t.shape_pos[m] = t.pos[OB_M0 + m];
+  t.shape_nusiz[m] = t.nusiz[m];
+}
+HS_HD HS_INLINE void ball_shape_follows(Tia& t) {
+  t.shape_pos[2] = t.pos[OB_BL];
+  t.shape_bl_size = (uint8_t)((t.ctrlpf >> 4) & 3);
+}
+
 // ---- drawing ----
 
 #include "tia_tables.inc"  // kTiaColourPick, kTiaCollisions: pick_colour and collision_bits as tables
@@ -216,10 +233,11 @@ HS_HD inline void tia_draw_span_reference(Tia& t, uint8_t* fb, int32_t x, int32_
     return;
   }
   const int32_t mode0 = t.nusiz[0] & 7, mode1 = t.nusiz[1] & 7;
-  const int32_t m0_width = (t.m0_shape == M0_STRETCHED) ? (1 << (((t.nusiz[0] >> 4) & 3) | 1))
-                                                          : (1 << ((t.nusiz[0] >> 4) & 3));
-  const int32_t m1_width = 1 << ((t.nusiz[1] >> 4) & 3);
-  const int32_t bl_width = 1 << ((t.ctrlpf >> 4) & 3);
+  const int32_t m_mode0 = t.shape_nusiz[0] & 7, m_mode1 = t.shape_nusiz[1] & 7;
+  const int32_t m0_width = (t.m0_shape == M0_STRETCHED) ? (1 << (((t.shape_nusiz[0] >> 4) & 3) | 1))
+                                                          : (1 << ((t.shape_nusiz[0] >> 4) & 3));
+  const int32_t m1_width = 1 << ((t.shape_nusiz[1] >> 4) & 3);
+  const int32_t bl_width = 1 << t.shape_bl_size;
   const bool m0_can = (t.enabled & OBJ_M0) && t.m0_shape != M0_HIDDEN;
   const bool m1_can = (t.enabled & OBJ_M1) != 0;
   const bool bl_can = (t.enabled & OBJ_BL) != 0;
@@ -231,11 +249,11 @@ HS_HD inline void tia_draw_span_reference(Tia& t, uint8_t* fb, int32_t x, int32_
   for (int32_t k = 0; k < count; ++k, ++x) {
     uint8_t e = 0;
     if (t.pf & playfield_bit(t.pf_reflect_shape != 0, x)) e |= OBJ_PF;
-    if (bl_can && wrap_distance(x, t.pos[OB_BL]) < bl_width) e |= OBJ_BL;
+    if (bl_can && wrap_distance(x, t.shape_pos[2]) < bl_width) e |= OBJ_BL;
     if (t.grp_shown[1] & player_bit(mode1, t.p_hide_first[1] != 0, wrap_distance(x, t.pos[OB_P1]))) e |= OBJ_P1;
-    if (m1_can && missile_on(mode1, m1_width, wrap_distance(x, t.pos[OB_M1]))) e |= OBJ_M1;
+    if (m1_can && missile_on(m_mode1, m1_width, wrap_distance(x, t.shape_pos[1]))) e |= OBJ_M1;
     if (t.grp_shown[0] & player_bit(mode0, t.p_hide_first[0] != 0, wrap_distance(x, t.pos[OB_P0]))) e |= OBJ_P0;
-    if (m0_can && missile_on(mode0, m0_width, wrap_distance(x, t.pos[OB_M0]))) e |= OBJ_M0;
+    if (m0_can && missile_on(m_mode0, m0_width, wrap_distance(x, t.shape_pos[0]))) e |= OBJ_M0;
     t.collisions |= collision_bits(e);
     out[k] = t.color[pick_colour((uint8_t)(e | prio_score), x < 80)];
   }
@@ -287,19 +305,19 @@ HS_HD HS_INLINE void tia_mark_objects(const Tia& t, uint8_t* e, int32_t x, int32
     for (; k < count; ++k) e[k] = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
   }
   const int32_t mode0 = t.nusiz[0] & 7, mode1 = t.nusiz[1] & 7;
-  if (t.enabled & OBJ_BL) mark_range(e, x, count, t.pos[OB_BL], 1 << ((t.ctrlpf >> 4) & 3), OBJ_BL);
+  if (t.enabled & OBJ_BL) mark_range(e, x, count, t.shape_pos[2], 1 << t.shape_bl_size, OBJ_BL);
   mark_player(e, x, count, t.pos[OB_P0], mode0, t.p_hide_first[0] != 0, t.grp_shown[0], OBJ_P0);
   mark_player(e, x, count, t.pos[OB_P1], mode1, t.p_hide_first[1] != 0, t.grp_shown[1], OBJ_P1);
   for (int32_t m = 0; m < 2; ++m) {
     if (!(t.enabled & (m ? OBJ_M1 : OBJ_M0))) continue;
     if (m == 0 && t.m0_shape == M0_HIDDEN) continue;
-    int32_t size = (t.nusiz[m] >> 4) & 3;
+    int32_t size = (t.shape_nusiz[m] >> 4) & 3;
     if (m == 0 && t.m0_shape == M0_STRETCHED) size |= 1;
-    int32_t mode = m ? mode1 : mode0;
+    int32_t mode = t.shape_nusiz[m] & 7;
     for (int32_t k = 0; k < 3; ++k) {
       int32_t offset = copy_offset(mode, k);
       if (offset < 0) break;
-      mark_range(e, x, count, t.pos[OB_M0 + m] + offset, 1 << size, m ? OBJ_M1 : OBJ_M0);
+      mark_range(e, x, count, t.shape_pos[m] + offset, 1 << size, m ? OBJ_M1 : OBJ_M0);
     }
   }
 }
@@ -429,18 +447,18 @@ HS_HD inline void tia_span_collisions(Tia& t, int32_t x, int32_t count) {
   }
   for (int32_t q = 0; q < 2; ++q) {
     if (!(present & (q ? OBJ_M1 : OBJ_M0))) continue;
-    int32_t size = (t.nusiz[q] >> 4) & 3;
+    int32_t size = (t.shape_nusiz[q] >> 4) & 3;
     if (q == 0 && t.m0_shape == M0_STRETCHED) size |= 1;
-    const int32_t mode = t.nusiz[q] & 7;
+    const int32_t mode = t.shape_nusiz[q] & 7;
     for (int32_t k = 0; k < 3; ++k) {
       const int32_t offset = copy_offset(mode, k);
       if (offset < 0) break;
-      mask_place(m[q * 2 + 1], t.pos[OB_M0 + q] + offset, (1ull << (1 << size)) - 1, 1 << size);
+      mask_place(m[q * 2 + 1], t.shape_pos[q] + offset, (1ull << (1 << size)) - 1, 1 << size);
     }
   }
   if (present & OBJ_BL) {
-    const int32_t width = 1 << ((t.ctrlpf >> 4) & 3);
-    mask_place(m[4], t.pos[OB_BL], (1ull << width) - 1, width);
+    const int32_t width = 1 << t.shape_bl_size;
+    mask_place(m[4], t.shape_pos[2], (1ull << width) - 1, width);
   }
   if (t.pf) {
     const uint64_t blocks = playfield_blocks(t.pf, t.pf_reflect_shape != 0);
@@ -492,12 +510,13 @@ HS_HD inline void tia_draw_overrun(Tia& t, uint8_t* fb, int32_t x, int32_t count
       case OBJ_P1: return player_bit(t.nusiz[1] & 7, t.p_hide_first[1] != 0, wrap_distance(px, t.pos[OB_P1])) != 0;
       case OBJ_M0: {
         if (t.m0_shape == M0_HIDDEN) return false;
-        int32_t size = (t.nusiz[0] >> 4) & 3;
+        int32_t size = (t.shape_nusiz[0] >> 4) & 3;
         if (t.m0_shape == M0_STRETCHED) size |= 1;
-        return missile_on(t.nusiz[0] & 7, 1 << size, wrap_distance(px, t.pos[OB_M0]));
+        return missile_on(t.shape_nusiz[0] & 7, 1 << size, wrap_distance(px, t.shape_pos[0]));
       }
-      case OBJ_M1: return missile_on(t.nusiz[1] & 7, 1 << ((t.nusiz[1] >> 4) & 3), wrap_distance(px, t.pos[OB_M1]));
-      default: return wrap_distance(px, t.pos[OB_BL]) < (1 << ((t.ctrlpf >> 4) & 3));  // ball
+      case OBJ_M1:
+        return missile_on(t.shape_nusiz[1] & 7, 1 << ((t.shape_nusiz[1] >> 4) & 3), wrap_distance(px, t.shape_pos[1]));
+      default: return wrap_distance(px, t.shape_pos[2]) < (1 << t.shape_bl_size);  // ball
     }
   };
   auto group_clear = [&](uint8_t movable) HS_LAMBDA_INLINE -> bool {
@@ -548,6 +567,7 @@ HS_HD inline void tia_line_done(Tia& t) {
     else if (p < 0) p += 160;
     t.pos[OB_M0] = (int16_t)p;
     t.m0_shape = t.cosmic_counter == 1 ? M0_STRETCHED : (t.cosmic_counter == 2 ? M0_HIDDEN : M0_NORMAL);
+    missile_shape_follows(t, 0);
   }
 }
 
@@ -636,6 +656,9 @@ HS_HD inline void tia_reset(Tia& t, uint8_t* fb_a, uint8_t* fb_b, uint32_t cycle
   t.enam[0] = t.enam[1] = 0;
   t.enabl = t.enabl_delayed = 0;
   for (int k = 0; k < 5; ++k) { t.hm[k] = 0; t.pos[k] = 0; }
+  missile_shape_follows(t, 0);
+  missile_shape_follows(t, 1);
+  ball_shape_follows(t);
   t.vdel[0] = t.vdel[1] = t.vdel[2] = 0;
   t.resmp[0] = t.resmp[1] = 0;
   t.collisions = 0;
@@ -852,6 +875,7 @@ HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8
       t.nusiz[p] = value;
       t.p_hide_first[p] = 0;
       if (p == 0) t.m0_shape = M0_NORMAL;
+      missile_shape_follows(t, p);
       break;
     }
     case 0x06: t.color[2] = tia_colour(t, value); break;  // COLUP0
@@ -862,6 +886,7 @@ HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8
       t.ctrlpf = value;
       t.pf_prio_score = (uint8_t)((value & 0x06) << 5);
       if (tia_line_clock(t, clock) < H_BLANK + 79) t.pf_reflect_shape = value & 0x01;
+      ball_shape_follows(t);
       break;
     case 0x0B: case 0x0C: {  // REFP0/1
       int32_t p = reg - 0x0B;
@@ -894,6 +919,7 @@ HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8
       if (m == 1 && clock - t.last_hmove_clock == 3 * 3 && line_clock == 18) x = 3;
       t.pos[OB_M0 + m] = (int16_t)x;
       if (m == 0) t.m0_shape = M0_NORMAL;
+      missile_shape_follows(t, m);
       break;
     }
     case 0x14: {  // RESBL
@@ -906,6 +932,7 @@ HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8
       else if (since == 7 * 3 && line_clock == 30) x = 6;
       else if (since == 6 * 3 && line_clock == 27) x = 5;
       t.pos[OB_BL] = (int16_t)x;
+      ball_shape_follows(t);
       break;
     }
     case 0x1B: case 0x1C: {  // GRP0/1: each write latches the other player's delayed copy
@@ -952,6 +979,7 @@ HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8
         int32_t middle = mode == 5 ? 8 : (mode == 7 ? 16 : 4);
         t.pos[OB_M0 + m] = (int16_t)((t.pos[m] + middle) % 160);
         if (m == 0) t.m0_shape = M0_NORMAL;
+        missile_shape_follows(t, m);
       }
       t.resmp[m] = value & 0x02;
       set_enabled(t, m ? OBJ_M1 : OBJ_M0, t.enam[m] && !t.resmp[m]);
@@ -963,6 +991,9 @@ HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8
       for (int32_t k = 0; k < 5; ++k) t.pos[k] = wrap_position(t.pos[k] + tia_motion(cpu_cycle, t.hm[k]));
       t.p_hide_first[0] = t.p_hide_first[1] = 0;
       t.m0_shape = M0_NORMAL;
+      missile_shape_follows(t, 0);
+      missile_shape_follows(t, 1);
+      ball_shape_follows(t);
       t.last_hmove_clock = clock;
       t.cosmic_ark = 0;
       break;

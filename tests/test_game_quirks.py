@@ -84,3 +84,14 @@ def test_custom_mode_recipes(name, mode, difficulty):
                            frames=400, repeat_action_probability=0.25, seed=4, mode=mode,
                            difficulty=difficulty, reset_every=200)
     assert result.exact, str(result)
+
+
+def test_missile_and_ball_masks_survive_restore_state():
+    """ALE does not save the TIA's missile and ball masks: after restoreState it draws
+    them where they were before the restore until the game writes NUSIZ, CTRLPF, RESMx,
+    RESBL, RESMPx or HMOVE. In Yars' Revenge (seed 0, sticky 0.25, the verify action
+    stream, clone at frame 1000, restore at 1025) the next frame shows it."""
+    from hybridsim import verify
+    result = verify.verify(ale_py.ALEInterface, ALEInterface, roms.rom_path("yars_revenge"),
+                           game="yars_revenge", frames=1040, clone_at=1000)
+    assert result.exact, str(result)
