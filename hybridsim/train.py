@@ -324,9 +324,10 @@ class Trainer:
         cfg = self.cfg
         T, B = actions.shape
         obs_t = self._on_device(obs)
+        flat = obs_t.reshape(-1, *obs_t.shape[2:])  # [(T + 1) * B, ...], time-major
         if isinstance(self.model.normalize, RunningObservationNorm):
-            self._update_obs_statistics(obs_t[:T].reshape(-1, *obs_t.shape[2:]))
-        logits, values = self.model(obs_t.reshape(-1, *obs_t.shape[2:]))
+            self._update_obs_statistics(flat[:T * B])  # the T transitions' observations
+        logits, values = self.model(flat)
         logits = logits.reshape(T + 1, B, -1)
         values = values.reshape(T + 1, B)
         rewards_t = torch.from_numpy(rewards).float().to(self.device)
@@ -481,7 +482,7 @@ class Trainer:
                 "config": dataclasses.asdict(self.cfg), "num_actions": self.num_actions,
                 "obs_shape": self.obs_shape, "episodes": self.all_episodes,
                 "world_size": self.world_size,
-                "rank_states": self._rank_states if self.world_size > 1 else [self._rank_state()]}
+                "rank_states": self._rank_states}
 
     def save_checkpoint(self, path=None) -> pathlib.Path | None:
         """Rank 0 writes the checkpoint atomically (temporary file, fsync, rename): a write
@@ -509,8 +510,7 @@ class Trainer:
 
     def _gather_rank_states(self):
         """Collective before rank 0 writes a checkpoint: every rank's _rank_state on rank 0."""
-        if self.world_size > 1:
-            self._rank_states = self.comm.gather(self._rank_state())
+        self._rank_states = self.comm.gather(self._rank_state())
 
     def load_checkpoint(self):
         path = self.checkpoint_path()
