@@ -231,6 +231,13 @@ struct ConsoleBus {
     else data_bus = peek_device(addr);
     return data_bus;
   }
+  // An address below $200 (zero page, stack, indirect pointers): A12 and A9 are low, so
+  // A7 alone picks RIOT RAM or the TIA.
+  HS_HD HS_INLINE uint8_t peek_low(uint16_t addr) {
+    if (addr & 0x0080) data_bus = c->riot.ram[addr & 0x7F];
+    else data_bus = peek_device(addr);
+    return data_bus;
+  }
   // peek for an absolute load that ends at `next_pc`. A timer poll `L: LDA/LDX/LDY INTIM;
   // BNE L` (ROM code in the window) touches nothing but the timer until INTIM reads 0, so
   // the iterations before the one that reads 0 (or reaches the instruction budget) are run
@@ -272,21 +279,35 @@ struct ConsoleBus {
     if (addr & 0x1000) refresh_window();
     return v;
   }
-  HS_HD HS_INLINE void poke(uint16_t addr, uint8_t value, bool last_access_was_read) {
+  // Returns true when the write ended the frame (the CPU stops after this instruction).
+  HS_HD HS_INLINE bool poke(uint16_t addr, uint8_t value, bool last_access_was_read) {
     if ((addr & 0x1280) == 0x0080) {
       c->riot.ram[addr & 0x7F] = value;
-    } else {
-      c->cycles = cycles;
-      c->data_bus = data_bus;
-      TiaPokeResult r = console_poke_device(*c, fb, addr, value, last_access_was_read);
-      cycles += r.extra_cycles;
-      stop |= r.stop;
-      if (addr & 0x1000) refresh_window();
+      data_bus = value;
+      return false;
     }
+    return poke_device(addr, value, last_access_was_read);
+  }
+  // A write below $200 (see peek_low).
+  HS_HD HS_INLINE bool poke_low(uint16_t addr, uint8_t value, bool last_access_was_read) {
+    if (addr & 0x0080) {
+      c->riot.ram[addr & 0x7F] = value;
+      data_bus = value;
+      return false;
+    }
+    return poke_device(addr, value, last_access_was_read);
+  }
+  HS_HD HS_INLINE bool poke_device(uint16_t addr, uint8_t value, bool last_access_was_read) {
+    c->cycles = cycles;
+    c->data_bus = data_bus;
+    TiaPokeResult r = console_poke_device(*c, fb, addr, value, last_access_was_read);
+    cycles += r.extra_cycles;
+    stop |= r.stop;
+    if (addr & 0x1000) refresh_window();
     data_bus = value;
+    return r.stop != 0;
   }
   HS_HD HS_INLINE void add_cycles(uint32_t n) { cycles += n; }
-  HS_HD HS_INLINE bool stop_requested() const { return stop != 0; }
 };
 
 // Reads memory as the game-settings code does (System::peek: also sets the data bus).

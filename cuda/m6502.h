@@ -5,12 +5,15 @@
 //   uint8_t peek_poll(uint16_t addr, uint16_t pc, uint32_t& left);
 //                                                      // peek for LDA/LDX/LDY abs; may run
 //                                                      // a timer-polling loop ahead (console.h)
-//   void    poke(uint16_t addr, uint8_t v, bool last_access_was_read);  // a write
+//   uint8_t peek_low(uint16_t addr);                   // peek of an address below $200
+//   bool    poke(uint16_t addr, uint8_t v, bool last_access_was_read);  // a write; true:
+//                                                      // stop after this instruction (the
+//                                                      // TIA ended a frame)
+//   bool    poke_low(uint16_t addr, uint8_t v, bool last_access_was_read);  // below $200
 //   void    add_cycles(uint32_t n);                    // advance the system clock (CPU cycles)
-//   bool    stop_requested();                          // e.g. the TIA ended a frame
 // The console bus lives in console.h; FlatBus below is a 64 KiB test memory.
 // Timing model (ALE_FACTS.md): the opcode's whole base cycle count is charged right
-// after the opcode fetch, so the TIA and RIOT see the instruction's accesses at its
+// after the opcode fetch (first thing in each case of m6502_ops.inc), so the TIA and RIOT see the instruction's accesses at its
 // end-of-instruction time. Page-crossing and branch cycles are added when found.
 #pragma once
 #include "hs_prelude.h"
@@ -93,8 +96,8 @@ HS_HD void m6502_reset(M6502& s, Bus& bus) {
   s.pc = (uint16_t)(lo | (hi << 8));
 }
 
-// Runs instructions until `max_instructions` have run, the bus asks to stop (checked
-// after every instruction), or a JAM opcode halts the CPU. Returns the number run.
+// Runs instructions until `max_instructions` have run, a write asks to stop (the
+// instruction completes first), or a JAM opcode halts the CPU. Returns the number run.
 template <class Bus>
 HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
   if (s.jammed) return 0;
@@ -105,25 +108,32 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
   // Registers live in locals for the loop; written back once at the end.
   uint16_t pc = s.pc;
   uint8_t a = s.a, x = s.x, y = s.y, sp = s.sp;
-  uint8_t n = s.n, v = s.v, b = s.b, d = s.d, flag_i = s.i, notz = s.notz, c = s.c;
+  uint8_t v = s.v, b = s.b, d = s.d, flag_i = s.i, c = s.c;
+  // N and Z in one value: Z is set when its low byte is 0, N when bit 7 or 8 is set
+  // (bit 8 lets BIT and PLP set N apart from the byte that decides Z).
+  uint32_t nz = ((uint32_t)s.n << 8) | s.notz;
+  // Whether the previous bus access was a read (the TIA's WSYNC asks). Every
+  // instruction starts with the opcode read, so only a write can clear it; the two
+  // instructions that read after writing (JSR, BRK) set it again.
   uint8_t last_read = s.last_access_was_read;
   uint8_t ir = s.ir;
   uint32_t left = max_instructions;  // instructions still allowed
+  // A write that ends the run sets `left` to 0 (one test per instruction) and keeps the
+  // real count here.
+  const uint32_t kNotStopped = 0xFFFFFFFFu;
+  uint32_t left_at_stop = kNotStopped;
 
-  auto rd = [&](uint16_t address) HS_LAMBDA_INLINE -> uint8_t {
-    uint8_t value = bus.peek(address);
-    last_read = 1;
-    return value;
-  };
+  auto rd = [&](uint16_t address) HS_LAMBDA_INLINE -> uint8_t { return bus.peek(address); };
+  auto rd_low = [&](uint16_t address) HS_LAMBDA_INLINE -> uint8_t { return bus.peek_low(address); };
   // An absolute load (LDA/LDX/LDY abs): the bus may recognise a loop that polls a
   // timer and run its iterations in one step (Bus::peek_poll; pc is past the operand).
-  auto rd_poll = [&](uint16_t address) HS_LAMBDA_INLINE -> uint8_t {
-    uint8_t value = bus.peek_poll(address, pc, left);
-    last_read = 1;
-    return value;
-  };
+  auto rd_poll = [&](uint16_t address) HS_LAMBDA_INLINE -> uint8_t { return bus.peek_poll(address, pc, left); };
   auto wr = [&](uint16_t address, uint8_t value) HS_LAMBDA_INLINE {
-    bus.poke(address, value, last_read != 0);
+    if (bus.poke(address, value, last_read != 0)) { left_at_stop = left; left = 0; }
+    last_read = 0;
+  };
+  auto wr_low = [&](uint16_t address, uint8_t value) HS_LAMBDA_INLINE {
+    if (bus.poke_low(address, value, last_read != 0)) { left_at_stop = left; left = 0; }
     last_read = 0;
   };
   auto fetch_word = [&]() HS_LAMBDA_INLINE -> uint16_t {
@@ -132,19 +142,20 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
     pc = (uint16_t)(pc + 2);
     return (uint16_t)(lo | (hi << 8));
   };
-  auto push = [&](uint8_t value) HS_LAMBDA_INLINE { wr((uint16_t)(0x100 + sp), value); sp = (uint8_t)(sp - 1); };
-  auto pull = [&]() HS_LAMBDA_INLINE -> uint16_t { uint8_t value = rd((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); return value; };
-  auto set_nz = [&](uint8_t value) HS_LAMBDA_INLINE { n = value >> 7; notz = value != 0; };
+  auto push = [&](uint8_t value) HS_LAMBDA_INLINE { wr_low((uint16_t)(0x100 + sp), value); sp = (uint8_t)(sp - 1); };
+  auto pull = [&]() HS_LAMBDA_INLINE -> uint16_t { uint8_t value = rd_low((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); return value; };
+  auto set_nz = [&](uint8_t value) HS_LAMBDA_INLINE { nz = value; };
   auto status_byte = [&]() HS_LAMBDA_INLINE -> uint8_t {
-    return (uint8_t)(P_U | (n << 7) | (v << 6) | (b << 4) | (d << 3) | (flag_i << 2) | ((!notz) << 1) | c);
+    return (uint8_t)(P_U | ((nz & 0x180) ? P_N : 0) | (v << 6) | (b << 4) | (d << 3) | (flag_i << 2) |
+                     ((nz & 0xFF) ? 0 : P_Z) | c);
   };
   auto set_status_byte = [&](uint8_t p) HS_LAMBDA_INLINE {
-    n = (p >> 7) & 1; v = (p >> 6) & 1; b = 1; d = (p >> 3) & 1; flag_i = (p >> 2) & 1;
-    notz = !(p & P_Z); c = p & 1;
+    nz = ((uint32_t)(p & P_N) << 1) | ((p & P_Z) ? 0u : 1u);
+    v = (p >> 6) & 1; b = 1; d = (p >> 3) & 1; flag_i = (p >> 2) & 1; c = p & 1;
   };
   auto compare = [&](uint8_t reg, uint8_t value) HS_LAMBDA_INLINE {
     uint16_t r = (uint16_t)(reg - value);
-    notz = r != 0; n = (r >> 7) & 1; c = !(r & 0x100);
+    nz = r & 0xFF; c = !(r & 0x100);
   };
   auto branch = [&](uint8_t displacement) HS_LAMBDA_INLINE {
     uint16_t target = (uint16_t)(pc + (int8_t)displacement);
@@ -197,8 +208,7 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
     } else {  // ALE's decimal ARR (from 64doc)
       uint8_t anded = a & value;
       a = (uint8_t)((anded >> 1) | (c << 7));
-      n = c;
-      notz = a != 0;
+      nz = ((uint32_t)c << 8) | (a != 0 ? 1u : 0u);  // N from the carry in, Z from this a
       v = ((anded ^ a) & 0x40) != 0;
       if (((anded & 0x0F) + (anded & 0x01)) > 0x05) a = (uint8_t)((a & 0xF0) | ((a + 0x06) & 0x0F));
       if (((anded & 0xF0) + (anded & 0x10)) > 0x50) { a = (uint8_t)(a + 0x60); c = 1; } else { c = 0; }
@@ -211,8 +221,8 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
       HS_PC_HOOK(pc);
 #endif
       ir = rd(pc);
+      last_read = 1;
       pc = (uint16_t)(pc + 1);
-      bus.add_cycles(kM6502Cycles[ir]);
       --left;
       uint16_t addr = 0;
       uint8_t operand = 0;
@@ -221,19 +231,21 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
       switch (ir) {
 #include "m6502_ops.inc"
         default:  // the 12 JAM opcodes: ALE stops the CPU with a fatal error
+          bus.add_cycles(kM6502Cycles[ir]);
           jammed = true;
           goto done;
       }
-      if (left == 0 || bus.stop_requested()) break;
+      if (left == 0) break;
     }
   }
 done:
+  if (left_at_stop != kNotStopped) left = left_at_stop;
   const uint32_t count = max_instructions - left;
   bus_in = bus;
   s.jammed = jammed ? 1 : 0;
 
   s.pc = pc; s.a = a; s.x = x; s.y = y; s.sp = sp; s.ir = ir;
-  s.n = n; s.v = v; s.b = b; s.d = d; s.i = flag_i; s.notz = notz; s.c = c;
+  s.n = (nz & 0x180) ? 1 : 0; s.v = v; s.b = b; s.d = d; s.i = flag_i; s.notz = (nz & 0xFF) ? 1 : 0; s.c = c;
   s.last_access_was_read = last_read;
   return count;
 }
@@ -244,9 +256,10 @@ struct FlatBus {
   uint64_t cycles;
   HS_HD HS_INLINE uint8_t peek(uint16_t address) { return mem[address]; }
   HS_HD HS_INLINE uint8_t peek_poll(uint16_t address, uint16_t, uint32_t&) { return mem[address]; }
-  HS_HD HS_INLINE void poke(uint16_t address, uint8_t value, bool) { mem[address] = value; }
+  HS_HD HS_INLINE uint8_t peek_low(uint16_t address) { return mem[address]; }
+  HS_HD HS_INLINE bool poke(uint16_t address, uint8_t value, bool) { mem[address] = value; return false; }
+  HS_HD HS_INLINE bool poke_low(uint16_t address, uint8_t value, bool) { mem[address] = value; return false; }
   HS_HD HS_INLINE void add_cycles(uint32_t k) { cycles += k; }
-  HS_HD HS_INLINE bool stop_requested() const { return false; }
 };
 
 }  // namespace hs

@@ -5,7 +5,8 @@ Run `python tools/gen_m6502.py` after editing the tables below; a test checks th
 committed cuda/m6502_ops.inc equals this script's output.
 
 The model is ALE's "M6502Low" CPU (ale-py 0.12.1), see ../shared/ALE_FACTS.md:
-- the whole base cycle count is charged at opcode fetch (m6502.h does that);
+- the whole base cycle count is charged right after the opcode fetch, first thing in
+  each case (the JAM opcodes' in m6502.h's default case);
 - a read through abs,X / abs,Y / (zp),Y that crosses a page adds one cycle *before* the
   operand is read; a taken branch adds 1 cycle, 2 if it lands on another page;
 - read-modify-write instructions write once (no dummy write of the old value);
@@ -30,9 +31,9 @@ MODE_CODE = {
     "absx": "addr = fetch_word();",
     "absy": "addr = fetch_word();",
     "indx": "{ uint16_t ptr = (uint8_t)(rd(pc) + x); pc = (uint16_t)(pc + 1);"
-            " addr = (uint16_t)(rd(ptr) | (rd((uint16_t)(ptr + 1)) << 8)); }",
+            " addr = (uint16_t)(rd_low(ptr) | (rd_low((uint16_t)(ptr + 1)) << 8)); }",
     "indy": "{ uint16_t ptr = rd(pc); pc = (uint16_t)(pc + 1);"
-            " addr = (uint16_t)(rd(ptr) | (rd((uint16_t)(ptr + 1)) << 8)); }",
+            " addr = (uint16_t)(rd_low(ptr) | (rd_low((uint16_t)(ptr + 1)) << 8)); }",
     "ind": "{ uint16_t ptr = fetch_word();"
            " uint16_t hi = ((ptr ^ (ptr + 1)) & 0xFF00) ? (uint16_t)(ptr & 0xFF00) : (uint16_t)(ptr + 1);"
            " addr = (uint16_t)(rd(ptr) | (rd(hi) << 8)); }",
@@ -43,17 +44,17 @@ INDEX_REG = {"absx": "x", "absy": "y", "indy": "y"}
 OPS = {
     "ADC": ("r", "adc(operand);"),
     "AND": ("r", "a &= operand; set_nz(a);"),
-    "ANC": ("r", "a &= operand; set_nz(a); c = n;"),
+    "ANC": ("r", "a &= operand; set_nz(a); c = a >> 7;"),
     "ANE": ("r", "a = (uint8_t)((a | 0xEE) & x & operand); set_nz(a);"),
     "ARR": ("r", "arr(operand);"),
     "ASL": ("m", "c = operand >> 7; operand = (uint8_t)(operand << 1); wr(addr, operand); set_nz(operand);"),
     "ASLA": ("i", "c = a >> 7; a = (uint8_t)(a << 1); set_nz(a);"),
     "ASR": ("r", "a &= operand; c = a & 1; a >>= 1; set_nz(a);"),
-    "BCC": ("b", "!c"), "BCS": ("b", "c"), "BEQ": ("b", "!notz"), "BNE": ("b", "notz"),
-    "BMI": ("b", "n"), "BPL": ("b", "!n"), "BVC": ("b", "!v"), "BVS": ("b", "v"),
-    "BIT": ("r", "notz = (a & operand) != 0; n = operand >> 7; v = (operand >> 6) & 1;"),
+    "BCC": ("b", "!c"), "BCS": ("b", "c"), "BEQ": ("b", "!(nz & 0xFF)"), "BNE": ("b", "nz & 0xFF"),
+    "BMI": ("b", "nz & 0x180"), "BPL": ("b", "!(nz & 0x180)"), "BVC": ("b", "!v"), "BVS": ("b", "v"),
+    "BIT": ("r", "nz = (uint32_t)(a & operand) | ((uint32_t)(operand & 0x80) << 1); v = (operand >> 6) & 1;"),
     "BRK": ("i", "rd(pc); pc = (uint16_t)(pc + 1); b = 1; push((uint8_t)(pc >> 8)); push((uint8_t)pc);"
-                 " push(status_byte()); flag_i = 1; pc = (uint16_t)(rd(0xFFFE) | (rd(0xFFFF) << 8));"),
+                 " push(status_byte()); flag_i = 1; pc = (uint16_t)(rd(0xFFFE) | (rd(0xFFFF) << 8)); last_read = 1;"),
     "CLC": ("i", "c = 0;"), "CLD": ("i", "d = 0;"), "CLI": ("i", "flag_i = 0;"), "CLV": ("i", "v = 0;"),
     "SEC": ("i", "c = 1;"), "SED": ("i", "d = 1;"), "SEI": ("i", "flag_i = 1;"),
     "CMP": ("r", "compare(a, operand);"),
@@ -69,8 +70,8 @@ OPS = {
     "INY": ("i", "y = (uint8_t)(y + 1); set_nz(y);"),
     "ISB": ("m", "operand = (uint8_t)(operand + 1); wr(addr, operand); sbc(operand);"),
     "JMP": ("w", "pc = addr;"),
-    "JSR": ("i", "{ uint8_t lo = rd(pc); pc = (uint16_t)(pc + 1); rd((uint16_t)(0x100 + sp));"
-                 " push((uint8_t)(pc >> 8)); push((uint8_t)pc); pc = (uint16_t)(lo | (rd(pc) << 8)); }"),
+    "JSR": ("i", "{ uint8_t lo = rd(pc); pc = (uint16_t)(pc + 1); rd_low((uint16_t)(0x100 + sp));"
+                 " push((uint8_t)(pc >> 8)); push((uint8_t)pc); pc = (uint16_t)(lo | (rd(pc) << 8)); last_read = 1; }"),
     "LAS": ("r", "a = x = sp = (uint8_t)(sp & operand); set_nz(a);"),
     "LAX": ("r", "a = x = operand; set_nz(a);"),
     "LDA": ("r", "a = operand; set_nz(a);"),
@@ -84,18 +85,18 @@ OPS = {
     "ORA": ("r", "a |= operand; set_nz(a);"),
     "PHA": ("i", "push(a);"),
     "PHP": ("i", "push(status_byte());"),
-    "PLA": ("i", "rd((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); a = rd((uint16_t)(0x100 + sp)); set_nz(a);"),
-    "PLP": ("i", "rd((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); set_status_byte(rd((uint16_t)(0x100 + sp)));"),
+    "PLA": ("i", "rd_low((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); a = rd_low((uint16_t)(0x100 + sp)); set_nz(a);"),
+    "PLP": ("i", "rd_low((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); set_status_byte(rd_low((uint16_t)(0x100 + sp)));"),
     "RLA": ("m", "{ uint8_t r = (uint8_t)((operand << 1) | c); wr(addr, r); c = operand >> 7; a &= r; set_nz(a); }"),
     "ROL": ("m", "{ uint8_t r = (uint8_t)((operand << 1) | c); c = operand >> 7; wr(addr, r); set_nz(r); }"),
     "ROLA": ("i", "{ uint8_t r = (uint8_t)((a << 1) | c); c = a >> 7; a = r; set_nz(a); }"),
     "ROR": ("m", "{ uint8_t r = (uint8_t)((operand >> 1) | (c << 7)); c = operand & 1; wr(addr, r); set_nz(r); }"),
     "RORA": ("i", "{ uint8_t r = (uint8_t)((a >> 1) | (c << 7)); c = a & 1; a = r; set_nz(a); }"),
     "RRA": ("m", "{ uint8_t r = (uint8_t)((operand >> 1) | (c << 7)); c = operand & 1; wr(addr, r); adc(r); }"),
-    "RTI": ("i", "rd((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); set_status_byte(pull());"
-                 " pc = pull(); pc |= (uint16_t)(rd((uint16_t)(0x100 + sp)) << 8);"),
-    "RTS": ("i", "rd((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); pc = pull();"
-                 " pc |= (uint16_t)(rd((uint16_t)(0x100 + sp)) << 8); rd(pc); pc = (uint16_t)(pc + 1);"),
+    "RTI": ("i", "rd_low((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); set_status_byte(pull());"
+                 " pc = pull(); pc |= (uint16_t)(rd_low((uint16_t)(0x100 + sp)) << 8);"),
+    "RTS": ("i", "rd_low((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); pc = pull();"
+                 " pc |= (uint16_t)(rd_low((uint16_t)(0x100 + sp)) << 8); rd(pc); pc = (uint16_t)(pc + 1);"),
     "SAX": ("w", "wr(addr, (uint8_t)(a & x));"),
     "SBC": ("r", "sbc(operand);"),
     "SBX": ("r", "{ uint16_t r = (uint16_t)((a & x) - operand); x = (uint8_t)r; set_nz(x); c = !(r & 0x100); }"),
@@ -119,9 +120,26 @@ OPS = {
 from hybridsim.asm6502 import JAM_OPCODES, OPCODES  # noqa: E402  (the one opcode table)
 
 
-def case_body(mnemonic, mode):
+# Addressing modes whose effective address is below $200 (A12 and A9 low): the bus decodes
+# it on A7 alone (RIOT RAM or TIA), without looking for the cartridge window.
+LOW_MODES = ("zp", "zpx", "zpy")
+
+
+def cycle_table():
+    """kM6502Cycles from m6502.h (the one copy of ALE's cycle table)."""
+    text = (pathlib.Path(__file__).resolve().parent.parent / "cuda" / "m6502.h").read_text()
+    table = text.split("kM6502Cycles[256] = {", 1)[1].split("};", 1)[0]
+    values = [int(v) for line in table.splitlines() for v in line.split("//")[0].split(",") if v.strip()]
+    assert len(values) == 256
+    return values
+
+
+def case_body(mnemonic, mode, cycles):
     kind, body = OPS[mnemonic]
-    lines = [MODE_CODE[mode]] if MODE_CODE[mode] else []
+    # The whole base cycle count is charged right after the opcode fetch (ALE_FACTS.md).
+    lines = [f"bus.add_cycles({cycles});"]
+    if MODE_CODE[mode]:
+        lines.append(MODE_CODE[mode])
     if kind == "b":  # relative branch; the displacement was read as an immediate operand
         lines.append(f"if ({body}) branch(operand);")
         return lines
@@ -133,9 +151,10 @@ def case_body(mnemonic, mode):
     if kind in ("r", "m") and mode not in ("imm", "imp"):
         # Absolute loads may be a timer poll (LDA INTIM / BNE): the bus may skip ahead.
         poll = mnemonic in ("LDA", "LDX", "LDY") and mode == "abs"
-        lines.append("operand = rd_poll(addr);" if poll else "operand = rd(addr);")
+        read = "rd_low" if mode in LOW_MODES else "rd"
+        lines.append("operand = rd_poll(addr);" if poll else f"operand = {read}(addr);")
     if body:
-        lines.append(body)
+        lines.append(body.replace("wr(addr,", "wr_low(addr,") if mode in LOW_MODES else body)
     return lines
 
 
@@ -149,12 +168,13 @@ def generate():
     assert len(by_opcode) + len(JAM_OPCODES) == 256
     out = ["// Generated by tools/gen_m6502.py: edit that script, then run it. Do not edit here.",
            "// Included inside the opcode switch of m6502_run() in m6502.h."]
+    cycles = cycle_table()
     for code in range(256):
         if code in JAM_OPCODES:
             continue
         mnemonic, mode = by_opcode[code]
         out.append(f"case 0x{code:02X}: {{  // {mnemonic} {mode}")
-        out.extend("  " + line for line in case_body(mnemonic, mode))
+        out.extend("  " + line for line in case_body(mnemonic, mode, cycles[code]))
         out.append("  break;\n}")
     return "\n".join(out) + "\n"
 
