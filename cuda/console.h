@@ -159,11 +159,13 @@ HS_HD inline uint8_t console_read_switches(Console& c) {
 
 // Reads and writes that reach a device (TIA, RIOT I/O, cartridge logic). Kept out of line
 // so the CPU loop stays small; c.cycles and c.data_bus must be current on entry.
+// `masks`: the TIA's mask memo for this run, or null.
 HS_HD HS_NOINLINE uint8_t console_peek_device(Console& c, const uint8_t* rom, uint8_t* fb,
-                                              const TiaInputs& inputs, uint8_t swcha, uint16_t addr) {
+                                              const TiaInputs& inputs, uint8_t swcha, uint16_t addr,
+                                              TiaMasks* masks) {
   const uint16_t a = addr & 0x1FFF;
   if (a & 0x1000) return cart_peek(c.cart, rom, addr, c.cycles);
-  if (!(a & 0x0080)) return tia_peek(c.tia, fb, addr, c.cycles, c.data_bus, inputs);
+  if (!(a & 0x0080)) return tia_peek(c.tia, fb, addr, c.cycles, c.data_bus, inputs, masks);
   if (!(a & 0x0200)) return c.riot.ram[a & 0x7F];
   if ((a & 0x07) == 2) return console_read_switches(c);
   return riot_peek(c.riot, addr, c.cycles, swcha, 0);
@@ -171,13 +173,13 @@ HS_HD HS_NOINLINE uint8_t console_peek_device(Console& c, const uint8_t* rom, ui
 
 // Returns the TIA's answer (WSYNC cycles, end of frame); other devices return zeros.
 HS_HD HS_NOINLINE TiaPokeResult console_poke_device(Console& c, uint8_t* fb, uint16_t addr, uint8_t value,
-                                                    bool last_access_was_read) {
+                                                    bool last_access_was_read, TiaMasks* masks) {
   const uint16_t a = addr & 0x1FFF;
   TiaPokeResult r;
   r.extra_cycles = 0;
   r.stop = 0;
   if (a & 0x1000) cart_poke(c.cart, addr, value);
-  else if (!(a & 0x0080)) r = tia_poke(c.tia, fb, addr, value, c.cycles, last_access_was_read);
+  else if (!(a & 0x0080)) r = tia_poke(c.tia, fb, addr, value, c.cycles, last_access_was_read, masks);
   else if (!(a & 0x0200)) c.riot.ram[a & 0x7F] = value;
   else riot_poke(c.riot, addr, value, c.cycles);
   return r;
@@ -191,6 +193,7 @@ struct ConsoleBus {
   const uint8_t* rom;
   uint8_t* fb;
   const TiaInputs* inputs;
+  TiaMasks* masks;   // the TIA's mask memo (lazily drawn frames), or null
   uint8_t swcha;
   uint8_t data_bus;  // last value on the bus (TIA reads keep its low 6 bits)
   uint8_t stop;      // the TIA ended the CPU's run
@@ -275,7 +278,7 @@ struct ConsoleBus {
   HS_HD HS_INLINE uint8_t peek_device(uint16_t addr) {
     c->cycles = cycles;
     c->data_bus = data_bus;
-    uint8_t v = console_peek_device(*c, rom, fb, *inputs, swcha, addr);
+    uint8_t v = console_peek_device(*c, rom, fb, *inputs, swcha, addr, masks);
     if (addr & 0x1000) refresh_window();
     return v;
   }
@@ -300,7 +303,7 @@ struct ConsoleBus {
   HS_HD HS_INLINE bool poke_device(uint16_t addr, uint8_t value, bool last_access_was_read) {
     c->cycles = cycles;
     c->data_bus = data_bus;
-    TiaPokeResult r = console_poke_device(*c, fb, addr, value, last_access_was_read);
+    TiaPokeResult r = console_poke_device(*c, fb, addr, value, last_access_was_read, masks);
     cycles += r.extra_cycles;
     stop |= r.stop;
     if (addr & 0x1000) refresh_window();
@@ -328,6 +331,7 @@ HS_HD inline ConsoleBus console_bus(Console& c, const uint8_t* rom, FrameBuffers
   bus.fb = fbs.buf[fbs.shown];
   inputs = console_tia_inputs(c);
   bus.inputs = &inputs;
+  bus.masks = nullptr;
   bus.swcha = console_swcha(c);
   bus.data_bus = c.data_bus;
   bus.stop = c.stop;
@@ -374,6 +378,11 @@ HS_HD inline void console_run_frame_into(Console& c, const uint8_t* rom, FrameBu
   c.stop = 0;
   TiaInputs inputs;
   ConsoleBus bus = console_bus(c, rom, fbs, inputs);
+  TiaMasks masks;
+  if (skip_pixels) {
+    tia_masks_clear(masks);
+    bus.masks = &masks;
+  }
   m6502_run(c.cpu, bus, kMaxInstructionsPerFrame);
   console_bus_finish(c, bus);
   tia_finish_frame(c.tia, bus.fb, c.cycles);

@@ -99,6 +99,13 @@ struct Tia {
 
 // ---- object shapes (functions of the distance d = (x - position) mod 160) ----
 
+HS_HD HS_INLINE uint8_t reverse_bits(uint8_t v) {
+  v = (uint8_t)(((v & 0xF0) >> 4) | ((v & 0x0F) << 4));
+  v = (uint8_t)(((v & 0xCC) >> 2) | ((v & 0x33) << 2));
+  return (uint8_t)(((v & 0xAA) >> 1) | ((v & 0x55) << 1));
+}
+
+
 // Start of copy k (0-2) for NUSIZ modes 0-7 (one, two close, two medium, three close,
 // two wide, double, three medium, quad); -1 when the mode has no such copy.
 HS_HD HS_INLINE int32_t copy_offset(int32_t mode, int32_t k) {
@@ -418,54 +425,99 @@ HS_HD HS_INLINE uint64_t spread_blocks(uint64_t x) {
   return x * 0xFull;
 }
 
-HS_HD inline void tia_span_collisions(Tia& t, int32_t x, int32_t count) {
-  if (t.vblank & 0x02) return;
-  uint8_t present = (uint8_t)(t.enabled & (OBJ_M0 | OBJ_M1 | OBJ_BL));
-  if (t.m0_shape == M0_HIDDEN) present &= (uint8_t)~OBJ_M0;
-  if (t.grp_shown[0]) present |= OBJ_P0;
-  if (t.grp_shown[1]) present |= OBJ_P1;
-  if (t.pf) present |= OBJ_PF;
-  // Latches only ever get set (until CXCLR): done when every pair that could meet is set.
-  const uint16_t possible = kTiaCollisions[present];
-  if ((possible & (uint16_t)~t.collisions) == 0) return;
-  uint64_t m[6][3];  // P0, M0, P1, M1, BL, PF (the OBJ_* bit order)
-  for (int32_t o = 0; o < 6; ++o) m[o][0] = m[o][1] = m[o][2] = 0;
-  for (int32_t p = 0; p < 2; ++p) {
-    const uint8_t g = t.grp_shown[p];
-    if (!g) continue;
+// A player's graphics byte as pixels (bit 0 = leftmost): bit 7 of g first, each bit
+// 1 << shift pixels wide (shift 1: double, 2: quad size).
+HS_HD HS_INLINE uint32_t player_pixels(uint8_t g, int32_t shift) {
+  uint32_t r = reverse_bits(g);
+  if (shift == 0) return r;
+  if (shift == 1) {  // bit i -> bits 2i, 2i + 1
+    r = (r | (r << 4)) & 0x0F0Fu;
+    r = (r | (r << 2)) & 0x3333u;
+    r = (r | (r << 1)) & 0x5555u;
+    return r * 3u;
+  }
+  r = (r | (r << 12)) & 0x000F000Fu;  // bit i -> bits 4i .. 4i + 3
+  r = (r | (r << 6)) & 0x03030303u;
+  r = (r | (r << 3)) & 0x11111111u;
+  return r * 0xFu;
+}
+
+// The pixels of object o (OBJ_* bit index: P0, M0, P1, M1, BL, PF) on this line.
+HS_HD HS_INLINE void object_mask(const Tia& t, int32_t o, uint64_t* m) {
+  m[0] = m[1] = m[2] = 0;
+  if (o == 0 || o == 2) {  // players
+    const int32_t p = o >> 1;
     const int32_t mode = t.nusiz[p] & 7;
     const int32_t shift = mode == 5 ? 1 : (mode == 7 ? 2 : 0);
-    const uint64_t run = (1ull << (1 << shift)) - 1;
-    uint64_t pattern = 0;
-    for (int32_t i = 0; i < 8; ++i)
-      if (g & (0x80 >> i)) pattern |= run << (i << shift);
+    const uint64_t pattern = player_pixels(t.grp_shown[p], shift);
     for (int32_t k = t.p_hide_first[p] ? 1 : 0; k < 3; ++k) {
       const int32_t offset = copy_offset(mode, k);
       if (offset < 0) break;
-      mask_place(m[p * 2], t.pos[p] + offset + (shift ? 1 : 0), pattern, 8 << shift);
+      mask_place(m, t.pos[p] + offset + (shift ? 1 : 0), pattern, 8 << shift);
     }
-  }
-  for (int32_t q = 0; q < 2; ++q) {
-    if (!(present & (q ? OBJ_M1 : OBJ_M0))) continue;
+  } else if (o == 1 || o == 3) {  // missiles
+    const int32_t q = o >> 1;
     int32_t size = (t.shape_nusiz[q] >> 4) & 3;
     if (q == 0 && t.m0_shape == M0_STRETCHED) size |= 1;
     const int32_t mode = t.shape_nusiz[q] & 7;
     for (int32_t k = 0; k < 3; ++k) {
       const int32_t offset = copy_offset(mode, k);
       if (offset < 0) break;
-      mask_place(m[q * 2 + 1], t.shape_pos[q] + offset, (1ull << (1 << size)) - 1, 1 << size);
+      mask_place(m, t.shape_pos[q] + offset, (1ull << (1 << size)) - 1, 1 << size);
     }
-  }
-  if (present & OBJ_BL) {
+  } else if (o == 4) {  // ball
     const int32_t width = 1 << t.shape_bl_size;
-    mask_place(m[4], t.shape_pos[2], (1ull << width) - 1, width);
-  }
-  if (t.pf) {
+    mask_place(m, t.shape_pos[2], (1ull << width) - 1, width);
+  } else {  // playfield
     const uint64_t blocks = playfield_blocks(t.pf, t.pf_reflect_shape != 0);
-    m[5][0] = spread_blocks(blocks);
-    m[5][1] = spread_blocks(blocks >> 16);
-    m[5][2] = spread_blocks(blocks >> 32);
+    m[0] = spread_blocks(blocks);
+    m[1] = spread_blocks(blocks >> 16);
+    m[2] = spread_blocks(blocks >> 32);
   }
+}
+
+// The object masks of earlier spans, reused while the registers that shape them are
+// unchanged (each mask is stored with a key of those registers). A memo for lazily drawn
+// frames that lives for one CPU run (console_run_frame_into); not emulator state.
+struct TiaMasks {
+  uint32_t key[6];  // 0: empty (real keys have bit 31 set)
+  uint64_t mask[6][3];
+};
+
+HS_HD HS_INLINE void tia_masks_clear(TiaMasks& k) {
+  for (int32_t o = 0; o < 6; ++o) k.key[o] = 0;
+}
+
+// Everything object_mask(t, o) reads, packed into one value.
+HS_HD HS_INLINE uint32_t object_mask_key(const Tia& t, int32_t o) {
+  if (o == 0 || o == 2) {
+    const int32_t p = o >> 1;
+    return 0x80000000u | t.grp_shown[p] | ((uint32_t)(t.nusiz[p] & 7) << 8) |
+           ((uint32_t)t.p_hide_first[p] << 11) | ((uint32_t)(uint16_t)t.pos[p] << 12);
+  }
+  if (o == 1 || o == 3) {
+    const int32_t q = o >> 1;
+    return 0x80000000u | t.shape_nusiz[q] | ((uint32_t)(uint16_t)t.shape_pos[q] << 8) |
+           (q == 0 ? (uint32_t)t.m0_shape << 24 : 0u);
+  }
+  if (o == 4) return 0x80000000u | t.shape_bl_size | ((uint32_t)(uint16_t)t.shape_pos[2] << 8);
+  return 0x80000000u | t.pf | ((uint32_t)t.pf_reflect_shape << 20);
+}
+
+// Collision latches of the span [x, x + count) of the current line. `masks` may be null.
+HS_HD inline void tia_span_collisions(Tia& t, int32_t x, int32_t count, TiaMasks* masks) {
+  if (t.vblank & 0x02) return;
+  uint8_t present = (uint8_t)(t.enabled & (OBJ_M0 | OBJ_M1 | OBJ_BL));
+  if (t.m0_shape == M0_HIDDEN) present &= (uint8_t)~OBJ_M0;
+  if (t.grp_shown[0]) present |= OBJ_P0;
+  if (t.grp_shown[1]) present |= OBJ_P1;
+  if (t.pf) present |= OBJ_PF;
+  // Latches only ever get set (until CXCLR): only pairs that could meet and whose latch
+  // is still clear are worth testing, and only their objects need masks.
+  const uint32_t open = kTiaCollisions[present] & (uint32_t)(uint16_t)~t.collisions;
+  if (open == 0) return;
+  uint32_t needed = 0;
+  for (uint32_t rest = open; rest != 0; rest &= rest - 1) needed |= kTiaLatchObjects[hs_lowest_bit(rest)];
   uint64_t span[3] = {0, 0, 0};  // pixels [x, x + count)
   for (int32_t w = 0; w < 3; ++w) {
     const int32_t lo = x > 64 * w ? x - 64 * w : 0;
@@ -473,19 +525,35 @@ HS_HD inline void tia_span_collisions(Tia& t, int32_t x, int32_t count) {
     if (hi <= lo) continue;
     span[w] = (hi - lo == 64 ? ~0ull : ((1ull << (hi - lo)) - 1)) << lo;
   }
+  uint64_t m[6][3];  // P0, M0, P1, M1, BL, PF (the OBJ_* bit order), inside the span
   uint32_t inside = 0;  // objects with pixels in the span
-  for (int32_t o = 0; o < 6; ++o) {
-    for (int32_t w = 0; w < 3; ++w) m[o][w] &= span[w];
+  for (uint32_t rest = needed; rest != 0; rest &= rest - 1) {
+    const int32_t o = hs_lowest_bit(rest);
+    if (masks != nullptr) {
+      const uint32_t key = object_mask_key(t, o);
+      if (masks->key[o] != key) {
+        object_mask(t, o, masks->mask[o]);
+        masks->key[o] = key;
+      }
+      m[o][0] = masks->mask[o][0];
+      m[o][1] = masks->mask[o][1];
+      m[o][2] = masks->mask[o][2];
+    } else {
+      object_mask(t, o, m[o]);
+    }
+    m[o][0] &= span[0];
+    m[o][1] &= span[1];
+    m[o][2] &= span[2];
     if (m[o][0] | m[o][1] | m[o][2]) inside |= 1u << o;
   }
   if ((inside & (inside - 1)) == 0) return;
-  // Each pair of objects that meets sets the latch of that pair (kTiaCollisions of the two).
   uint16_t hits = 0;
-  for (int32_t a = 0; a < 6; ++a) {
-    if (!((inside >> a) & 1)) continue;
-    for (int32_t b = a + 1; b < 6; ++b)
-      if (((inside >> b) & 1) && ((m[a][0] & m[b][0]) | (m[a][1] & m[b][1]) | (m[a][2] & m[b][2])))
-        hits |= kTiaCollisions[(1u << a) | (1u << b)];
+  for (uint32_t rest = open; rest != 0; rest &= rest - 1) {
+    const int32_t latch = hs_lowest_bit(rest);
+    const uint32_t pair = kTiaLatchObjects[latch];
+    if ((pair & inside) != pair) continue;
+    const int32_t a = hs_lowest_bit(pair), b = hs_lowest_bit(pair & (pair - 1));
+    if ((m[a][0] & m[b][0]) | (m[a][1] & m[b][1]) | (m[a][2] & m[b][2])) hits |= (uint16_t)(1u << latch);
   }
   t.collisions |= hits;
 }
@@ -572,7 +640,7 @@ HS_HD inline void tia_line_done(Tia& t) {
 }
 
 // Draws everything between the last update and `clock` (ALE's updateFrame).
-HS_HD inline void tia_catch_up(Tia& t, uint8_t* fb, int32_t clock) {
+HS_HD inline void tia_catch_up(Tia& t, uint8_t* fb, int32_t clock, TiaMasks* masks = nullptr) {
   if (clock < t.display_start_clock || t.drawn_until_clock >= t.display_stop_clock ||
       t.drawn_until_clock >= clock)
     return;
@@ -599,7 +667,7 @@ HS_HD inline void tia_catch_up(Tia& t, uint8_t* fb, int32_t clock) {
     if (!room) todo = 0;
     if (todo != 0) {
       if (t.skip_pixels) {
-        tia_span_collisions(t, in_line - H_BLANK, todo);
+        tia_span_collisions(t, in_line - H_BLANK, todo, masks);
         t.fb_pos += todo;
       } else {
         tia_draw_span(t, fb, in_line - H_BLANK, todo);
@@ -708,12 +776,6 @@ HS_HD HS_INLINE int32_t tia_line_clock(const Tia& t, int32_t clock) {
 
 // ---- registers ----
 
-HS_HD HS_INLINE uint8_t reverse_bits(uint8_t v) {
-  v = (uint8_t)(((v & 0xF0) >> 4) | ((v & 0x0F) << 4));
-  v = (uint8_t)(((v & 0xCC) >> 2) | ((v & 0x33) << 2));
-  return (uint8_t)(((v & 0xAA) >> 1) | ((v & 0x55) << 1));
-}
-
 HS_HD HS_INLINE void set_enabled(Tia& t, uint8_t bit, bool on) {
   if (on) t.enabled |= bit; else t.enabled &= (uint8_t)~bit;
 }
@@ -766,10 +828,10 @@ struct TiaInputs {
 };
 
 HS_HD inline uint8_t tia_peek(Tia& t, uint8_t* fb, uint16_t addr, uint32_t cycles, uint8_t data_bus,
-                              const TiaInputs& in) {
+                              const TiaInputs& in, TiaMasks* masks = nullptr) {
   // ALE draws up to every TIA access. Only collision reads depend on the picture, so other
   // reads just remember the clock (the drawing is the same whenever it is done).
-  if ((addr & 0x0F) < 0x08) tia_catch_up(t, fb, (int32_t)(cycles * 3));
+  if ((addr & 0x0F) < 0x08) tia_catch_up(t, fb, (int32_t)(cycles * 3), masks);
   else t.last_access_clock = (int32_t)(cycles * 3);
   uint8_t noise = data_bus & 0x3F;  // undriven bits keep the last bus value
   uint16_t c = t.collisions;
@@ -822,7 +884,8 @@ HS_HD HS_INLINE int32_t tia_write_delay(uint32_t reg, int32_t since_frame_start)
 
 // Inlined into its one caller (console_poke_device, out of line itself).
 HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8_t value,
-                                       uint32_t cycles, bool last_access_was_read) {
+                                       uint32_t cycles, bool last_access_was_read,
+                                       TiaMasks* masks = nullptr) {
   TiaPokeResult res;
   res.extra_cycles = 0;
   res.stop = 0;
@@ -833,11 +896,13 @@ HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8
   // A frame that runs past the scanline limit ends at the next TIA write.
   const bool runaway = since_frame_start >= (t.max_lines + 1) * H_CLOCKS;
   // Writes that change nothing drawn (WSYNC, RSYNC, audio, motion registers, HMCLR)
-  // defer ALE's catch-up drawing; the next access draws the same pixels.
+  // defer ALE's catch-up drawing; the next access draws the same pixels. Without pixels
+  // (a lazily drawn frame) the colour registers change nothing either.
   const bool invisible = reg == 0x02 || reg == 0x03 || (reg >= 0x15 && reg <= 0x1A) ||
-                         (reg >= 0x20 && reg <= 0x24) || reg == 0x2B;
+                         (reg >= 0x20 && reg <= 0x24) || reg == 0x2B ||
+                         (t.skip_pixels && reg >= 0x06 && reg <= 0x09);
   if (invisible && !runaway) t.last_access_clock = clock;
-  else tia_catch_up(t, fb, clock + tia_write_delay(reg, since_frame_start));
+  else tia_catch_up(t, fb, clock + tia_write_delay(reg, since_frame_start), masks);
   if (runaway) {
     res.stop = 1;
     t.partial_frame = 0;
@@ -905,7 +970,7 @@ HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8
       const int32_t line_clock = tia_line_clock(t, clock);
       int32_t new_x = line_clock < H_BLANK ? 3 : ((line_clock - H_BLANK) + 5) % 160;
       int32_t when = resp_when(t.nusiz[p] & 7, t.pos[p], new_x);
-      if (when == 1) tia_catch_up(t, fb, clock + 11);  // finish the copy being drawn
+      if (when == 1) tia_catch_up(t, fb, clock + 11, masks);  // finish the copy being drawn
       t.pos[p] = (int16_t)new_x;
       t.p_hide_first[p] = when == -1 ? 0 : 1;
       break;

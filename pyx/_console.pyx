@@ -165,6 +165,8 @@ cdef extern from "ale_env.h" nogil:
       hs::mt_seed(g, seed);
       uint8_t fast[160], ref[160];
       int bad = 0;
+      hs::TiaMasks memo;  // shared by all trials: a stale mask would show as a wrong latch
+      hs::tia_masks_clear(memo);
       for (int n = 0; n < trials; ++n) {
         hs::Tia t;
         uint8_t* raw = (uint8_t*)&t;
@@ -183,14 +185,23 @@ cdef extern from "ale_env.h" nogil:
         t.pf_reflect_shape = hs::mt_next(g) & 1;
         for (int k = 0; k < 4; ++k) t.color[k] = (uint8_t)(hs::mt_next(g) & 0xFE);
         t.vblank = (hs::mt_next(g) % 16 == 0) ? 2 : 0;
+        for (int k = 0; k < 2; ++k) t.shape_pos[k] = t.pos[hs::OB_M0 + k];
+        t.shape_pos[2] = t.pos[hs::OB_BL];
+        t.shape_nusiz[0] = t.nusiz[0];
+        t.shape_nusiz[1] = t.nusiz[1];
+        t.shape_bl_size = (uint8_t)((t.ctrlpf >> 4) & 3);
+        // some latches already set: those pairs are skipped
+        t.collisions = (hs::mt_next(g) & 1) ? (uint16_t)(hs::mt_next(g) & hs::mt_next(g) & 0x7FFF) : 0;
         int x = (int)(hs::mt_next(g) % 160);
         int count = 1 + (int)(hs::mt_next(g) % (uint32_t)(160 - x));
         hs::Tia a = t, b = t;
         hs::tia_draw_span(a, fast, x, count);
         hs::tia_draw_span_reference(b, ref, x, count);
-        hs::Tia c = t;  // collisions only, as lazily drawn frames compute them
-        hs::tia_span_collisions(c, x, count);
-        bool same = a.collisions == b.collisions && c.collisions == b.collisions;
+        hs::Tia c = t, d = t;  // collisions only, as lazily drawn frames compute them
+        hs::tia_span_collisions(c, x, count, nullptr);
+        hs::tia_span_collisions(d, x, count, &memo);
+        bool same = a.collisions == b.collisions && c.collisions == b.collisions &&
+                    d.collisions == b.collisions;
         for (int k = 0; k < count; ++k) same = same && fast[k] == ref[k];
         if (!same) ++bad;
       }
