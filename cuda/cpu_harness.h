@@ -30,8 +30,10 @@ HS_HD HS_INLINE void m6502_store_regs(const M6502& s, uint16_t* regs) {
 // jumps or branches to itself (how Klaus Dormann's test signals success and failure),
 // checking every `chunk` instructions so the hot loop stays free of the test.
 // Returns the number of instructions run; *cycles and *jammed report the rest.
-HS_HD inline uint64_t flat_run(uint8_t* mem, uint16_t* regs, uint64_t max_instructions,
-                               int stop_on_trap, uint64_t* cycles, int* jammed) {
+// switch_dispatch selects m6502_run's switch dispatch instead of the threaded one.
+template <bool kSwitchDispatch>
+HS_HD inline uint64_t flat_run_with(uint8_t* mem, uint16_t* regs, uint64_t max_instructions,
+                                    int stop_on_trap, uint64_t* cycles, int* jammed) {
   M6502 s;
   m6502_load_regs(s, regs);
   FlatBus bus;
@@ -41,10 +43,10 @@ HS_HD inline uint64_t flat_run(uint8_t* mem, uint16_t* regs, uint64_t max_instru
   const uint32_t chunk = stop_on_trap ? 4096 : 0xFFFFFFFFu;
   while (done < max_instructions && !s.jammed) {
     uint64_t left = max_instructions - done;
-    done += m6502_run(s, bus, (uint32_t)(left < chunk ? left : chunk));
+    done += m6502_run<FlatBus, kSwitchDispatch>(s, bus, (uint32_t)(left < chunk ? left : chunk));
     if (stop_on_trap && done < max_instructions && !s.jammed) {
       uint16_t before = s.pc;
-      done += m6502_run(s, bus, 1);
+      done += m6502_run<FlatBus, kSwitchDispatch>(s, bus, 1);
       if (s.pc == before) break;
     }
   }
@@ -52,6 +54,12 @@ HS_HD inline uint64_t flat_run(uint8_t* mem, uint16_t* regs, uint64_t max_instru
   *cycles = bus.cycles;
   *jammed = s.jammed;
   return done;
+}
+
+HS_HD inline uint64_t flat_run(uint8_t* mem, uint16_t* regs, uint64_t max_instructions, int stop_on_trap,
+                               uint64_t* cycles, int* jammed, int switch_dispatch = 0) {
+  if (switch_dispatch) return flat_run_with<true>(mem, regs, max_instructions, stop_on_trap, cycles, jammed);
+  return flat_run_with<false>(mem, regs, max_instructions, stop_on_trap, cycles, jammed);
 }
 
 }  // namespace hs

@@ -20,6 +20,7 @@
 
 namespace hs {
 
+
 // Status byte bits (6502 P register).
 enum : uint8_t {
   P_C = 0x01, P_Z = 0x02, P_I = 0x04, P_D = 0x08, P_B = 0x10, P_U = 0x20, P_V = 0x40, P_N = 0x80
@@ -60,7 +61,7 @@ struct M6502 {
   uint8_t a, x, y, sp;
   uint8_t ir;                    // last opcode fetched
   uint8_t n, v, b, d, i, notz, c;  // flags, each 0 or 1 (notz = Z flag clear)
-  uint8_t last_access_was_read;  // the TIA's WSYNC looks at it
+  uint8_t last_access_was_read;  // always 1 between runs: each instruction starts with a read
   uint8_t jammed;                // a JAM opcode ran: ALE treats it as a fatal error
   uint8_t pad_[2];
 };
@@ -96,9 +97,24 @@ HS_HD void m6502_reset(M6502& s, Bus& bus) {
   s.pc = (uint16_t)(lo | (hi << 8));
 }
 
+// Opcode dispatch: host compilers with labels as values (GCC, Clang) jump from handler to
+// handler; CUDA (nvcc, NVRTC), HS_SWITCH_DISPATCH builds and m6502_run<Bus, true> use the
+// switch. The handlers (m6502_ops.inc) are the same code either way; the CPU tests run both.
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && !defined(__CUDACC_RTC__) && \
+    !defined(HS_SWITCH_DISPATCH)
+#define HS_THREADED_DISPATCH 1
+#else
+#define HS_THREADED_DISPATCH 0
+#endif
+#ifdef HS_PC_HOOK
+#define HS_PC_HOOK_CALL HS_PC_HOOK(pc)
+#else
+#define HS_PC_HOOK_CALL ((void)0)
+#endif
+
 // Runs instructions until `max_instructions` have run, a write asks to stop (the
 // instruction completes first), or a JAM opcode halts the CPU. Returns the number run.
-template <class Bus>
+template <class Bus, bool kSwitchDispatch = false>
 HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
   if (s.jammed) return 0;
   // A private copy of the bus (its address never escapes) lets the compiler keep its
@@ -108,14 +124,11 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
   // Registers live in locals for the loop; written back once at the end.
   uint16_t pc = s.pc;
   uint8_t a = s.a, x = s.x, y = s.y, sp = s.sp;
-  uint8_t v = s.v, b = s.b, d = s.d, flag_i = s.i, c = s.c;
+  uint8_t v = s.v, c = s.c;
+  uint8_t di = (uint8_t)((s.d ? P_D : 0) | (s.i ? P_I : 0));  // D and I at their P bits
   // N and Z in one value: Z is set when its low byte is 0, N when bit 7 or 8 is set
   // (bit 8 lets BIT and PLP set N apart from the byte that decides Z).
   uint32_t nz = ((uint32_t)s.n << 8) | s.notz;
-  // Whether the previous bus access was a read (the TIA's WSYNC asks). Every
-  // instruction starts with the opcode read, so only a write can clear it; the two
-  // instructions that read after writing (JSR, BRK) set it again.
-  uint8_t last_read = s.last_access_was_read;
   uint8_t ir = s.ir;
   uint32_t left = max_instructions;  // instructions still allowed
   // A write that ends the run sets `left` to 0 (one test per instruction) and keeps the
@@ -128,13 +141,14 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
   // An absolute load (LDA/LDX/LDY abs): the bus may recognise a loop that polls a
   // timer and run its iterations in one step (Bus::peek_poll; pc is past the operand).
   auto rd_poll = [&](uint16_t address) HS_LAMBDA_INLINE -> uint8_t { return bus.peek_poll(address, pc, left); };
+  // Writes tell the bus whether the previous access was a read (the TIA's WSYNC asks).
+  // Every instruction starts with the opcode read, and only JSR and BRK write twice in a
+  // row (their later pushes use push_after_write), so a write follows a read otherwise.
   auto wr = [&](uint16_t address, uint8_t value) HS_LAMBDA_INLINE {
-    if (bus.poke(address, value, last_read != 0)) { left_at_stop = left; left = 0; }
-    last_read = 0;
+    if (bus.poke(address, value, true)) { left_at_stop = left; left = 0; }
   };
   auto wr_low = [&](uint16_t address, uint8_t value) HS_LAMBDA_INLINE {
-    if (bus.poke_low(address, value, last_read != 0)) { left_at_stop = left; left = 0; }
-    last_read = 0;
+    if (bus.poke_low(address, value, true)) { left_at_stop = left; left = 0; }
   };
   auto fetch_word = [&]() HS_LAMBDA_INLINE -> uint16_t {
     uint16_t lo = rd(pc);
@@ -143,15 +157,19 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
     return (uint16_t)(lo | (hi << 8));
   };
   auto push = [&](uint8_t value) HS_LAMBDA_INLINE { wr_low((uint16_t)(0x100 + sp), value); sp = (uint8_t)(sp - 1); };
+  auto push_after_write = [&](uint8_t value) HS_LAMBDA_INLINE {
+    if (bus.poke_low((uint16_t)(0x100 + sp), value, false)) { left_at_stop = left; left = 0; }
+    sp = (uint8_t)(sp - 1);
+  };
   auto pull = [&]() HS_LAMBDA_INLINE -> uint16_t { uint8_t value = rd_low((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); return value; };
   auto set_nz = [&](uint8_t value) HS_LAMBDA_INLINE { nz = value; };
   auto status_byte = [&]() HS_LAMBDA_INLINE -> uint8_t {
-    return (uint8_t)(P_U | ((nz & 0x180) ? P_N : 0) | (v << 6) | (b << 4) | (d << 3) | (flag_i << 2) |
-                     ((nz & 0xFF) ? 0 : P_Z) | c);
+    // B always reads as set on the 6507 (ALE)
+    return (uint8_t)(P_U | P_B | ((nz & 0x180) ? P_N : 0) | (v << 6) | di | ((nz & 0xFF) ? 0 : P_Z) | c);
   };
   auto set_status_byte = [&](uint8_t p) HS_LAMBDA_INLINE {
     nz = ((uint32_t)(p & P_N) << 1) | ((p & P_Z) ? 0u : 1u);
-    v = (p >> 6) & 1; b = 1; d = (p >> 3) & 1; flag_i = (p >> 2) & 1; c = p & 1;
+    v = (p >> 6) & 1; di = p & (P_D | P_I); c = p & 1;
   };
   auto compare = [&](uint8_t reg, uint8_t value) HS_LAMBDA_INLINE {
     uint16_t r = (uint16_t)(reg - value);
@@ -163,7 +181,7 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
     pc = target;
   };
   auto adc = [&](uint8_t value) HS_LAMBDA_INLINE {
-    if (!d) {
+    if (!(di & P_D)) {
       int sum_signed = (int8_t)a + (int8_t)value + c;
       v = sum_signed > 127 || sum_signed < -128;
       int sum = a + value + c;
@@ -180,7 +198,7 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
     }
   };
   auto sbc = [&](uint8_t value) HS_LAMBDA_INLINE {
-    if (!d) {
+    if (!(di & P_D)) {
       uint8_t inv = (uint8_t)~value;
       int diff_signed = (int8_t)a + (int8_t)inv + c;
       v = diff_signed > 127 || diff_signed < -128;
@@ -199,7 +217,7 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
     }
   };
   auto arr = [&](uint8_t value) HS_LAMBDA_INLINE {
-    if (!d) {
+    if (!(di & P_D)) {
       a &= value;
       a = (uint8_t)((a >> 1) | (c << 7));
       c = (a >> 6) & 1;
@@ -215,28 +233,63 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
     }
   };
 
+  uint16_t addr = 0;    // effective address of the instruction running
+  uint8_t operand = 0;  // its operand
+  (void)addr;
+  (void)operand;
   if (left != 0) {
-    for (;;) {
-#ifdef HS_PC_HOOK
-      HS_PC_HOOK(pc);
-#endif
-      ir = rd(pc);
-      last_read = 1;
-      pc = (uint16_t)(pc + 1);
-      --left;
-      uint16_t addr = 0;
-      uint8_t operand = 0;
-      (void)addr;
-      (void)operand;
-      switch (ir) {
+#if HS_THREADED_DISPATCH
+#define HS_OP(code, label) label:
+#define HS_DISPATCH() \
+  do {                \
+    HS_PC_HOOK_CALL;  \
+    ir = rd(pc);      \
+    pc = (uint16_t)(pc + 1); \
+    --left;           \
+    goto* kDispatch[ir]; \
+  } while (0)
+#define HS_NEXT()            \
+  do {                       \
+    if (left == 0) goto done; \
+    HS_DISPATCH();           \
+  } while (0)
+    if constexpr (!kSwitchDispatch) {
+      // Each handler ends with its own fetch and indirect jump (GCC's labels as values):
+      // one jump per instruction, and the branch predictor sees which opcode follows which.
+      static const void* const kDispatch[256] = {
+#include "m6502_dispatch.inc"
+      };
+      HS_DISPATCH();
 #include "m6502_ops.inc"
-        default:  // the 12 JAM opcodes: ALE stops the CPU with a fatal error
-          bus.add_cycles(kM6502Cycles[ir]);
-          jammed = true;
-          goto done;
+    op_jam:  // the 12 JAM opcodes: ALE stops the CPU with a fatal error
+      bus.add_cycles(kM6502Cycles[ir]);
+      jammed = true;
+      goto done;
+    } else  // NOLINT: the switch below is this else branch
+#undef HS_DISPATCH
+#undef HS_OP
+#undef HS_NEXT
+#endif
+#define HS_OP(code, label) case code:
+#define HS_NEXT() break
+    {
+      for (;;) {
+        HS_PC_HOOK_CALL;
+        ir = rd(pc);
+        pc = (uint16_t)(pc + 1);
+        --left;
+        switch (ir) {
+#include "m6502_ops.inc"
+          default:  // the 12 JAM opcodes: ALE stops the CPU with a fatal error
+            bus.add_cycles(kM6502Cycles[ir]);
+            jammed = true;
+            goto done;
+        }
+        if (left == 0) break;
       }
-      if (left == 0) break;
     }
+#undef HS_OP
+#undef HS_NEXT
   }
 done:
   if (left_at_stop != kNotStopped) left = left_at_stop;
@@ -245,8 +298,9 @@ done:
   s.jammed = jammed ? 1 : 0;
 
   s.pc = pc; s.a = a; s.x = x; s.y = y; s.sp = sp; s.ir = ir;
-  s.n = (nz & 0x180) ? 1 : 0; s.v = v; s.b = b; s.d = d; s.i = flag_i; s.notz = (nz & 0xFF) ? 1 : 0; s.c = c;
-  s.last_access_was_read = last_read;
+  s.n = (nz & 0x180) ? 1 : 0; s.v = v; s.b = 1; s.d = (di & P_D) ? 1 : 0; s.i = (di & P_I) ? 1 : 0;
+  s.notz = (nz & 0xFF) ? 1 : 0; s.c = c;
+  s.last_access_was_read = 1;  // what the next instruction's first write sees (see wr)
   return count;
 }
 

@@ -882,6 +882,25 @@ HS_HD HS_INLINE int32_t tia_write_delay(uint32_t reg, int32_t since_frame_start)
   }
 }
 
+// Whether writing `value` to register `reg` leaves every input of the collision masks as
+// it was (the playfield, graphics and enable registers, which most kernels rewrite on
+// every line with the same values). Such a write, like an invisible one, lets a lazily
+// drawn frame defer its catch-up: the deferred span sees the same state.
+HS_HD HS_INLINE bool tia_write_changes_nothing(const Tia& t, uint32_t reg, uint8_t value) {
+  switch (reg) {
+    case 0x0D: return ((value >> 4) & 0x0Fu) == (t.pf & 0x0Fu);           // PF0
+    case 0x0E: return (uint32_t)value == ((t.pf >> 4) & 0xFFu);           // PF1
+    case 0x0F: return (uint32_t)value == ((t.pf >> 12) & 0xFFu);          // PF2
+    case 0x1B: return t.grp[0] == value && t.grp_delayed[1] == t.grp[1];  // GRP0
+    case 0x1C:                                                             // GRP1
+      return t.grp[1] == value && t.grp_delayed[0] == t.grp[0] && t.enabl_delayed == t.enabl;
+    case 0x1D: return t.enam[0] == (value & 0x02);                         // ENAM0
+    case 0x1E: return t.enam[1] == (value & 0x02);                         // ENAM1
+    case 0x1F: return t.enabl == (value & 0x02);                           // ENABL
+    default: return false;
+  }
+}
+
 // Inlined into its one caller (console_poke_device, out of line itself).
 HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8_t value,
                                        uint32_t cycles, bool last_access_was_read,
@@ -897,10 +916,12 @@ HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8
   const bool runaway = since_frame_start >= (t.max_lines + 1) * H_CLOCKS;
   // Writes that change nothing drawn (WSYNC, RSYNC, audio, motion registers, HMCLR)
   // defer ALE's catch-up drawing; the next access draws the same pixels. Without pixels
-  // (a lazily drawn frame) the colour registers change nothing either.
-  const bool invisible = reg == 0x02 || reg == 0x03 || (reg >= 0x15 && reg <= 0x1A) ||
-                         (reg >= 0x20 && reg <= 0x24) || reg == 0x2B ||
-                         (t.skip_pixels && reg >= 0x06 && reg <= 0x09);
+  // (a lazily drawn frame) the colour registers (COLUP0-COLUBK) change nothing either.
+  const uint64_t kInvisible = (1ull << 0x02) | (1ull << 0x03) | (0x3Full << 0x15) | (0x1Full << 0x20) |
+                              (1ull << 0x2B);
+  const uint64_t kColours = 0xFull << 0x06;
+  const bool invisible = (((t.skip_pixels ? kInvisible | kColours : kInvisible) >> reg) & 1) != 0 ||
+                         (t.skip_pixels && tia_write_changes_nothing(t, reg, value));
   if (invisible && !runaway) t.last_access_clock = clock;
   else tia_catch_up(t, fb, clock + tia_write_delay(reg, since_frame_start), masks);
   if (runaway) {

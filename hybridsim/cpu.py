@@ -28,14 +28,25 @@ class CpuRun:
     seconds: float = 0.0
 
 
+DISPATCHES = ("threaded", "switch")
+
+
 def run_flat(memory: np.ndarray, pc: int, *, a=0, x=0, y=0, sp=0xFF, p=0x24,
-             max_instructions: int = 1, stop_on_trap: bool = False) -> CpuRun:
-    """Run the core on `memory` (65,536 uint8, modified in place) from the given registers."""
+             max_instructions: int = 1, stop_on_trap: bool = False,
+             dispatch: str = "threaded") -> CpuRun:
+    """Run the core on `memory` (65,536 uint8, modified in place) from the given registers.
+
+    `dispatch`: "threaded" (the host build's jump from handler to handler) or "switch"
+    (the opcode switch CUDA builds compile); both run the same opcode handlers.
+    """
+    if dispatch not in DISPATCHES:
+        raise ValueError(f"dispatch must be one of {DISPATCHES}, got {dispatch!r}")
     if memory.dtype != np.uint8 or memory.shape != (65536,) or not memory.flags.c_contiguous:
         raise ValueError("memory must be a contiguous uint8 array of shape (65536,)")
     regs = np.array([pc, a, x, y, sp, p], dtype=np.uint16)
     start = time.perf_counter()
-    done, cycles, jammed = _core.cpu_run_flat(memory, regs, max_instructions, stop_on_trap)
+    done, cycles, jammed = _core.cpu_run_flat(memory, regs, max_instructions, stop_on_trap,
+                                               dispatch == "switch")
     seconds = time.perf_counter() - start
     return CpuRun(*(int(r) for r in regs), instructions=done, cycles=cycles, jammed=jammed,
                   seconds=seconds)
@@ -48,8 +59,9 @@ def load_functional_test(path: str | os.PathLike) -> np.ndarray:
     return data
 
 
-def run_functional_test(path: str | os.PathLike, max_instructions: int = 200_000_000) -> CpuRun:
+def run_functional_test(path: str | os.PathLike, max_instructions: int = 200_000_000,
+                        dispatch: str = "threaded") -> CpuRun:
     """Run Klaus Dormann's functional test until it traps; success is PC == $3469."""
     memory = load_functional_test(path)
     return run_flat(memory, FUNCTIONAL_TEST_START, max_instructions=max_instructions,
-                    stop_on_trap=True)
+                    stop_on_trap=True, dispatch=dispatch)

@@ -6,7 +6,7 @@ import numpy as np
 
 cdef extern from "cpu_harness.h" namespace "hs" nogil:
     uint64_t flat_run(uint8_t* mem, uint16_t* regs, uint64_t max_instructions,
-                      int stop_on_trap, uint64_t* cycles, int* jammed)
+                      int stop_on_trap, uint64_t* cycles, int* jammed, int switch_dispatch)
 
 cdef extern from *:
     """
@@ -35,10 +35,13 @@ def openmp_max_threads():
 def cpu_run_flat(uint8_t[::1] memory,  # IN/OUT: 65,536 bytes
                  uint16_t[::1] regs,   # IN/OUT: pc, a, x, y, sp, p
                  uint64_t max_instructions,
-                 bint stop_on_trap=False):
+                 bint stop_on_trap=False,
+                 bint switch_dispatch=False):
     """Run the 6507 core on a flat 64 KiB memory image.
 
     Returns (instructions, cycles, jammed). `regs` and `memory` are updated in place.
+    switch_dispatch runs the core's switch dispatch (the one CUDA builds use) instead of
+    the host's threaded dispatch.
     """
     if memory.shape[0] != 65536:
         raise ValueError(f"memory must hold 65536 bytes, got {memory.shape[0]}")
@@ -48,5 +51,6 @@ def cpu_run_flat(uint8_t[::1] memory,  # IN/OUT: 65,536 bytes
     cdef int jammed = 0
     cdef uint64_t done
     with nogil:
-        done = flat_run(&memory[0], &regs[0], max_instructions, stop_on_trap, &cycles, &jammed)
+        done = flat_run(&memory[0], &regs[0], max_instructions, stop_on_trap, &cycles, &jammed,
+                        switch_dispatch)
     return int(done), int(cycles), bool(jammed)

@@ -37,7 +37,7 @@ def is_bcd(v):
     return (v & 0x0F) <= 9 and (v >> 4) <= 9
 
 
-def run_case(case, opcode):
+def run_case(case, opcode, dispatch="threaded"):
     init = case.initial
     memory = np.zeros(65536, dtype=np.uint8)
     for addr, value in init.ram:
@@ -53,7 +53,7 @@ def run_case(case, opcode):
         memory[0x0100] = memory[0x0000]  # make ALE's $0100 read agree with silicon's $0000
     before = memory.copy()
     run = cpu.run_flat(memory, init.pc, a=init.a, x=init.x, y=init.y, sp=init.s, p=init.p,
-                       max_instructions=1)
+                       max_instructions=1, dispatch=dispatch)
     return run, memory, before
 
 
@@ -92,8 +92,9 @@ def operand_value(before, case, opcode):
 OPCODES = [op for op in range(256) if op not in JAM_OPCODES]
 
 
+@pytest.mark.parametrize("dispatch", cpu.DISPATCHES)
 @pytest.mark.parametrize("opcode", OPCODES, ids=lambda op: f"{op:02x}")
-def test_singlestep(opcode, testdata_6502):
+def test_singlestep(opcode, dispatch, testdata_6502):
     path = testdata_6502 / "singlestep" / f"{opcode:02x}.bin"
     if not path.exists():
         pytest.skip(f"{path} missing")
@@ -102,7 +103,7 @@ def test_singlestep(opcode, testdata_6502):
     failures = []
     checked = 0
     for case in cases:
-        run, memory, before = run_case(case, opcode)
+        run, memory, before = run_case(case, opcode, dispatch)
         final = case.final
         decimal = opcode in DECIMAL_ARITHMETIC and case.initial.p & P_D
         if decimal:
