@@ -301,6 +301,12 @@ struct ConsoleBus {
     return poke_device(addr, value, last_access_was_read);
   }
   HS_HD HS_INLINE bool poke_device(uint16_t addr, uint8_t value, bool last_access_was_read) {
+    uint32_t wsync_cycles;  // WSYNC ($02 on the TIA), a sixth of all writes, stays inline
+    if ((addr & 0x10BF) == 0x0002 && tia_wsync(c->tia, cycles, last_access_was_read, wsync_cycles)) {
+      cycles += wsync_cycles;
+      data_bus = value;
+      return false;
+    }
     c->cycles = cycles;
     c->data_bus = data_bus;
     TiaPokeResult r = console_poke_device(*c, fb, addr, value, last_access_was_read, masks);

@@ -471,6 +471,7 @@ inline void area_image_rows_c(const ResizePlan& p, const Src& src, uint8_t* __re
   const Index W = p.src_w;
   const int n = p.dst_w * C;
   float buf[2][MAX_DIM * MAX_CHANNELS], sum[MAX_DIM * MAX_CHANNELS];
+  float row_values[MAX_DIM * MAX_CHANNELS];  // one source row as floats
   int buf_row[2] = {-1, -1};
   for (int dy = 0; dy < p.dst_h; ++dy) {
     for (int i = 0; i < n; ++i) sum[i] = 0.f;
@@ -481,12 +482,13 @@ inline void area_image_rows_c(const ResizePlan& p, const Src& src, uint8_t* __re
       if (buf_row[slot] != sy) {
         buf_row[slot] = sy;
         const Index row = sy * W;
+        // Each source pixel feeds one or two cells: read and convert it once.
+        for (int i = 0; i < W * C; ++i) row_values[i] = (float)src(row * C + i);
         for (int dx = 0; dx < p.dst_w; ++dx) {
           const int k0 = p.ax.start[dx], k1 = p.ax.start[dx + 1];
           for (int c = 0; c < C; ++c) {
             float acc = 0.f;
-            for (int k = k0; k < k1; ++k)
-              acc = f_add(acc, f_mul((float)src((row + p.ax.src[k]) * C + c), p.ax.weight[k]));
+            for (int k = k0; k < k1; ++k) acc = f_add(acc, f_mul(row_values[p.ax.src[k] * C + c], p.ax.weight[k]));
             b[dx * C + c] = acc;
           }
         }

@@ -40,9 +40,13 @@ enum : uint8_t { M0_NORMAL = 0, M0_STRETCHED = 1, M0_HIDDEN = 2 };
 // early in the line (cycles 0-20) the motion has a floor that rises with the cycle,
 // late (55-74) a ceiling of zero after an offset falling with the cycle, cycle 75 acts
 // like cycle 0, and an HMOVE in mid-line (21-54) moves nothing.
+HS_CONSTANT static const int8_t kHmoveEarlyFloor[21] = {-7, -7, -7, -7, -6, -5, -5, -4, -3, -2, -2,
+                                                       -1, 0,  1,  1,  2,  3,  4,  4,  5,  6};
+HS_CONSTANT static const int8_t kHmoveLateOffset[20] = {6,  5,  4,  4,  3,  2,  1,  1,  0,  -1,
+                                                       -2, -2, -3, -4, -5, -5, -6, -7, -8, -8};
 HS_HD HS_INLINE int32_t tia_motion(int32_t cycle, int32_t nibble) {
-  const int8_t kEarlyFloor[21] = {-7, -7, -7, -7, -6, -5, -5, -4, -3, -2, -2, -1, 0, 1, 1, 2, 3, 4, 4, 5, 6};
-  const int8_t kLateOffset[20] = {6, 5, 4, 4, 3, 2, 1, 1, 0, -1, -2, -2, -3, -4, -5, -5, -6, -7, -8, -8};
+  const int8_t* kEarlyFloor = kHmoveEarlyFloor;
+  const int8_t* kLateOffset = kHmoveLateOffset;
   int32_t m = nibble < 8 ? -nibble : 16 - nibble;
   if (cycle <= 20) return m > kEarlyFloor[cycle] ? m : kEarlyFloor[cycle];
   if (cycle == 75) return m;
@@ -901,6 +905,23 @@ HS_HD HS_INLINE bool tia_write_changes_nothing(const Tia& t, uint32_t reg, uint8
   }
 }
 
+// CPU cycles that a WSYNC written at `cycles` halts the CPU for (to the next line).
+HS_HD HS_INLINE uint32_t tia_wsync_cycles(const Tia& t, uint32_t cycles) {
+  const uint32_t since = cycles - (uint32_t)(t.frame_start_clock / 3);
+  const uint32_t left = 76 - since % 76;
+  return left < 76 ? left : 0;
+}
+
+// A WSYNC write as tia_poke does it, for the bus to handle the commonest TIA write
+// inline: false when it needs tia_poke (the frame ran past its scanline limit).
+HS_HD HS_INLINE bool tia_wsync(Tia& t, uint32_t cycles, bool last_access_was_read, uint32_t& extra_cycles) {
+  const int32_t clock = (int32_t)(cycles * 3);
+  if (clock - t.frame_start_clock >= (t.max_lines + 1) * H_CLOCKS) return false;
+  t.last_access_clock = clock;  // nothing drawn changes: the next access draws (tia_poke)
+  extra_cycles = last_access_was_read ? tia_wsync_cycles(t, cycles) : 0;
+  return true;
+}
+
 // Inlined into its one caller (console_poke_device, out of line itself).
 HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8_t value,
                                        uint32_t cycles, bool last_access_was_read,
@@ -948,14 +969,9 @@ HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8
       }
       t.vblank = value;
       break;
-    case 0x02: {  // WSYNC: the CPU halts only on a read cycle (ALE)
-      if (last_access_was_read) {
-        uint32_t since = cycles - (uint32_t)(t.frame_start_clock / 3);
-        uint32_t left = 76 - since % 76;
-        if (left < 76) res.extra_cycles = left;
-      }
+    case 0x02:  // WSYNC: the CPU halts only on a read cycle (ALE)
+      if (last_access_was_read) res.extra_cycles = tia_wsync_cycles(t, cycles);
       break;
-    }
     case 0x04: case 0x05: {  // NUSIZ0/1
       int32_t p = reg - 0x04;
       t.nusiz[p] = value;
