@@ -46,7 +46,7 @@ if not USE_OPENMP:
     warnings.warn(msg)
     sys.stderr.write(msg)
 
-compile_args = ["-O3", "-std=c++17", "-fno-strict-aliasing", "-Wno-unused-function"]
+compile_args = ["-O3", "-std=c++17", "-fno-strict-aliasing", "-Wno-unused-function", "-fvisibility=hidden"]
 link_args = []
 if USE_OPENMP:
     compile_args.append("-fopenmp")

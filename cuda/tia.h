@@ -508,18 +508,23 @@ HS_HD HS_INLINE uint32_t object_mask_key(const Tia& t, int32_t o) {
   return 0x80000000u | t.pf | ((uint32_t)t.pf_reflect_shape << 20);
 }
 
-// Collision latches of the span [x, x + count) of the current line. `masks` may be null.
-HS_HD inline void tia_span_collisions(Tia& t, int32_t x, int32_t count, TiaMasks* masks) {
-  if (t.vblank & 0x02) return;
+// The latches that the objects showing now could still set (latches only ever get set
+// until CXCLR, so pairs whose latch is set need no test).
+HS_HD HS_INLINE uint32_t tia_open_latches(const Tia& t) {
+  if (t.vblank & 0x02) return 0;
   uint8_t present = (uint8_t)(t.enabled & (OBJ_M0 | OBJ_M1 | OBJ_BL));
   if (t.m0_shape == M0_HIDDEN) present &= (uint8_t)~OBJ_M0;
   if (t.grp_shown[0]) present |= OBJ_P0;
   if (t.grp_shown[1]) present |= OBJ_P1;
   if (t.pf) present |= OBJ_PF;
-  // Latches only ever get set (until CXCLR): only pairs that could meet and whose latch
-  // is still clear are worth testing, and only their objects need masks.
-  const uint32_t open = kTiaCollisions[present] & (uint32_t)(uint16_t)~t.collisions;
-  if (open == 0) return;
+  return kTiaCollisions[present] & (uint32_t)(uint16_t)~t.collisions;
+}
+
+// tia_span_collisions for a non-empty set of open latches (out of line: most spans have
+// none, and that test stays inline in the caller). Only the objects of open latches need
+// masks.
+HS_HD HS_NOINLINE void tia_span_collisions_open(Tia& t, int32_t x, int32_t count, TiaMasks* masks,
+                                                uint32_t open) {
   uint32_t needed = 0;
   for (uint32_t rest = open; rest != 0; rest &= rest - 1) needed |= kTiaLatchObjects[hs_lowest_bit(rest)];
   uint64_t span[3] = {0, 0, 0};  // pixels [x, x + count)
@@ -560,6 +565,12 @@ HS_HD inline void tia_span_collisions(Tia& t, int32_t x, int32_t count, TiaMasks
     if ((m[a][0] & m[b][0]) | (m[a][1] & m[b][1]) | (m[a][2] & m[b][2])) hits |= (uint16_t)(1u << latch);
   }
   t.collisions |= hits;
+}
+
+// Collision latches of the span [x, x + count) of the current line. `masks` may be null.
+HS_HD HS_INLINE void tia_span_collisions(Tia& t, int32_t x, int32_t count, TiaMasks* masks) {
+  const uint32_t open = tia_open_latches(t);
+  if (open != 0) tia_span_collisions_open(t, x, count, masks, open);
 }
 
 // ALE's renderer stores 4 pixels at a time on some paths and can write up to 3 pixels
