@@ -262,7 +262,8 @@ static void hs_emu_launch(void (*k)(A...), unsigned grid, unsigned block, void**
 
 def emulation_source() -> str:
     exports = "".join(
-        f'extern "C" void emu_{name}(unsigned g, unsigned b, void** a) {{ hs_emu_launch({name}, g, b, a); }}\n'
+        f'extern "C" __attribute__((visibility("default"))) void emu_{name}(unsigned g, unsigned b, void** a) '
+        f'{{ hs_emu_launch({name}, g, b, a); }}\n'
         for name in KERNELS)
     return EMULATION_SHIM + exports
 
@@ -289,7 +290,10 @@ def build_emulation_library(cache_dir: str | os.PathLike | None = None, opt: str
             cpp = pathlib.Path(tmp, "emu.cpp")
             cpp.write_text(src)
             out = pathlib.Path(tmp, lib.name)
-            cmd = [cxx, "-std=c++17", opt, "-fPIC", "-shared", "-fno-strict-aliasing", "-Wall",
+            # Hidden visibility: two of these libraries (or one and the extensions) in one
+            # process must not bind each other's inline functions or their static data (the
+            # 6507's dispatch table holds addresses inside its own library's code).
+            cmd = [cxx, "-std=c++17", opt, "-fPIC", "-shared", "-fvisibility=hidden", "-fno-strict-aliasing", "-Wall",
                    "-Wno-unused-function", "-I", include, str(cpp), "-o", str(out)]
             result = subprocess.run(cmd, capture_output=True, text=True)
             if result.returncode != 0:
