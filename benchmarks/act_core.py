@@ -31,8 +31,8 @@ def dump(game: str, folder: pathlib.Path) -> None:
     env = ALEInterface()
     env.setInt("random_seed", 0)
     env.loadROM(str(roms.rom_path(game)))
-    state = env._require_rom().clone_state(include_rng=True)
-    (folder / f"{game}.state").write_bytes(state[len(b"HSENV2") + 16 + 1:])
+    env_bytes, _, _ = env._require_rom().raw_state()  # the AleEnv struct, as the core holds it
+    (folder / f"{game}.state").write_bytes(env_bytes)
     (folder / f"{game}.rom").write_bytes(roms.rom_path(game).read_bytes())
     minimal = [int(getattr(a, "value", a)) for a in env.getMinimalActionSet()]
     rng = np.random.default_rng(0)

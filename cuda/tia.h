@@ -45,12 +45,10 @@ HS_CONSTANT static const int8_t kHmoveEarlyFloor[21] = {-7, -7, -7, -7, -6, -5, 
 HS_CONSTANT static const int8_t kHmoveLateOffset[20] = {6,  5,  4,  4,  3,  2,  1,  1,  0,  -1,
                                                        -2, -2, -3, -4, -5, -5, -6, -7, -8, -8};
 HS_HD HS_INLINE int32_t tia_motion(int32_t cycle, int32_t nibble) {
-  const int8_t* kEarlyFloor = kHmoveEarlyFloor;
-  const int8_t* kLateOffset = kHmoveLateOffset;
   int32_t m = nibble < 8 ? -nibble : 16 - nibble;
-  if (cycle <= 20) return m > kEarlyFloor[cycle] ? m : kEarlyFloor[cycle];
+  if (cycle <= 20) return m > kHmoveEarlyFloor[cycle] ? m : kHmoveEarlyFloor[cycle];
   if (cycle == 75) return m;
-  if (cycle >= 55) { int32_t v = m + kLateOffset[cycle - 55]; return v < 0 ? v : 0; }
+  if (cycle >= 55) { int32_t v = m + kHmoveLateOffset[cycle - 55]; return v < 0 ? v : 0; }
   return 0;
 }
 
@@ -108,7 +106,6 @@ HS_HD HS_INLINE uint8_t reverse_bits(uint8_t v) {
   v = (uint8_t)(((v & 0xCC) >> 2) | ((v & 0x33) << 2));
   return (uint8_t)(((v & 0xAA) >> 1) | ((v & 0x55) << 1));
 }
-
 
 // Start of copy k (0-2) for NUSIZ modes 0-7 (one, two close, two medium, three close,
 // two wide, double, three medium, quad); -1 when the mode has no such copy.
@@ -916,6 +913,11 @@ HS_HD HS_INLINE bool tia_write_changes_nothing(const Tia& t, uint32_t reg, uint8
   }
 }
 
+// A frame that runs past the scanline limit ends at the next TIA write.
+HS_HD HS_INLINE bool tia_runaway(const Tia& t, int32_t since_frame_start) {
+  return since_frame_start >= (t.max_lines + 1) * H_CLOCKS;
+}
+
 // CPU cycles that a WSYNC written at `cycles` halts the CPU for (to the next line).
 HS_HD HS_INLINE uint32_t tia_wsync_cycles(const Tia& t, uint32_t cycles) {
   const uint32_t since = cycles - (uint32_t)(t.frame_start_clock / 3);
@@ -927,7 +929,7 @@ HS_HD HS_INLINE uint32_t tia_wsync_cycles(const Tia& t, uint32_t cycles) {
 // inline: false when it needs tia_poke (the frame ran past its scanline limit).
 HS_HD HS_INLINE bool tia_wsync(Tia& t, uint32_t cycles, bool last_access_was_read, uint32_t& extra_cycles) {
   const int32_t clock = (int32_t)(cycles * 3);
-  if (clock - t.frame_start_clock >= (t.max_lines + 1) * H_CLOCKS) return false;
+  if (tia_runaway(t, clock - t.frame_start_clock)) return false;
   t.last_access_clock = clock;  // nothing drawn changes: the next access draws (tia_poke)
   extra_cycles = last_access_was_read ? tia_wsync_cycles(t, cycles) : 0;
   return true;
@@ -944,8 +946,7 @@ HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8
   const int32_t clock = (int32_t)(cycles * 3);
   const int32_t since_frame_start = clock - t.frame_start_clock;  // never negative
   // The clock within the line (tia_line_clock) is computed only by the registers that need it.
-  // A frame that runs past the scanline limit ends at the next TIA write.
-  const bool runaway = since_frame_start >= (t.max_lines + 1) * H_CLOCKS;
+  const bool runaway = tia_runaway(t, since_frame_start);
   // Writes that change nothing drawn (WSYNC, RSYNC, audio, motion registers, HMCLR)
   // defer ALE's catch-up drawing; the next access draws the same pixels. Without pixels
   // (a lazily drawn frame) the colour registers (COLUP0-COLUBK) change nothing either.

@@ -293,8 +293,8 @@ def build_emulation_library(cache_dir: str | os.PathLike | None = None, opt: str
             # Hidden visibility: two of these libraries (or one and the extensions) in one
             # process must not bind each other's inline functions or their static data (the
             # 6507's dispatch table holds addresses inside its own library's code).
-            cmd = [cxx, "-std=c++17", opt, "-fPIC", "-shared", "-fvisibility=hidden", "-fno-strict-aliasing", "-Wall",
-                   "-Wno-unused-function", "-I", include, str(cpp), "-o", str(out)]
+            cmd = [cxx, "-std=c++17", opt, "-fPIC", "-shared", "-fvisibility=hidden", "-fno-strict-aliasing",
+                   "-Wall", "-Wno-unused-function", "-I", include, str(cpp), "-o", str(out)]
             result = subprocess.run(cmd, capture_output=True, text=True)
             if result.returncode != 0:
                 raise RuntimeError(f"host emulation build failed:\n{' '.join(cmd)}\n{result.stderr[-4000:]}")

@@ -3,11 +3,11 @@
 m6502_dispatch.inc, the jump table of its threaded dispatch.
 
 Run `python tools/gen_m6502.py` after editing the tables below; a test checks that the
-committed cuda/m6502_ops.inc equals this script's output.
+committed files equal this script's output (`--check`).
 
 The model is ALE's "M6502Low" CPU (ale-py 0.12.1), see ../shared/ALE_FACTS.md:
 - the whole base cycle count is charged right after the opcode fetch, first thing in
-  each case (the JAM opcodes' in m6502.h's default case);
+  each handler (the JAM opcodes' in m6502.h's JAM handler);
 - a read through abs,X / abs,Y / (zp),Y that crosses a page adds one cycle *before* the
   operand is read; a taken branch adds 1 cycle, 2 if it lands on another page;
 - read-modify-write instructions write once (no dummy write of the old value);
