@@ -461,6 +461,26 @@ HS_HD inline void resize_image_elementwise(const ResizePlan& p, const Src& src, 
   }
 }
 
+}  // namespace pp
+}  // namespace hs
+
+// x86-64 host builds: AVX2 versions of the area resize and the palette lookup, chosen at
+// run time (preprocess_simd.h).
+#if !defined(__CUDACC__) && !defined(__CUDACC_RTC__) && defined(__x86_64__) && defined(__GNUC__)
+#define HS_PP_SIMD 1
+#include "preprocess_simd.h"
+#else
+#define HS_PP_SIMD 0
+#endif
+
+namespace hs {
+namespace pp {
+
+#if !HS_PP_SIMD && !defined(__CUDA_ARCH__)
+inline void set_simd_enabled(bool) {}
+inline bool simd_available() { return false; }
+#endif
+
 #if !defined(__CUDA_ARCH__)
 // KIND_AREA for a whole image on the host, row by row as OpenCV does: every output byte
 // gets exactly the float operations of resize_element, in the same order (so the same
@@ -501,8 +521,26 @@ inline void area_image_rows_c(const ResizePlan& p, const Src& src, uint8_t* __re
   }
 }
 
+// The AVX2 path for a plain one-channel source (false: not taken, run the loop above).
+template <class Src>
+inline bool area_image_simd(const ResizePlan&, const Src&, uint8_t*) { return false; }
+
+inline bool area_image_simd(const ResizePlan& p, const Src1& src, uint8_t* dst) {
+#if HS_PP_SIMD
+  if (p.channels != 1 || !simd_available()) return false;
+  AreaShuffles shuffles;
+  if (!area_shuffles_init(p, &shuffles)) return false;
+  area_gray_simd(p, shuffles, src.p, dst);
+  return true;
+#else
+  (void)p; (void)src; (void)dst;
+  return false;
+#endif
+}
+
 template <class Src>
 inline void area_image_rows(const ResizePlan& p, const Src& src, uint8_t* dst) {
+  if (area_image_simd(p, src, dst)) return;
   switch (p.channels) {
     case 1: area_image_rows_c<1>(p, src, dst); break;
     case 2: area_image_rows_c<2>(p, src, dst); break;
@@ -511,6 +549,29 @@ inline void area_image_rows(const ResizePlan& p, const Src& src, uint8_t* dst) {
   }
 }
 #endif
+
+// dst[i] = table[src[i]] for i < n (a palette-index frame to gray or one RGB channel).
+HS_HD inline void palette_lookup_loop(const uint8_t* __restrict__ table, const uint8_t* __restrict__ src,
+                                      uint8_t* __restrict__ dst, int n) {
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {  // four lookups per trip: the loop control is most of the cost
+    dst[i] = table[src[i]];
+    dst[i + 1] = table[src[i + 1]];
+    dst[i + 2] = table[src[i + 2]];
+    dst[i + 3] = table[src[i + 3]];
+  }
+  for (; i < n; ++i) dst[i] = table[src[i]];
+}
+
+HS_HD inline void palette_lookup(const uint8_t* table, const uint8_t* src, uint8_t* dst, int n) {
+#if HS_PP_SIMD
+  if (simd_available()) {
+    palette_lookup_avx2(table, src, dst, n);
+    return;
+  }
+#endif
+  palette_lookup_loop(table, src, dst, n);
+}
 
 // Whole image: dst (dst_h x dst_w x channels) from src (src_h x src_w x channels).
 // Identical bytes to resize_image_elementwise; on the host the float area path runs

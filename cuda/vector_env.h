@@ -119,15 +119,7 @@ HS_HD inline void vec_capture(const VecConfig& c, const FrameBuffers& fbs, uint8
   const uint8_t* __restrict__ src = fbs.buf[fbs.shown];
   const int32_t n = c.raw_height * c.raw_width;
   if (c.grayscale) {
-    const uint8_t* __restrict__ gray = c.gray;
-    int32_t i = 0;
-    for (; i + 4 <= n; i += 4) {  // four lookups per trip: the loop control is most of the cost
-      dst[i] = gray[src[i]];
-      dst[i + 1] = gray[src[i + 1]];
-      dst[i + 2] = gray[src[i + 2]];
-      dst[i + 3] = gray[src[i + 3]];
-    }
-    for (; i < n; ++i) dst[i] = gray[src[i]];
+    pp::palette_lookup(c.gray, src, dst, n);
   } else {
     for (int32_t i = 0; i < n; ++i) {
       const uint8_t* rgb = c.rgb[src[i]];

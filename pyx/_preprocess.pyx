@@ -30,6 +30,10 @@ cdef extern from "preprocess.h" namespace "hs::pp" nogil:
                                           const uint8_t* frame)
     void c_ring_observation "hs::pp::ring_observation"(const uint8_t* ring, int n, int head,
                                                         int frame_size, uint8_t* out)
+    void c_palette_lookup "hs::pp::palette_lookup"(const uint8_t* table, const uint8_t* src,
+                                                    uint8_t* dst, int n)
+    void c_set_simd_enabled "hs::pp::set_simd_enabled"(bint on)
+    bint c_simd_available "hs::pp::simd_available"()
     int MAX_DIM
     int INTERP_LINEAR
     int INTERP_AREA
@@ -280,4 +284,39 @@ def ring_observation(ring, int head, out=None):
     cdef uint8_t[::1] ov = out.reshape(-1)         # OUT
     with nogil:
         c_ring_observation(&rv[0], n, head, fs, &ov[0])
+    return out
+
+
+def set_simd(on):
+    """Turn this module's AVX2 fast paths (area resize of one channel, palette lookup) on
+    or off; returns whether they are now in use (False on CPUs without AVX2). For tests
+    and benchmarks: both paths give the same bytes."""
+    c_set_simd_enabled(bool(on))
+    return bool(c_simd_available())
+
+
+def simd_active():
+    """Whether this module's AVX2 fast paths run (the CPU has AVX2 and they are on)."""
+    return bool(c_simd_available())
+
+
+def palette_lookup(table, src, out=None):
+    """out[i] = table[src[i]] for a 256-byte table (the vector env's gray capture)."""
+    t = np.ascontiguousarray(table, dtype=np.uint8).reshape(-1)
+    if t.size != 256:
+        raise ValueError(f"palette_lookup: table must have 256 entries, got {t.size}")
+    s = np.ascontiguousarray(src)
+    if s.dtype != np.uint8:
+        raise ValueError(f"palette_lookup: src must be uint8, got {s.dtype}")
+    if out is None:
+        out = np.empty_like(s)
+    elif out.shape != s.shape or out.dtype != np.uint8 or not out.flags.c_contiguous:
+        raise ValueError(f"palette_lookup: out must be C-contiguous uint8 of shape {s.shape}")
+    cdef const uint8_t[::1] tv = t
+    cdef const uint8_t[::1] sv = s.reshape(-1)
+    cdef uint8_t[::1] ov = out.reshape(-1)
+    cdef int n = <int>sv.shape[0]
+    if n:
+        with nogil:
+            c_palette_lookup(&tv[0], &sv[0], &ov[0], n)
     return out

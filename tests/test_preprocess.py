@@ -35,6 +35,19 @@ INTERPS = {"area": 3, "linear": 1}
 N_RANDOM = 12
 
 
+@pytest.fixture(params=["simd", "portable"])
+def host_path(request):
+    """Run a test once with the AVX2 host paths (preprocess_simd.h) and once with the
+    portable loops; both must give cv2's bytes."""
+    active = pp.set_simd(request.param == "simd")
+    try:
+        if request.param == "simd" and not active:
+            pytest.skip("this CPU has no AVX2: only the portable path runs")
+        yield request.param
+    finally:
+        pp.set_simd(True)
+
+
 # ---------------------------------------------------------------------------------------
 # Test images.
 
@@ -186,7 +199,7 @@ def reference_resize(img, size, interp):
 @pytest.mark.parametrize("interp", ["area", "linear"])
 @pytest.mark.parametrize("channels", [1, 3])
 @pytest.mark.parametrize("size", DST_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_resize_matches_cv2(size, channels, interp):
+def test_resize_matches_cv2(size, channels, interp, host_path):
     rng = np.random.default_rng([size[0], size[1], channels, INTERPS[interp]])
     shape = SRC if channels == 1 else SRC + (channels,)
     r = pp.Resizer(shape, size, interp)
@@ -217,7 +230,7 @@ def test_resize_other_channel_counts(size, channels, interp):
                                      ((512, 512), (84, 84)), ((84, 84), (512, 512)),
                                      ((250, 160), (84, 84)), ((160, 210), (84, 84))])
 @pytest.mark.parametrize("interp", ["area", "linear"])
-def test_resize_odd_shapes(src, dst, interp):
+def test_resize_odd_shapes(src, dst, interp, host_path):
     rng = np.random.default_rng(11)
     for c in (1, 3):
         for img in random_images(*src, c, rng, 3):
@@ -225,7 +238,7 @@ def test_resize_odd_shapes(src, dst, interp):
 
 
 @pytest.mark.parametrize("interp", ["area", "linear"])
-def test_resize_random_shapes(interp):
+def test_resize_random_shapes(interp, host_path):
     """Random source and destination shapes (down, up, mixed, integer factors), 1-4 channels."""
     rng = np.random.default_rng(17 + INTERPS[interp])
     for t in range(300):
@@ -254,6 +267,61 @@ def test_numpy_reference_matches_cv2_and_core(size, interp):
             want = cv2_resize(img, size, interp)
             assert np.array_equal(reference_resize(img, size, interp), want)
             assert np.array_equal(pp.resize(img, size, interp), want)
+
+
+def test_simd_area_resize_agrees_with_portable_loop():
+    """Gray KIND_AREA plans of many shapes (1-4 taps, 1-8 rows per output, widths up to
+    MAX_SIZE, windows that end at the image's last byte): the AVX2 path and the portable
+    loop give the same bytes, and both give cv2's."""
+    if not pp.set_simd(True):
+        pytest.skip("this CPU has no AVX2")
+    rng = np.random.default_rng(23)
+    taken = 0
+    try:
+        for t in range(400):
+            dh, dw = (int(v) for v in rng.integers(1, 200, 2))
+            sh = int(dh * rng.uniform(1.0, 7.5)) + int(rng.integers(0, 3))
+            sw = int(dw * rng.uniform(1.0, 3.5)) + int(rng.integers(0, 3))
+            sh, sw = min(max(sh, dh), pp.MAX_SIZE), min(max(sw, dw), pp.MAX_SIZE)
+            if t % 50 == 0:
+                sw, dw = pp.MAX_SIZE, int(rng.integers(pp.MAX_SIZE // 3 + 1, pp.MAX_SIZE))
+            img = rng.integers(0, 256, (sh, sw), dtype=np.uint8)
+            if t % 3 == 0:
+                img = (img > 127).astype(np.uint8) * np.uint8(255)
+            r = pp.Resizer((sh, sw), (dh, dw), "area")
+            if r.kind != "area":
+                continue
+            taken += 1
+            pp.set_simd(True)
+            fast = r(img)
+            pp.set_simd(False)
+            slow = r(img)
+            assert np.array_equal(fast, slow), ((sh, sw), (dh, dw))
+            assert np.array_equal(fast, cv2_resize(img, (dh, dw), "area")), ((sh, sw), (dh, dw))
+    finally:
+        pp.set_simd(True)
+    assert taken > 200
+
+
+@pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 63, 1000, 210 * 160])
+def test_palette_lookup_matches_numpy(n, host_path):
+    rng = np.random.default_rng(n)
+    table = rng.integers(0, 256, 256, dtype=np.uint8)
+    src = rng.integers(0, 256, n, dtype=np.uint8)
+    src[: min(n, 256)] = np.arange(min(n, 256))  # every index, including 0x80..0xff
+    assert np.array_equal(pp.palette_lookup(table, src), table[src])
+    out = np.empty(n, np.uint8)
+    assert pp.palette_lookup(table, src, out=out) is out and np.array_equal(out, table[src])
+
+
+def test_palette_lookup_errors():
+    table = np.arange(256, dtype=np.uint8)
+    with pytest.raises(ValueError, match="256 entries"):
+        pp.palette_lookup(table[:128], np.zeros(4, np.uint8))
+    with pytest.raises(ValueError, match="uint8"):
+        pp.palette_lookup(table, np.zeros(4, np.int32))
+    with pytest.raises(ValueError, match="out must be"):
+        pp.palette_lookup(table, np.zeros(4, np.uint8), out=np.empty(5, np.uint8))
 
 
 def test_integer_fast_path_rounding_is_visible():
