@@ -305,13 +305,18 @@ def test_simd_area_resize_agrees_with_portable_loop():
 
 @pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 63, 1000, 210 * 160])
 def test_palette_lookup_matches_numpy(n, host_path):
+    """Blocks of all-even indices (screens), odd ones (PAL colour loss) and mixtures."""
     rng = np.random.default_rng(n)
     table = rng.integers(0, 256, 256, dtype=np.uint8)
-    src = rng.integers(0, 256, n, dtype=np.uint8)
-    src[: min(n, 256)] = np.arange(min(n, 256))  # every index, including 0x80..0xff
-    assert np.array_equal(pp.palette_lookup(table, src), table[src])
-    out = np.empty(n, np.uint8)
-    assert pp.palette_lookup(table, src, out=out) is out and np.array_equal(out, table[src])
+    mixed = rng.integers(0, 256, n, dtype=np.uint8)
+    mixed[: min(n, 256)] = np.arange(min(n, 256))  # every index, including 0x80..0xff
+    even = mixed & 0xFE
+    sparse_odd = even.copy()
+    sparse_odd[::97] |= 1
+    for src in (mixed, even, sparse_odd):
+        assert np.array_equal(pp.palette_lookup(table, src), table[src])
+        out = np.empty(n, np.uint8)
+        assert pp.palette_lookup(table, src, out=out) is out and np.array_equal(out, table[src])
 
 
 def test_palette_lookup_errors():
