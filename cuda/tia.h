@@ -298,19 +298,37 @@ HS_HD HS_INLINE void mark_player(uint8_t* e, int32_t x0, int32_t count, int32_t 
   }
 }
 
+// Four equal bytes at p, any alignment: one 32-bit store on the host (the playfield's
+// 4-pixel blocks were most of the drawing's stores).
+HS_HD HS_INLINE void fill4(uint8_t* p, uint8_t v) {
+#if defined(__CUDA_ARCH__)
+  p[0] = v; p[1] = v; p[2] = v; p[3] = v;
+#else
+  const uint32_t word = v * 0x01010101u;
+  __builtin_memcpy(p, &word, 4);
+#endif
+}
+
+// out[k] = the playfield value of pixel x + k, k < count: on_left / on_right (pixels
+// below / from 80, a block boundary) where the pixel's 4-pixel block is set, else off.
+HS_HD HS_INLINE void fill_playfield(uint8_t* out, int32_t x, int32_t count, uint64_t blocks,
+                                    uint8_t on_left, uint8_t on_right, uint8_t off) {
+  auto value = [&](int32_t px) -> uint8_t {
+    return ((blocks >> (px >> 2)) & 1) ? (px < 80 ? on_left : on_right) : off;
+  };
+  int32_t k = 0;
+  for (; k < count && ((x + k) & 3); ++k) out[k] = value(x + k);  // head up to a block
+  for (; k + 4 <= count; k += 4) fill4(out + k, value(x + k));    // whole blocks
+  for (; k < count; ++k) out[k] = value(x + k);                   // tail
+}
+
 // Object bits (OBJ_*) of each pixel of [x, x + count) into e; `blocks` is
 // playfield_blocks() of the line (0 without playfield).
 HS_HD HS_INLINE void tia_mark_objects(const Tia& t, uint8_t* e, int32_t x, int32_t count, uint64_t blocks) {
   if (blocks == 0) {
     for (int32_t k = 0; k < count; ++k) e[k] = 0;
   } else {
-    int32_t k = 0;
-    for (; k < count && ((x + k) & 3); ++k) e[k] = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
-    for (; k + 4 <= count; k += 4) {
-      const uint8_t v = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
-      e[k] = v; e[k + 1] = v; e[k + 2] = v; e[k + 3] = v;
-    }
-    for (; k < count; ++k) e[k] = ((blocks >> ((x + k) >> 2)) & 1) ? OBJ_PF : 0;
+    fill_playfield(e, x, count, blocks, OBJ_PF, OBJ_PF, 0);
   }
   const int32_t mode0 = t.nusiz[0] & 7, mode1 = t.nusiz[1] & 7;
   if (t.enabled & OBJ_BL) mark_range(e, x, count, t.shape_pos[2], 1 << t.shape_bl_size, OBJ_BL);
@@ -352,22 +370,8 @@ HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
       for (int32_t k = 0; k < count; ++k) out[k] = bk;
       return;
     }
-    // Colour of each 4-pixel block (80 is a block boundary), written block by block.
     const uint8_t pf_left = score ? t.color[2] : t.color[1], pf_right = score ? t.color[3] : t.color[1];
-    int32_t k = 0;
-    while (k < count && ((x + k) & 3)) {  // head up to a block boundary
-      int32_t px = x + k;
-      out[k++] = ((blocks >> (px >> 2)) & 1) ? (px < 80 ? pf_left : pf_right) : bk;
-    }
-    for (; k + 4 <= count; k += 4) {  // whole blocks
-      int32_t px = x + k;
-      const uint8_t c = ((blocks >> (px >> 2)) & 1) ? (px < 80 ? pf_left : pf_right) : bk;
-      out[k] = c; out[k + 1] = c; out[k + 2] = c; out[k + 3] = c;
-    }
-    for (; k < count; ++k) {  // tail
-      int32_t px = x + k;
-      out[k] = ((blocks >> (px >> 2)) & 1) ? (px < 80 ? pf_left : pf_right) : bk;
-    }
+    fill_playfield(out, x, count, blocks, pf_left, pf_right, bk);
     return;
   }
   uint8_t e[SCREEN_WIDTH];
