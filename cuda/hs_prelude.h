@@ -60,3 +60,26 @@ HS_HD HS_INLINE void hs_copy_bytes(void* dst, const void* src, uint32_t n) {
   const uint8_t* s = (const uint8_t*)src;
   for (uint32_t k = 0; k < n; ++k) d[k] = s[k];
 }
+
+// AVX2 host fast paths (preprocess_simd.h, tia_simd.h): x86-64 g++ / clang builds only,
+// chosen at run time so that an extension still runs on any x86-64 CPU; nvcc and NVRTC
+// never see them. The portable loops they stand in for stay the reference.
+#if !defined(__CUDACC__) && !defined(__CUDACC_RTC__) && defined(__x86_64__) && defined(__GNUC__)
+#define HS_HOST_SIMD 1
+// One switch per extension module; tests turn it off to compare the two paths.
+inline bool& hs_simd_enabled_flag() {
+  static bool enabled = true;
+  return enabled;
+}
+inline void hs_set_simd_enabled(bool on) { hs_simd_enabled_flag() = on; }
+inline bool hs_simd_available() {
+  static const bool cpu_has_avx2 = __builtin_cpu_supports("avx2");  // also checks OS support
+  return hs_simd_enabled_flag() && cpu_has_avx2;
+}
+#else
+#define HS_HOST_SIMD 0
+#if !defined(__CUDA_ARCH__)
+inline void hs_set_simd_enabled(bool) {}
+inline bool hs_simd_available() { return false; }
+#endif
+#endif

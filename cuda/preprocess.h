@@ -464,22 +464,12 @@ HS_HD inline void resize_image_elementwise(const ResizePlan& p, const Src& src, 
 }  // namespace pp
 }  // namespace hs
 
-// x86-64 host builds: AVX2 versions of the area resize and the palette lookup, chosen at
-// run time (preprocess_simd.h).
-#if !defined(__CUDACC__) && !defined(__CUDACC_RTC__) && defined(__x86_64__) && defined(__GNUC__)
-#define HS_PP_SIMD 1
-#include "preprocess_simd.h"
-#else
-#define HS_PP_SIMD 0
+#if HS_HOST_SIMD
+#include "preprocess_simd.h"  // AVX2 area resize and palette lookup, chosen at run time
 #endif
 
 namespace hs {
 namespace pp {
-
-#if !HS_PP_SIMD && !defined(__CUDA_ARCH__)
-inline void set_simd_enabled(bool) {}
-inline bool simd_available() { return false; }
-#endif
 
 #if !defined(__CUDA_ARCH__)
 // KIND_AREA for a whole image on the host, row by row as OpenCV does: every output byte
@@ -526,8 +516,8 @@ template <class Src>
 inline bool area_image_simd(const ResizePlan&, const Src&, uint8_t*) { return false; }
 
 inline bool area_image_simd(const ResizePlan& p, const Src1& src, uint8_t* dst) {
-#if HS_PP_SIMD
-  if (p.channels != 1 || !simd_available()) return false;
+#if HS_HOST_SIMD
+  if (p.channels != 1 || !hs_simd_available()) return false;
   AreaShuffles shuffles;
   if (!area_shuffles_init(p, &shuffles)) return false;
   area_gray_simd(p, shuffles, src.p, dst);
@@ -564,8 +554,8 @@ HS_HD inline void palette_lookup_loop(const uint8_t* __restrict__ table, const u
 }
 
 HS_HD inline void palette_lookup(const uint8_t* table, const uint8_t* src, uint8_t* dst, int n) {
-#if HS_PP_SIMD
-  if (simd_available()) {
+#if HS_HOST_SIMD
+  if (hs_simd_available()) {
     palette_lookup_avx2(table, src, dst, n);
     return;
   }

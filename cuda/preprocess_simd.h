@@ -8,8 +8,7 @@
 //     palette-to-gray capture of vector_env.h).
 //
 // Both are compiled for AVX2 with a function attribute and chosen at run time
-// (simd_available(): the CPU and OS support AVX2, and set_simd_enabled() has not turned
-// them off), so the extension still runs on any x86-64. The portable loops of
+// (hs_simd_available(), hs_prelude.h), so the extension still runs on any x86-64. The portable loops of
 // preprocess.h stay the reference: tests compare the two paths and both with cv2.
 //
 // Exactness. The horizontal pass reads each output's taps with byte shuffles and pads
@@ -24,22 +23,6 @@
 
 namespace hs {
 namespace pp {
-
-// Set once per process; tests turn the fast paths off to compare them with the portable
-// loops. Reads are racy only with respect to that test switch.
-inline bool& simd_enabled_flag() {
-  static bool enabled = true;
-  return enabled;
-}
-
-inline void set_simd_enabled(bool on) { simd_enabled_flag() = on; }
-
-inline bool simd_cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
-}
-
-inline bool simd_available() { return simd_enabled_flag() && simd_cpu_has_avx2(); }
 
 enum {
   kSimdMaxTaps = 4,                  // source pixels per output along x (scale < 3)

@@ -298,28 +298,39 @@ HS_HD HS_INLINE void mark_player(uint8_t* e, int32_t x0, int32_t count, int32_t 
   }
 }
 
-// Four equal bytes at p, any alignment: one 32-bit store on the host (the playfield's
-// 4-pixel blocks were most of the drawing's stores).
-HS_HD HS_INLINE void fill4(uint8_t* p, uint8_t v) {
+// Eight bytes at p (byte i = bits 8i .. 8i + 7 of word), any alignment: one 64-bit
+// store on the (little-endian) host; the playfield's blocks were most of the drawing's
+// stores.
+HS_HD HS_INLINE void store8(uint8_t* p, uint64_t word) {
 #if defined(__CUDA_ARCH__)
-  p[0] = v; p[1] = v; p[2] = v; p[3] = v;
+  for (int32_t i = 0; i < 8; ++i) p[i] = (uint8_t)(word >> (8 * i));
 #else
-  const uint32_t word = v * 0x01010101u;
-  __builtin_memcpy(p, &word, 4);
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "store8 assumes a little-endian host");
+  __builtin_memcpy(p, &word, 8);
 #endif
 }
 
-// out[k] = the playfield value of pixel x + k, k < count: on_left / on_right (pixels
-// below / from 80, a block boundary) where the pixel's 4-pixel block is set, else off.
+// out[k] = (block of pixel x + k set in `blocks`) ? on : off, k < count; two 4-pixel
+// blocks per store once x + k is on a block boundary.
+HS_HD HS_INLINE void fill_blocks(uint8_t* out, int32_t x, int32_t count, uint64_t blocks,
+                                 uint8_t on, uint8_t off) {
+  int32_t k = 0;
+  for (; k < count && ((x + k) & 3); ++k) out[k] = ((blocks >> ((x + k) >> 2)) & 1) ? on : off;
+  const uint64_t on4 = on * 0x01010101ull, off4 = off * 0x01010101ull;
+  for (; k + 8 <= count; k += 8) {
+    const uint64_t pair = blocks >> ((x + k) >> 2);
+    store8(out + k, ((pair & 1) ? on4 : off4) | ((pair & 2) ? on4 : off4) << 32);
+  }
+  for (; k < count; ++k) out[k] = ((blocks >> ((x + k) >> 2)) & 1) ? on : off;
+}
+
+// The playfield's colours: on_left for set blocks of pixels below 80, on_right from 80
+// (score mode colours the halves differently), off elsewhere.
 HS_HD HS_INLINE void fill_playfield(uint8_t* out, int32_t x, int32_t count, uint64_t blocks,
                                     uint8_t on_left, uint8_t on_right, uint8_t off) {
-  auto value = [&](int32_t px) -> uint8_t {
-    return ((blocks >> (px >> 2)) & 1) ? (px < 80 ? on_left : on_right) : off;
-  };
-  int32_t k = 0;
-  for (; k < count && ((x + k) & 3); ++k) out[k] = value(x + k);  // head up to a block
-  for (; k + 4 <= count; k += 4) fill4(out + k, value(x + k));    // whole blocks
-  for (; k < count; ++k) out[k] = value(x + k);                   // tail
+  const int32_t left = 80 - x < count ? (80 - x > 0 ? 80 - x : 0) : count;
+  fill_blocks(out, x, left, blocks, on_left, off);
+  fill_blocks(out + left, x + left, count - left, blocks, on_right, off);
 }
 
 // Object bits (OBJ_*) of each pixel of [x, x + count) into e; `blocks` is
@@ -328,7 +339,7 @@ HS_HD HS_INLINE void tia_mark_objects(const Tia& t, uint8_t* e, int32_t x, int32
   if (blocks == 0) {
     for (int32_t k = 0; k < count; ++k) e[k] = 0;
   } else {
-    fill_playfield(e, x, count, blocks, OBJ_PF, OBJ_PF, 0);
+    fill_blocks(e, x, count, blocks, OBJ_PF, 0);
   }
   const int32_t mode0 = t.nusiz[0] & 7, mode1 = t.nusiz[1] & 7;
   if (t.enabled & OBJ_BL) mark_range(e, x, count, t.shape_pos[2], 1 << t.shape_bl_size, OBJ_BL);
@@ -347,6 +358,14 @@ HS_HD HS_INLINE void tia_mark_objects(const Tia& t, uint8_t* e, int32_t x, int32
     }
   }
 }
+
+}  // namespace hs
+
+#if HS_HOST_SIMD
+#include "tia_simd.h"  // AVX2 colour and collision loop, chosen at run time
+#endif
+
+namespace hs {
 
 // Draws `count` pixels of the current line starting at visible pixel x (same output and
 // collisions as tia_draw_span_reference, object by object instead of pixel by pixel).
@@ -374,13 +393,20 @@ HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
     fill_playfield(out, x, count, blocks, pf_left, pf_right, bk);
     return;
   }
-  uint8_t e[SCREEN_WIDTH];
+  uint8_t e[SCREEN_WIDTH + 32];  // 32 spare bytes for the AVX2 loop's last chunk
   tia_mark_objects(t, e, x, count, blocks);
+  const int32_t left_end = 80 - x < count ? (80 - x > 0 ? 80 - x : 0) : count;
+#if HS_HOST_SIMD
+  if (hs_simd_available()) {
+    for (int32_t k = count; k < count + 32; ++k) e[k] = 0;
+    tia_colour_span_avx2(t, e, out, count, left_end);
+    return;
+  }
+#endif
   // Branch-free per pixel: the colour from the priority table, and the set of object
   // combinations seen (collisions depend only on which combinations occur).
   const uint8_t prio = t.pf_prio_score;
   uint64_t seen = 0;
-  const int32_t left_end = 80 - x < count ? (80 - x > 0 ? 80 - x : 0) : count;
   for (int32_t k = 0; k < left_end; ++k) {
     const uint8_t v = e[k];
     seen |= 1ull << v;

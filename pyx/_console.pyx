@@ -210,6 +210,8 @@ cdef extern from "ale_env.h" nogil:
     """
     bint hs_game_terminal_of(const AleEnv& e)
     int hs_tia_render_selftest(uint32_t seed, int trials)
+    void hs_set_simd_enabled(bint on)
+    bint hs_simd_available()
 
 CART_TYPES = {"2K": (0, 2048), "4K": (1, 4096), "F8": (2, 8192), "F8 swapped": (3, 8192),
               "F6": (4, 16384), "E0": (5, 8192), "FE": (6, 8192), "F8SC": (7, 8192),
@@ -224,9 +226,19 @@ MODE_STEPS = {"act": 0, "select": 1, "soft_reset": 2}
 cdef bytes STATE_MAGIC = b"HSENV2"
 
 
-def tia_render_selftest(uint32_t seed=1, int trials=100000):
-    """Random TIA states through the fast and the reference renderer: mismatch count."""
-    return hs_tia_render_selftest(seed, trials)
+def tia_render_selftest(uint32_t seed=1, int trials=100000, simd=None):
+    """Random TIA states through the fast and the reference renderer: mismatch count.
+    simd=True / False forces the fast renderer's AVX2 / portable pixel loop (None: the
+    one this CPU runs); ValueError if the CPU has no AVX2 for simd=True."""
+    if simd is None:
+        return hs_tia_render_selftest(seed, trials)
+    hs_set_simd_enabled(bool(simd))
+    try:
+        if simd and not hs_simd_available():
+            raise ValueError("tia_render_selftest: simd=True but this CPU has no AVX2")
+        return hs_tia_render_selftest(seed, trials)
+    finally:
+        hs_set_simd_enabled(True)
 
 
 cdef int _bool_prop(value, str name, str yes, str no) except -1:

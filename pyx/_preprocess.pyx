@@ -32,8 +32,8 @@ cdef extern from "preprocess.h" namespace "hs::pp" nogil:
                                                         int frame_size, uint8_t* out)
     void c_palette_lookup "hs::pp::palette_lookup"(const uint8_t* table, const uint8_t* src,
                                                     uint8_t* dst, int n)
-    void c_set_simd_enabled "hs::pp::set_simd_enabled"(bint on)
-    bint c_simd_available "hs::pp::simd_available"()
+    void c_set_simd_enabled "hs_set_simd_enabled"(bint on)
+    bint c_simd_available "hs_simd_available"()
     int MAX_DIM
     int INTERP_LINEAR
     int INTERP_AREA

@@ -1,0 +1,125 @@
+// tia_simd.h: an AVX2 version of tia_draw_span's per-pixel loop (each pixel's colour
+// and the collisions of a span, from the pixels' object bits), for x86-64 host builds.
+// tia.h includes it only there and calls it when hs_simd_available() (hs_prelude.h);
+// the portable loop stays the reference, and tia_render_selftest compares both with
+// tia_draw_span_reference.
+//
+// Both lookups are 64-entry byte tables indexed by the object bits v (0..63), done as
+// four 16-byte shuffle rows. Row k is stored as (row k) XOR (row k - 1): v - 16k has
+// bit 7 set (a shuffle gives 0) exactly when v < 16k, so the rows that contribute are
+// 0 .. v >> 4 and their XOR telescopes to row v >> 4.
+#pragma once
+
+#include <immintrin.h>
+
+namespace hs {
+
+struct TiaLookup64 {
+  __m256i row[4];
+};
+
+__attribute__((target("avx2"))) inline TiaLookup64 tia_lookup64(const __m128i rows[4]) {
+  TiaLookup64 l;
+  l.row[0] = _mm256_broadcastsi128_si256(rows[0]);
+  for (int k = 1; k < 4; ++k)
+    l.row[k] = _mm256_broadcastsi128_si256(_mm_xor_si128(rows[k], rows[k - 1]));
+  return l;
+}
+
+// v and v - 16, v - 32, v - 48 for 32 pixels.
+struct TiaIndex {
+  __m256i v[4];
+};
+
+__attribute__((target("avx2"))) inline TiaIndex tia_index(__m256i objects) {
+  TiaIndex ix;
+  ix.v[0] = objects;
+  for (int k = 1; k < 4; ++k) ix.v[k] = _mm256_sub_epi8(ix.v[k - 1], _mm256_set1_epi8(16));
+  return ix;
+}
+
+__attribute__((target("avx2"))) inline __m256i tia_lookup(const TiaLookup64& l, const TiaIndex& ix) {
+  const __m256i a = _mm256_xor_si256(_mm256_shuffle_epi8(l.row[0], ix.v[0]),
+                                     _mm256_shuffle_epi8(l.row[1], ix.v[1]));
+  const __m256i b = _mm256_xor_si256(_mm256_shuffle_epi8(l.row[2], ix.v[2]),
+                                     _mm256_shuffle_epi8(l.row[3], ix.v[3]));
+  return _mm256_xor_si256(a, b);
+}
+
+// kTiaCollisions split into its low and high bytes, as shuffle rows.
+struct TiaCollisionRows {
+  TiaLookup64 low, high;
+};
+
+__attribute__((target("avx2"))) inline const TiaCollisionRows& tia_collision_rows() {
+  static const TiaCollisionRows rows = [] {
+    alignas(16) uint8_t low[64], high[64];
+    for (int v = 0; v < 64; ++v) {
+      low[v] = (uint8_t)kTiaCollisions[v];
+      high[v] = (uint8_t)(kTiaCollisions[v] >> 8);
+    }
+    __m128i lo[4], hi[4];
+    for (int k = 0; k < 4; ++k) {
+      lo[k] = _mm_load_si128((const __m128i*)(low + 16 * k));
+      hi[k] = _mm_load_si128((const __m128i*)(high + 16 * k));
+    }
+    TiaCollisionRows r;
+    r.low = tia_lookup64(lo);
+    r.high = tia_lookup64(hi);
+    return r;
+  }();
+  return rows;
+}
+
+// OR of the 32 bytes of v.
+__attribute__((target("avx2"))) inline uint32_t tia_or_bytes(__m256i v) {
+  __m128i x = _mm_or_si128(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  x = _mm_or_si128(x, _mm_srli_si128(x, 8));
+  x = _mm_or_si128(x, _mm_srli_si128(x, 4));
+  x = _mm_or_si128(x, _mm_srli_si128(x, 2));
+  x = _mm_or_si128(x, _mm_srli_si128(x, 1));
+  return (uint32_t)_mm_cvtsi128_si32(x) & 0xFF;
+}
+
+// out[k] = the colour of pixel k and the collisions of all pixels, k < count, from the
+// object bits e[k] (e has 32 readable bytes past count); pixels from left_end on are
+// right of centre (the priority table's second half). Same result as the portable loop.
+__attribute__((target("avx2"))) inline void tia_colour_span_avx2(Tia& t, const uint8_t* e,
+                                                                 uint8_t* out, int32_t count,
+                                                                 int32_t left_end) {
+  // Lanes [0, n) of a 32-byte chunk: the first n bytes of keep + 32 - n.
+  alignas(32) static const int8_t keep[64] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                              -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                              -1, -1, -1, -1, -1, -1};
+  const TiaCollisionRows& hits = tia_collision_rows();
+  const __m128i colours = _mm_setr_epi8((char)t.color[0], (char)t.color[1], (char)t.color[2],
+                                        (char)t.color[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m256i hit_low = _mm256_setzero_si256(), hit_high = _mm256_setzero_si256();
+  for (int half = 0; half < 2; ++half) {
+    const int32_t begin = half ? left_end : 0, end = half ? count : left_end;
+    if (begin >= end) continue;
+    const uint8_t* pick = kTiaColourPick + 256 * half + t.pf_prio_score;  // v | prio = v + prio
+    __m128i rows[4];
+    for (int k = 0; k < 4; ++k)
+      rows[k] = _mm_shuffle_epi8(colours, _mm_loadu_si128((const __m128i*)(pick + 16 * k)));
+    const TiaLookup64 colour = tia_lookup64(rows);
+    for (int32_t k = begin; k < end; k += 32) {
+      const int32_t n = end - k < 32 ? end - k : 32;
+      const TiaIndex ix = tia_index(_mm256_loadu_si256((const __m256i*)(e + k)));
+      const __m256i lanes = _mm256_loadu_si256((const __m256i*)(keep + 32 - n));
+      hit_low = _mm256_or_si256(hit_low, _mm256_and_si256(lanes, tia_lookup(hits.low, ix)));
+      hit_high = _mm256_or_si256(hit_high, _mm256_and_si256(lanes, tia_lookup(hits.high, ix)));
+      const __m256i pixels = tia_lookup(colour, ix);
+      if (n == 32) {
+        _mm256_storeu_si256((__m256i*)(out + k), pixels);
+      } else {  // never write past the span: it ends inside the frame buffer
+        alignas(32) uint8_t staged[32];
+        _mm256_store_si256((__m256i*)staged, pixels);
+        __builtin_memcpy(out + k, staged, (size_t)n);
+      }
+    }
+  }
+  t.collisions |= (uint16_t)(tia_or_bytes(hit_low) | tia_or_bytes(hit_high) << 8);
+}
+
+}  // namespace hs
