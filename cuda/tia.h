@@ -298,6 +298,14 @@ HS_HD HS_INLINE void mark_player(uint8_t* e, int32_t x0, int32_t count, int32_t 
   }
 }
 
+}  // namespace hs
+
+#if HS_HOST_SIMD
+#include "tia_simd.h"  // AVX2 playfield fill, colour and collision loops, chosen at run time
+#endif
+
+namespace hs {
+
 // Eight bytes at p (byte i = bits 8i .. 8i + 7 of word), any alignment: one 64-bit
 // store on the (little-endian) host; the playfield's blocks were most of the drawing's
 // stores.
@@ -316,6 +324,9 @@ HS_HD HS_INLINE void fill_blocks(uint8_t* out, int32_t x, int32_t count, uint64_
                                  uint8_t on, uint8_t off) {
   int32_t k = 0;
   for (; k < count && ((x + k) & 3); ++k) out[k] = ((blocks >> ((x + k) >> 2)) & 1) ? on : off;
+#if HS_HOST_SIMD
+  if (hs_simd_available()) k += tia_fill_blocks_avx2(out + k, x + k, count - k, blocks, on, off);
+#endif
   const uint64_t on4 = on * 0x01010101ull, off4 = off * 0x01010101ull;
   for (; k + 8 <= count; k += 8) {
     const uint64_t pair = blocks >> ((x + k) >> 2);
@@ -359,14 +370,6 @@ HS_HD HS_INLINE void tia_mark_objects(const Tia& t, uint8_t* e, int32_t x, int32
   }
 }
 
-}  // namespace hs
-
-#if HS_HOST_SIMD
-#include "tia_simd.h"  // AVX2 colour and collision loop, chosen at run time
-#endif
-
-namespace hs {
-
 // Draws `count` pixels of the current line starting at visible pixel x (same output and
 // collisions as tia_draw_span_reference, object by object instead of pixel by pixel).
 HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
@@ -398,7 +401,7 @@ HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
   const int32_t left_end = 80 - x < count ? (80 - x > 0 ? 80 - x : 0) : count;
 #if HS_HOST_SIMD
   if (hs_simd_available()) {
-    for (int32_t k = count; k < count + 32; ++k) e[k] = 0;
+    __builtin_memset(e + count, 0, 32);  // the last chunk's unused lanes
     tia_colour_span_avx2(t, e, out, count, left_end);
     return;
   }

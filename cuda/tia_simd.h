@@ -1,13 +1,14 @@
-// tia_simd.h: an AVX2 version of tia_draw_span's per-pixel loop (each pixel's colour
-// and the collisions of a span, from the pixels' object bits), for x86-64 host builds.
+// tia_simd.h: AVX2 versions of tia_draw_span's per-pixel loop (each pixel's colour and
+// the collisions of a span, from the pixels' object bits) and of fill_blocks (the
+// playfield's 4-pixel blocks), for x86-64 host builds.
 // tia.h includes it only there and calls it when hs_simd_available() (hs_prelude.h);
-// the portable loop stays the reference, and tia_render_selftest compares both with
+// the portable loops stay the reference, and tia_render_selftest compares both with
 // tia_draw_span_reference.
 //
-// Both lookups are 64-entry byte tables indexed by the object bits v (0..63), done as
-// four 16-byte shuffle rows. Row k is stored as (row k) XOR (row k - 1): v - 16k has
-// bit 7 set (a shuffle gives 0) exactly when v < 16k, so the rows that contribute are
-// 0 .. v >> 4 and their XOR telescopes to row v >> 4.
+// The colour loop's lookups are 64-entry byte tables indexed by the object bits v
+// (0..63), done as four 16-byte shuffle rows. Row k is stored as (row k) XOR (row k - 1):
+// v - 16k has bit 7 set (a shuffle gives 0) exactly when v < 16k, so the rows that
+// contribute are 0 .. v >> 4 and their XOR telescopes to row v >> 4.
 #pragma once
 
 #include <immintrin.h>
@@ -69,6 +70,23 @@ __attribute__((target("avx2"))) inline const TiaCollisionRows& tia_collision_row
     return r;
   }();
   return rows;
+}
+
+// fill_blocks's whole 32-pixel chunks (x on a block boundary): returns the pixels done.
+__attribute__((target("avx2"))) inline int32_t tia_fill_blocks_avx2(uint8_t* out, int32_t x, int32_t count,
+                                                                    uint64_t blocks, uint8_t on,
+                                                                    uint8_t off) {
+  // Lane i shows block bit i >> 2 of the chunk's 8 blocks.
+  const __m256i lane_bit = _mm256_setr_epi8(1, 1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 4, 8, 8, 8, 8, 16, 16, 16, 16,
+                                            32, 32, 32, 32, 64, 64, 64, 64, -128, -128, -128, -128);
+  const __m256i on_v = _mm256_set1_epi8((char)on), off_v = _mm256_set1_epi8((char)off);
+  int32_t k = 0;
+  for (; k + 32 <= count; k += 32) {
+    const __m256i bits = _mm256_set1_epi8((char)(blocks >> ((x + k) >> 2)));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bits, lane_bit), lane_bit);
+    _mm256_storeu_si256((__m256i*)(out + k), _mm256_blendv_epi8(off_v, on_v, set));
+  }
+  return k;
 }
 
 // OR of the 32 bytes of v.
