@@ -325,7 +325,8 @@ HS_HD HS_INLINE void fill_blocks(uint8_t* out, int32_t x, int32_t count, uint64_
   int32_t k = 0;
   for (; k < count && ((x + k) & 3); ++k) out[k] = ((blocks >> ((x + k) >> 2)) & 1) ? on : off;
 #if HS_HOST_SIMD
-  if (hs_simd_available()) k += tia_fill_blocks_avx2(out + k, x + k, count - k, blocks, on, off);
+  if (count - k >= 32 && hs_simd_available())  // a call (no inlining across targets): worth it from one chunk
+    k += tia_fill_blocks_avx2(out + k, x + k, count - k, blocks, on, off);
 #endif
   const uint64_t on4 = on * 0x01010101ull, off4 = off * 0x01010101ull;
   for (; k + 8 <= count; k += 8) {
