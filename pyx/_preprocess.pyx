@@ -295,11 +295,6 @@ def set_simd(on):
     return bool(c_simd_available())
 
 
-def simd_active():
-    """Whether this module's AVX2 fast paths run (the CPU has AVX2 and they are on)."""
-    return bool(c_simd_available())
-
-
 def palette_lookup(table, src, out=None):
     """out[i] = table[src[i]] for a 256-byte table (the vector env's gray capture)."""
     t = np.ascontiguousarray(table, dtype=np.uint8).reshape(-1)
