@@ -21,6 +21,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "simd_lookup.h"
+
 namespace hs {
 namespace pp {
 
@@ -166,23 +168,20 @@ inline void area_gray_simd(const ResizePlan& p, const AreaShuffles& s, const uin
 }
 
 // dst[i] = table[src[i]], i < n, by byte shuffles of 16-entry rows of the table.
-//
-// Even indices (every screen byte but PAL colour loss's) need 8 rows, indexed by
-// h = src >> 1. Row k holds the entries 32k, 32k + 2, ..., stored as differences (row k
-// XOR row k-1): for row k, h - 16k has bit 7 set (a shuffle of 0) exactly when h < 16k,
-// so the rows that contribute are 0 .. h >> 4 and their XOR telescopes to row h >> 4.
-// A block of 32 with an odd index uses 16 rows and the full index: a saturating add of
-// 0x70 to index - 16k sets bit 7 for all indices outside row k.
+// Even indices (every screen byte but PAL colour loss's) look up the even entries, 8 rows
+// indexed by src >> 1 (simd_lookup.h). A block of 32 with an odd index uses 16 rows and
+// the full index: a saturating add of 0x70 to index - 16k sets bit 7 (a shuffle of 0)
+// for all indices outside row k.
 __attribute__((target("avx2"))) inline void palette_lookup_avx2(const uint8_t* table,
                                                                 const uint8_t* src,
                                                                 uint8_t* dst, int n) {
   alignas(16) uint8_t even[8][16];
   for (int k = 0; k < 8; ++k)
-    for (int j = 0; j < 16; ++j)
-      even[k][j] = (uint8_t)(table[32 * k + 2 * j] ^ (k ? table[32 * (k - 1) + 2 * j] : 0));
-  __m256i even_rows[8], rows[16];
-  for (int k = 0; k < 8; ++k)
-    even_rows[k] = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)even[k]));
+    for (int j = 0; j < 16; ++j) even[k][j] = table[32 * k + 2 * j];
+  __m128i even_rows[8];
+  for (int k = 0; k < 8; ++k) even_rows[k] = _mm_load_si128((const __m128i*)even[k]);
+  const ShuffleTable<8> even_table = shuffle_table<8>(even_rows);
+  __m256i rows[16];
   for (int k = 0; k < 16; ++k)
     rows[k] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(table + 16 * k)));
   const __m256i sixteen = _mm256_set1_epi8(16), bias = _mm256_set1_epi8(0x70);
@@ -192,12 +191,8 @@ __attribute__((target("avx2"))) inline void palette_lookup_avx2(const uint8_t* t
     const __m256i bytes = _mm256_loadu_si256((const __m256i*)(src + i));
     __m256i out;
     if (_mm256_movemask_epi8(_mm256_slli_epi16(bytes, 7)) == 0) {  // all indices even
-      __m256i h = _mm256_and_si256(_mm256_srli_epi16(bytes, 1), low7);
-      out = _mm256_shuffle_epi8(even_rows[0], h);
-      for (int k = 1; k < 8; ++k) {
-        h = _mm256_sub_epi8(h, sixteen);
-        out = _mm256_xor_si256(out, _mm256_shuffle_epi8(even_rows[k], h));
-      }
+      const __m256i half = _mm256_and_si256(_mm256_srli_epi16(bytes, 1), low7);
+      out = shuffle_lookup(even_table, shuffle_index<8>(half));
     } else {
       __m256i index = bytes;
       out = _mm256_setzero_si256();

@@ -6,50 +6,18 @@
 // tia_draw_span_reference.
 //
 // The colour loop's lookups are 64-entry byte tables indexed by the object bits v
-// (0..63), done as four 16-byte shuffle rows. Row k is stored as (row k) XOR (row k - 1):
-// v - 16k has bit 7 set (a shuffle gives 0) exactly when v < 16k, so the rows that
-// contribute are 0 .. v >> 4 and their XOR telescopes to row v >> 4.
+// (0..63): four shuffle rows each (simd_lookup.h).
 #pragma once
 
 #include <immintrin.h>
 
+#include "simd_lookup.h"
+
 namespace hs {
-
-struct TiaLookup64 {
-  __m256i row[4];
-};
-
-__attribute__((target("avx2"))) inline TiaLookup64 tia_lookup64(const __m128i rows[4]) {
-  TiaLookup64 l;
-  l.row[0] = _mm256_broadcastsi128_si256(rows[0]);
-  for (int k = 1; k < 4; ++k)
-    l.row[k] = _mm256_broadcastsi128_si256(_mm_xor_si128(rows[k], rows[k - 1]));
-  return l;
-}
-
-// v and v - 16, v - 32, v - 48 for 32 pixels.
-struct TiaIndex {
-  __m256i v[4];
-};
-
-__attribute__((target("avx2"))) inline TiaIndex tia_index(__m256i objects) {
-  TiaIndex ix;
-  ix.v[0] = objects;
-  for (int k = 1; k < 4; ++k) ix.v[k] = _mm256_sub_epi8(ix.v[k - 1], _mm256_set1_epi8(16));
-  return ix;
-}
-
-__attribute__((target("avx2"))) inline __m256i tia_lookup(const TiaLookup64& l, const TiaIndex& ix) {
-  const __m256i a = _mm256_xor_si256(_mm256_shuffle_epi8(l.row[0], ix.v[0]),
-                                     _mm256_shuffle_epi8(l.row[1], ix.v[1]));
-  const __m256i b = _mm256_xor_si256(_mm256_shuffle_epi8(l.row[2], ix.v[2]),
-                                     _mm256_shuffle_epi8(l.row[3], ix.v[3]));
-  return _mm256_xor_si256(a, b);
-}
 
 // kTiaCollisions split into its low and high bytes, as shuffle rows.
 struct TiaCollisionRows {
-  TiaLookup64 low, high;
+  ShuffleTable<4> low, high;
 };
 
 __attribute__((target("avx2"))) inline const TiaCollisionRows& tia_collision_rows() {
@@ -65,8 +33,8 @@ __attribute__((target("avx2"))) inline const TiaCollisionRows& tia_collision_row
       hi[k] = _mm_load_si128((const __m128i*)(high + 16 * k));
     }
     TiaCollisionRows r;
-    r.low = tia_lookup64(lo);
-    r.high = tia_lookup64(hi);
+    r.low = shuffle_table<4>(lo);
+    r.high = shuffle_table<4>(hi);
     return r;
   }();
   return rows;
@@ -120,14 +88,14 @@ __attribute__((target("avx2"))) inline void tia_colour_span_avx2(Tia& t, const u
     __m128i rows[4];
     for (int k = 0; k < 4; ++k)
       rows[k] = _mm_shuffle_epi8(colours, _mm_loadu_si128((const __m128i*)(pick + 16 * k)));
-    const TiaLookup64 colour = tia_lookup64(rows);
+    const ShuffleTable<4> colour = shuffle_table<4>(rows);
     for (int32_t k = begin; k < end; k += 32) {
       const int32_t n = end - k < 32 ? end - k : 32;
-      const TiaIndex ix = tia_index(_mm256_loadu_si256((const __m256i*)(e + k)));
+      const ShuffleIndex<4> ix = shuffle_index<4>(_mm256_loadu_si256((const __m256i*)(e + k)));
       const __m256i lanes = _mm256_loadu_si256((const __m256i*)(keep + 32 - n));
-      hit_low = _mm256_or_si256(hit_low, _mm256_and_si256(lanes, tia_lookup(hits.low, ix)));
-      hit_high = _mm256_or_si256(hit_high, _mm256_and_si256(lanes, tia_lookup(hits.high, ix)));
-      const __m256i pixels = tia_lookup(colour, ix);
+      hit_low = _mm256_or_si256(hit_low, _mm256_and_si256(lanes, shuffle_lookup(hits.low, ix)));
+      hit_high = _mm256_or_si256(hit_high, _mm256_and_si256(lanes, shuffle_lookup(hits.high, ix)));
+      const __m256i pixels = shuffle_lookup(colour, ix);
       if (n == 32) {
         _mm256_storeu_si256((__m256i*)(out + k), pixels);
       } else {  // never write past the span: it ends inside the frame buffer
