@@ -185,6 +185,30 @@ HS_HD HS_NOINLINE TiaPokeResult console_poke_device(Console& c, uint8_t* fb, uin
   return r;
 }
 
+// The iterations of a timer poll `L: LDA/LDX/LDY INTIM; BNE L` ending at `next_pc` that
+// can be run at once (each is two instructions; `left` instructions remain in the
+// budget), and the clock after them. A function of values: had it the bus's address (as
+// a member, or a reference to a field), all of the bus's fields would live in memory
+// (GCC's scalar replacement of aggregates gives up on a struct whose address escapes).
+struct PollSkip {
+  uint32_t iterations, cycles;
+};
+HS_HD HS_NOINLINE PollSkip console_poll_skip(const Console& c, const uint8_t* window, uint32_t window_start,
+                                             uint32_t window_len, uint32_t cycles, uint16_t next_pc,
+                                             uint32_t left) {
+  const PollSkip none = {0, cycles};
+  // The loop's code (the load 3 bytes back, BNE -5 here) must be plain window ROM.
+  const uint32_t first = (uint32_t)((next_pc - 3) & 0x1FFF) - window_start;
+  const uint32_t last = (uint32_t)((next_pc + 1) & 0x1FFF) - window_start;
+  if (first >= window_len || last >= window_len || last < first) return none;
+  if (window[first + 3] != 0xD0 || window[first + 4] != 0xFB) return none;
+  // One iteration: the load (4 cycles) and the taken BNE (3, or 4 across a page).
+  const uint32_t per = 7u + ((((uint32_t)next_pc + 2u) ^ ((uint32_t)next_pc - 3u)) & 0xFF00u ? 1u : 0u);
+  uint32_t k = riot_timer_steady_cycles(c.riot, cycles) / per;
+  if (k > left / 2) k = left / 2;
+  return PollSkip{k, cycles + k * per};
+}
+
 // The CPU's view of the console for one run. m6502_run works on a private copy, so the
 // clock, the data bus value and the ROM window stay in registers; they are written to
 // the Console only around device accesses (and by console_bus_finish).
@@ -253,27 +277,16 @@ struct ConsoleBus {
     else if ((addr & 0x1280) == 0x0080) data_bus = c->riot.ram[addr & 0x7F];
     else {
       data_bus = peek_device(addr);
-      if ((addr & 0x1285) == 0x0284) left -= 2 * poll_skip(next_pc, left);  // INTIM ($284/$286)
+      if ((addr & 0x1285) == 0x0284 && data_bus != 0) {  // INTIM ($284/$286) not yet 0
+        const PollSkip skip = console_poll_skip(*c, window, window_start, window_len, cycles, next_pc, left);
+        if (skip.iterations != 0) {
+          left -= 2 * skip.iterations;
+          cycles = skip.cycles;
+          data_bus = riot_read_timer(c->riot, cycles);
+        }
+      }
     }
     return data_bus;
-  }
-  // Returns the number of iterations run (each is two instructions; `left` instructions
-  // remain in the budget).
-  HS_HD HS_NOINLINE uint32_t poll_skip(uint16_t next_pc, uint32_t left) {
-    if (data_bus == 0) return 0;
-    // The loop's code (the load 3 bytes back, BNE -5 here) must be plain window ROM.
-    const uint32_t first = (uint32_t)((next_pc - 3) & 0x1FFF) - window_start;
-    const uint32_t last = (uint32_t)((next_pc + 1) & 0x1FFF) - window_start;
-    if (first >= window_len || last >= window_len || last < first) return 0;
-    if (window[first + 3] != 0xD0 || window[first + 4] != 0xFB) return 0;
-    // One iteration: the load (4 cycles) and the taken BNE (3, or 4 across a page).
-    const uint32_t per = 7u + ((((uint32_t)next_pc + 2u) ^ ((uint32_t)next_pc - 3u)) & 0xFF00u ? 1u : 0u);
-    uint32_t k = riot_timer_steady_cycles(c->riot, cycles) / per;
-    if (k > left / 2) k = left / 2;
-    if (k == 0) return 0;
-    cycles += k * per;
-    data_bus = riot_read_timer(c->riot, cycles);
-    return k;
   }
   HS_HD HS_INLINE uint8_t peek_device(uint16_t addr) {
     c->cycles = cycles;

@@ -58,7 +58,7 @@ HS_HD HS_INLINE uint8_t bin_to_bcd(int v) {
 struct M6502 {
   uint16_t pc;
   uint8_t a, x, y, sp;
-  uint8_t ir;                    // last opcode fetched
+  uint8_t ir;                    // the JAM opcode that halted the CPU (0 while it runs)
   uint8_t n, v, b, d, i, notz, c;  // flags, each 0 or 1 (notz = Z flag clear)
   uint8_t last_access_was_read;  // always 1 between runs: each instruction starts with a read
   uint8_t jammed;                // a JAM opcode ran: ALE treats it as a fatal error
@@ -96,6 +96,96 @@ HS_HD void m6502_reset(M6502& s, Bus& bus) {
   s.pc = (uint16_t)(lo | (hi << 8));
 }
 
+// Helpers of m6502_run's opcode handlers (called through its macros). N and Z live in one
+// value `nz`: Z is set when its low byte is 0, N when bit 7 or 8 is set (bit 8 lets BIT
+// and PLP set N apart from the byte that decides Z). D and I sit at their P bits in `di`.
+template <class Bus>
+HS_HD HS_INLINE uint16_t m6502_fetch_word(Bus& bus, uint16_t& pc) {
+  const uint16_t lo = bus.peek(pc);
+  const uint16_t hi = bus.peek((uint16_t)(pc + 1));
+  pc = (uint16_t)(pc + 2);
+  return (uint16_t)(lo | (hi << 8));
+}
+template <class Bus>
+HS_HD HS_INLINE uint16_t m6502_pull(Bus& bus, uint8_t& sp) {
+  const uint8_t value = bus.peek_low((uint16_t)(0x100 + sp));
+  sp = (uint8_t)(sp + 1);
+  return value;
+}
+template <class Bus>
+HS_HD HS_INLINE void m6502_branch(Bus& bus, uint16_t& pc, uint8_t displacement) {
+  const uint16_t target = (uint16_t)(pc + (int8_t)displacement);
+  bus.add_cycles(((pc ^ target) & 0xFF00) ? 2 : 1);
+  pc = target;
+}
+HS_HD HS_INLINE uint8_t m6502_packed_status(uint32_t nz, uint8_t v, uint8_t di, uint8_t c) {
+  // B always reads as set on the 6507 (ALE)
+  return (uint8_t)(P_U | P_B | ((nz & 0x180) ? P_N : 0) | (v << 6) | di | ((nz & 0xFF) ? 0 : P_Z) | c);
+}
+HS_HD HS_INLINE void m6502_unpack_status(uint8_t p, uint32_t& nz, uint8_t& v, uint8_t& di, uint8_t& c) {
+  nz = ((uint32_t)(p & P_N) << 1) | ((p & P_Z) ? 0u : 1u);
+  v = (p >> 6) & 1;
+  di = p & (P_D | P_I);
+  c = p & 1;
+}
+HS_HD HS_INLINE void m6502_compare(uint8_t reg, uint8_t value, uint32_t& nz, uint8_t& c) {
+  const uint16_t r = (uint16_t)(reg - value);
+  nz = r & 0xFF;
+  c = !(r & 0x100);
+}
+HS_HD HS_INLINE void m6502_adc(uint8_t value, uint8_t& a, uint8_t& c, uint8_t& v, uint32_t& nz, uint8_t di) {
+  if (!(di & P_D)) {
+    const int sum_signed = (int8_t)a + (int8_t)value + c;
+    v = sum_signed > 127 || sum_signed < -128;
+    const int sum = a + value + c;
+    a = (uint8_t)sum;
+    c = sum > 0xFF;
+    nz = a;
+  } else {  // ALE: BCD tables; N, V, Z from the BCD result (not NMOS silicon)
+    const uint8_t old_a = a;
+    const int sum = bcd_to_bin(a) + bcd_to_bin(value) + c;
+    c = sum > 99;
+    a = bin_to_bcd(sum & 0xFF);
+    nz = a;
+    v = ((old_a ^ a) & 0x80) && ((a ^ value) & 0x80);
+  }
+}
+HS_HD HS_INLINE void m6502_sbc(uint8_t value, uint8_t& a, uint8_t& c, uint8_t& v, uint32_t& nz, uint8_t di) {
+  if (!(di & P_D)) {
+    const uint8_t inv = (uint8_t)~value;
+    const int diff_signed = (int8_t)a + (int8_t)inv + c;
+    v = diff_signed > 127 || diff_signed < -128;
+    const int diff = a + inv + c;
+    a = (uint8_t)diff;
+    c = diff > 0xFF;
+    nz = a;
+  } else {
+    const uint8_t old_a = a;
+    int diff = bcd_to_bin(a) - bcd_to_bin(value) - (c ? 0 : 1);
+    if (diff < 0) diff += 100;
+    a = bin_to_bcd(diff);
+    nz = a;
+    c = old_a >= value + (c ? 0 : 1);
+    v = ((old_a ^ a) & 0x80) && ((a ^ value) & 0x80);
+  }
+}
+HS_HD HS_INLINE void m6502_arr(uint8_t value, uint8_t& a, uint8_t& c, uint8_t& v, uint32_t& nz, uint8_t di) {
+  if (!(di & P_D)) {
+    a &= value;
+    a = (uint8_t)((a >> 1) | (c << 7));
+    c = (a >> 6) & 1;
+    v = ((a >> 6) ^ (a >> 5)) & 1;
+    nz = a;
+  } else {  // ALE's decimal ARR (from 64doc)
+    const uint8_t anded = a & value;
+    a = (uint8_t)((anded >> 1) | (c << 7));
+    nz = ((uint32_t)c << 8) | (a != 0 ? 1u : 0u);  // N from the carry in, Z from this a
+    v = ((anded ^ a) & 0x40) != 0;
+    if (((anded & 0x0F) + (anded & 0x01)) > 0x05) a = (uint8_t)((a & 0xF0) | ((a + 0x06) & 0x0F));
+    if (((anded & 0xF0) + (anded & 0x10)) > 0x50) { a = (uint8_t)(a + 0x60); c = 1; } else { c = 0; }
+  }
+}
+
 // Opcode dispatch: host compilers with labels as values (GCC, Clang) jump from handler to
 // handler; CUDA (nvcc, NVRTC), HS_SWITCH_DISPATCH builds and m6502_run<Bus, true> use the
 // switch. The handlers (m6502_ops.inc) are the same code either way; the CPU tests run both.
@@ -119,7 +209,6 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
   // A private copy of the bus (its address never escapes) lets the compiler keep its
   // fields in registers; it is copied back at the end.
   Bus bus = bus_in;
-  bool jammed = false;
   // Registers live in locals for the loop; written back once at the end.
   uint16_t pc = s.pc;
   uint8_t a = s.a, x = s.x, y = s.y, sp = s.sp;
@@ -128,111 +217,58 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
   // N and Z in one value: Z is set when its low byte is 0, N when bit 7 or 8 is set
   // (bit 8 lets BIT and PLP set N apart from the byte that decides Z).
   uint32_t nz = ((uint32_t)s.n << 8) | s.notz;
-  uint8_t ir = s.ir;
   uint32_t left = max_instructions;  // instructions still allowed
   // A write that ends the run sets `left` to 0 (one test per instruction) and keeps the
   // real count here.
   const uint32_t kNotStopped = 0xFFFFFFFFu;
   uint32_t left_at_stop = kNotStopped;
 
-  auto rd = [&](uint16_t address) HS_LAMBDA_INLINE -> uint8_t { return bus.peek(address); };
-  auto rd_low = [&](uint16_t address) HS_LAMBDA_INLINE -> uint8_t { return bus.peek_low(address); };
-  // An absolute load (LDA/LDX/LDY abs): the bus may recognise a loop that polls a
-  // timer and run its iterations in one step (Bus::peek_poll; pc is past the operand).
-  auto rd_poll = [&](uint16_t address) HS_LAMBDA_INLINE -> uint8_t { return bus.peek_poll(address, pc, left); };
+  // The handlers' vocabulary (m6502_ops.inc): rd, rd_low, rd_poll, wr, wr_low, fetch_word,
+  // push, push_after_write, pull, set_nz, status_byte, set_status_byte, compare, branch,
+  // adc, sbc, arr. Macros over the m6502_* helpers above rather than lambdas: a lambda made
+  // here holds the addresses of the state it captures in every handler, across the
+  // computed gotos, where GCC cannot fold them away; the bus and nz then stay in memory
+  // (the bus is not split into registers at all), and every instruction pays for it.
+  // All are #undef'd at the end of this function.
   // Writes tell the bus whether the previous access was a read (the TIA's WSYNC asks).
   // Every instruction starts with the opcode read, and only JSR and BRK write twice in a
   // row (their later pushes use push_after_write), so a write follows a read otherwise.
-  // (The stop test is spelled out in each writer: a shared lambda cost GCC 2% more
-  // instructions per frame, act_core.py --instructions.)
-  auto wr = [&](uint16_t address, uint8_t value) HS_LAMBDA_INLINE {
-    if (bus.poke(address, value, true)) { left_at_stop = left; left = 0; }
-  };
-  auto wr_low = [&](uint16_t address, uint8_t value) HS_LAMBDA_INLINE {
-    if (bus.poke_low(address, value, true)) { left_at_stop = left; left = 0; }
-  };
-  auto fetch_word = [&]() HS_LAMBDA_INLINE -> uint16_t {
-    uint16_t lo = rd(pc);
-    uint16_t hi = rd((uint16_t)(pc + 1));
-    pc = (uint16_t)(pc + 2);
-    return (uint16_t)(lo | (hi << 8));
-  };
-  auto push = [&](uint8_t value) HS_LAMBDA_INLINE { wr_low((uint16_t)(0x100 + sp), value); sp = (uint8_t)(sp - 1); };
-  auto push_after_write = [&](uint8_t value) HS_LAMBDA_INLINE {
-    if (bus.poke_low((uint16_t)(0x100 + sp), value, false)) { left_at_stop = left; left = 0; }
-    sp = (uint8_t)(sp - 1);
-  };
-  auto pull = [&]() HS_LAMBDA_INLINE -> uint16_t { uint8_t value = rd_low((uint16_t)(0x100 + sp)); sp = (uint8_t)(sp + 1); return value; };
-  auto set_nz = [&](uint8_t value) HS_LAMBDA_INLINE { nz = value; };
-  auto status_byte = [&]() HS_LAMBDA_INLINE -> uint8_t {
-    // B always reads as set on the 6507 (ALE)
-    return (uint8_t)(P_U | P_B | ((nz & 0x180) ? P_N : 0) | (v << 6) | di | ((nz & 0xFF) ? 0 : P_Z) | c);
-  };
-  auto set_status_byte = [&](uint8_t p) HS_LAMBDA_INLINE {
-    nz = ((uint32_t)(p & P_N) << 1) | ((p & P_Z) ? 0u : 1u);
-    v = (p >> 6) & 1; di = p & (P_D | P_I); c = p & 1;
-  };
-  auto compare = [&](uint8_t reg, uint8_t value) HS_LAMBDA_INLINE {
-    uint16_t r = (uint16_t)(reg - value);
-    nz = r & 0xFF; c = !(r & 0x100);
-  };
-  auto branch = [&](uint8_t displacement) HS_LAMBDA_INLINE {
-    uint16_t target = (uint16_t)(pc + (int8_t)displacement);
-    bus.add_cycles(((pc ^ target) & 0xFF00) ? 2 : 1);
-    pc = target;
-  };
-  auto adc = [&](uint8_t value) HS_LAMBDA_INLINE {
-    if (!(di & P_D)) {
-      int sum_signed = (int8_t)a + (int8_t)value + c;
-      v = sum_signed > 127 || sum_signed < -128;
-      int sum = a + value + c;
-      a = (uint8_t)sum;
-      c = sum > 0xFF;
-      set_nz(a);
-    } else {  // ALE: BCD tables; N, V, Z from the BCD result (not NMOS silicon)
-      uint8_t old_a = a;
-      int sum = bcd_to_bin(a) + bcd_to_bin(value) + c;
-      c = sum > 99;
-      a = bin_to_bcd(sum & 0xFF);
-      set_nz(a);
-      v = ((old_a ^ a) & 0x80) && ((a ^ value) & 0x80);
-    }
-  };
-  auto sbc = [&](uint8_t value) HS_LAMBDA_INLINE {
-    if (!(di & P_D)) {
-      uint8_t inv = (uint8_t)~value;
-      int diff_signed = (int8_t)a + (int8_t)inv + c;
-      v = diff_signed > 127 || diff_signed < -128;
-      int diff = a + inv + c;
-      a = (uint8_t)diff;
-      c = diff > 0xFF;
-      set_nz(a);
-    } else {
-      uint8_t old_a = a;
-      int diff = bcd_to_bin(a) - bcd_to_bin(value) - (c ? 0 : 1);
-      if (diff < 0) diff += 100;
-      a = bin_to_bcd(diff);
-      set_nz(a);
-      c = old_a >= value + (c ? 0 : 1);
-      v = ((old_a ^ a) & 0x80) && ((a ^ value) & 0x80);
-    }
-  };
-  auto arr = [&](uint8_t value) HS_LAMBDA_INLINE {
-    if (!(di & P_D)) {
-      a &= value;
-      a = (uint8_t)((a >> 1) | (c << 7));
-      c = (a >> 6) & 1;
-      v = ((a >> 6) ^ (a >> 5)) & 1;
-      set_nz(a);
-    } else {  // ALE's decimal ARR (from 64doc)
-      uint8_t anded = a & value;
-      a = (uint8_t)((anded >> 1) | (c << 7));
-      nz = ((uint32_t)c << 8) | (a != 0 ? 1u : 0u);  // N from the carry in, Z from this a
-      v = ((anded ^ a) & 0x40) != 0;
-      if (((anded & 0x0F) + (anded & 0x01)) > 0x05) a = (uint8_t)((a & 0xF0) | ((a + 0x06) & 0x0F));
-      if (((anded & 0xF0) + (anded & 0x10)) > 0x50) { a = (uint8_t)(a + 0x60); c = 1; } else { c = 0; }
-    }
-  };
+  // A write that ends the run zeroes `left` (one test per instruction) and keeps the real
+  // count in left_at_stop.
+#define HS_STOP_IF(stopped) \
+  do {                      \
+    if (stopped) {          \
+      left_at_stop = left;  \
+      left = 0;             \
+    }                       \
+  } while (0)
+#define rd(address) bus.peek((uint16_t)(address))
+#define rd_low(address) bus.peek_low((uint16_t)(address))
+  // An absolute load (LDA/LDX/LDY abs): the bus may recognise a loop that polls a timer
+  // and run its iterations in one step (Bus::peek_poll; pc is past the operand).
+#define rd_poll(address) bus.peek_poll((uint16_t)(address), pc, left)
+#define wr(address, value) HS_STOP_IF(bus.poke((uint16_t)(address), (uint8_t)(value), true))
+#define wr_low(address, value) HS_STOP_IF(bus.poke_low((uint16_t)(address), (uint8_t)(value), true))
+#define fetch_word() m6502_fetch_word(bus, pc)
+#define push(value)                  \
+  do {                               \
+    wr_low(0x100 + sp, value);       \
+    sp = (uint8_t)(sp - 1);          \
+  } while (0)
+#define push_after_write(value)                                                     \
+  do {                                                                              \
+    HS_STOP_IF(bus.poke_low((uint16_t)(0x100 + sp), (uint8_t)(value), false));      \
+    sp = (uint8_t)(sp - 1);                                                         \
+  } while (0)
+#define pull() m6502_pull(bus, sp)
+#define set_nz(value) (nz = (uint8_t)(value))
+#define status_byte() m6502_packed_status(nz, v, di, c)
+#define set_status_byte(p) m6502_unpack_status((uint8_t)(p), nz, v, di, c)
+#define compare(reg, value) m6502_compare((uint8_t)(reg), (uint8_t)(value), nz, c)
+#define branch(displacement) m6502_branch(bus, pc, (uint8_t)(displacement))
+#define adc(value) m6502_adc((uint8_t)(value), a, c, v, nz, di)
+#define sbc(value) m6502_sbc((uint8_t)(value), a, c, v, nz, di)
+#define arr(value) m6502_arr((uint8_t)(value), a, c, v, nz, di)
 
   uint16_t addr = 0;    // effective address of the instruction running
   uint8_t operand = 0;  // its operand
@@ -241,13 +277,13 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
   if (left != 0) {
 #if HS_THREADED_DISPATCH
 #define HS_OP(code, label) label:
-#define HS_DISPATCH() \
-  do {                \
-    HS_PC_HOOK_CALL;  \
-    ir = rd(pc);      \
-    pc = (uint16_t)(pc + 1); \
-    --left;           \
-    goto* kDispatch[ir]; \
+#define HS_DISPATCH()                 \
+  do {                                \
+    HS_PC_HOOK_CALL;                  \
+    const uint8_t opcode = rd(pc);    \
+    pc = (uint16_t)(pc + 1);          \
+    --left;                           \
+    goto* kDispatch[opcode];          \
   } while (0)
 #define HS_NEXT()            \
   do {                       \
@@ -262,10 +298,6 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
       };
       HS_DISPATCH();
 #include "m6502_ops.inc"
-    op_jam:  // the 12 JAM opcodes: ALE stops the CPU with a fatal error
-      bus.add_cycles(kM6502Cycles[ir]);
-      jammed = true;
-      goto done;
     } else  // NOLINT: the switch below is this else branch
 #undef HS_DISPATCH
 #undef HS_OP
@@ -276,15 +308,11 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
     {
       for (;;) {
         HS_PC_HOOK_CALL;
-        ir = rd(pc);
+        const uint8_t opcode = rd(pc);
         pc = (uint16_t)(pc + 1);
         --left;
-        switch (ir) {
+        switch (opcode) {
 #include "m6502_ops.inc"
-          default:  // the 12 JAM opcodes: ALE stops the CPU with a fatal error
-            bus.add_cycles(kM6502Cycles[ir]);
-            jammed = true;
-            goto done;
         }
         if (left == 0) break;
       }
@@ -296,14 +324,31 @@ done:
   if (left_at_stop != kNotStopped) left = left_at_stop;
   const uint32_t count = max_instructions - left;
   bus_in = bus;
-  s.jammed = jammed ? 1 : 0;
 
-  s.pc = pc; s.a = a; s.x = x; s.y = y; s.sp = sp; s.ir = ir;
+  s.pc = pc; s.a = a; s.x = x; s.y = y; s.sp = sp;
   s.n = (nz & 0x180) ? 1 : 0; s.v = v; s.b = 1; s.d = (di & P_D) ? 1 : 0; s.i = (di & P_I) ? 1 : 0;
   s.notz = (nz & 0xFF) ? 1 : 0; s.c = c;
   s.last_access_was_read = 1;  // what the next instruction's first write sees (see wr)
   return count;
 }
+#undef HS_STOP_IF
+#undef rd
+#undef rd_low
+#undef rd_poll
+#undef wr
+#undef wr_low
+#undef fetch_word
+#undef push
+#undef push_after_write
+#undef pull
+#undef set_nz
+#undef status_byte
+#undef set_status_byte
+#undef compare
+#undef branch
+#undef adc
+#undef sbc
+#undef arr
 
 // A flat 64 KiB memory with no I/O, for CPU tests (Klaus Dormann, SingleStepTests).
 struct FlatBus {
