@@ -228,6 +228,7 @@ struct ConsoleBus {
   // is refreshed after every other cartridge access.
   const uint8_t* window;
   uint32_t window_start, window_len;
+  uint32_t code_len;  // window_len - 2 (0 for an empty window): where a 3-byte instruction fits
 
   HS_HD HS_INLINE void refresh_window() {
     const Cart& k = c->cart;
@@ -248,7 +249,17 @@ struct ConsoleBus {
     }
     window = bank + (k.type == CART_2K ? 0u : lo);
     window_start = 0x1000u + lo;
+    code_len = window_len >= 2 ? window_len - 2 : 0;
   }
+  // The instruction at pc, when all of its (up to 3) bytes are in the window.
+  HS_HD HS_INLINE const uint8_t* code_at(uint16_t pc) const {
+    const uint32_t from_window = (uint32_t)(pc & 0x1FFF) - window_start;
+    if (from_window >= code_len) return nullptr;
+    const uint8_t* code = window + from_window;
+    HS_ASSUME(code != nullptr);  // spares m6502_fetch's test of it
+    return code;
+  }
+  HS_HD HS_INLINE void latch(uint8_t value) { data_bus = value; }
 
   // Address decoding on A12, A7 and A9 (13-bit bus); devices see the full address.
   HS_HD HS_INLINE uint8_t peek(uint16_t addr) {

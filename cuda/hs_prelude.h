@@ -28,15 +28,20 @@ typedef unsigned long long uint64_t;
 #define HS_NOINLINE __noinline__
 #define HS_LAMBDA_INLINE
 #define HS_CONSTANT __constant__
+#define HS_ASSUME(condition) ((void)0)
 #else
 #define HS_GPU 0
 #define HS_HD
 #define HS_INLINE inline __attribute__((always_inline))
 #define HS_NOINLINE __attribute__((noinline))
-// The CPU's access helpers are lambdas called from ~600 places in the opcode switch;
-// without this GCC keeps them as calls.
+// Small lambdas in hot loops (the TIA's); without this GCC may keep them as calls.
 #define HS_LAMBDA_INLINE __attribute__((always_inline))
 #define HS_CONSTANT
+// A fact the optimizer may rely on (a false one is undefined behaviour).
+#define HS_ASSUME(condition) \
+  do {                       \
+    if (!(condition)) __builtin_unreachable(); \
+  } while (0)
 #endif
 
 #if defined(_OPENMP)

@@ -11,6 +11,10 @@
 //                                                      // TIA ended a frame)
 //   bool    poke_low(uint16_t addr, uint8_t v, bool last_access_was_read);  // below $200
 //   void    add_cycles(uint32_t n);                    // advance the system clock (CPU cycles)
+//   const uint8_t* code_at(uint16_t pc);               // the 3 bytes at pc when reading them has
+//                                                      // no side effects (plain ROM), else null
+//   void    latch(uint8_t v);                          // a read through code_at's pointer: the
+//                                                      // data bus takes its value
 // The console bus lives in console.h; FlatBus below is a 64 KiB test memory.
 // Timing model (ALE_FACTS.md): the opcode's whole base cycle count is charged right
 // after the opcode fetch (first thing in each handler of m6502_ops.inc), so the TIA and
@@ -99,11 +103,27 @@ HS_HD void m6502_reset(M6502& s, Bus& bus) {
 // Helpers of m6502_run's opcode handlers (called through its macros). N and Z live in one
 // value `nz`: Z is set when its low byte is 0, N when bit 7 or 8 is set (bit 8 lets BIT
 // and PLP set N apart from the byte that decides Z). D and I sit at their P bits in `di`.
+// Instruction bytes. When the whole instruction (up to 3 bytes) lies in plain ROM, the
+// opcode fetch leaves `code` pointing past the opcode and the operands are read through
+// it, without decoding their addresses again; otherwise `code` is null and they are read
+// through the bus like any byte. Nothing an instruction does before its last operand
+// fetch can switch banks (only its data accesses can), so the pointer stays valid.
 template <class Bus>
-HS_HD HS_INLINE uint16_t m6502_fetch_word(Bus& bus, uint16_t& pc) {
-  const uint16_t lo = bus.peek(pc);
-  const uint16_t hi = bus.peek((uint16_t)(pc + 1));
-  pc = (uint16_t)(pc + 2);
+HS_HD HS_INLINE uint8_t m6502_fetch(Bus& bus, uint16_t& pc, const uint8_t*& code) {
+  uint8_t value;
+  if (code != nullptr) {
+    value = *code++;
+    bus.latch(value);
+  } else {
+    value = bus.peek(pc);
+  }
+  pc = (uint16_t)(pc + 1);
+  return value;
+}
+template <class Bus>
+HS_HD HS_INLINE uint16_t m6502_fetch_word(Bus& bus, uint16_t& pc, const uint8_t*& code) {
+  const uint16_t lo = m6502_fetch(bus, pc, code);
+  const uint16_t hi = m6502_fetch(bus, pc, code);
   return (uint16_t)(lo | (hi << 8));
 }
 template <class Bus>
@@ -223,7 +243,7 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
   const uint32_t kNotStopped = 0xFFFFFFFFu;
   uint32_t left_at_stop = kNotStopped;
 
-  // The handlers' vocabulary (m6502_ops.inc): rd, rd_low, rd_poll, wr, wr_low, fetch_word,
+  // The handlers' vocabulary (m6502_ops.inc): fetch, fetch_word, rd, rd_low, rd_poll, wr, wr_low,
   // push, push_after_write, pull, set_nz, status_byte, set_status_byte, compare, branch,
   // adc, sbc, arr. Macros over the m6502_* helpers above rather than lambdas: a lambda made
   // here holds the addresses of the state it captures in every handler, across the
@@ -242,6 +262,8 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
       left = 0;             \
     }                       \
   } while (0)
+#define fetch() m6502_fetch(bus, pc, code)
+#define fetch_word() m6502_fetch_word(bus, pc, code)
 #define rd(address) bus.peek((uint16_t)(address))
 #define rd_low(address) bus.peek_low((uint16_t)(address))
   // An absolute load (LDA/LDX/LDY abs): the bus may recognise a loop that polls a timer
@@ -249,7 +271,6 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
 #define rd_poll(address) bus.peek_poll((uint16_t)(address), pc, left)
 #define wr(address, value) HS_STOP_IF(bus.poke((uint16_t)(address), (uint8_t)(value), true))
 #define wr_low(address, value) HS_STOP_IF(bus.poke_low((uint16_t)(address), (uint8_t)(value), true))
-#define fetch_word() m6502_fetch_word(bus, pc)
 #define push(value)                  \
   do {                               \
     wr_low(0x100 + sp, value);       \
@@ -270,6 +291,7 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
 #define sbc(value) m6502_sbc((uint8_t)(value), a, c, v, nz, di)
 #define arr(value) m6502_arr((uint8_t)(value), a, c, v, nz, di)
 
+  const uint8_t* code = nullptr;  // the running instruction's next byte (m6502_fetch)
   uint16_t addr = 0;    // effective address of the instruction running
   uint8_t operand = 0;  // its operand
   (void)addr;
@@ -280,8 +302,8 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
 #define HS_DISPATCH()                 \
   do {                                \
     HS_PC_HOOK_CALL;                  \
-    const uint8_t opcode = rd(pc);    \
-    pc = (uint16_t)(pc + 1);          \
+    code = bus.code_at(pc);           \
+    const uint8_t opcode = fetch();   \
     --left;                           \
     goto* kDispatch[opcode];          \
   } while (0)
@@ -308,8 +330,8 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
     {
       for (;;) {
         HS_PC_HOOK_CALL;
-        const uint8_t opcode = rd(pc);
-        pc = (uint16_t)(pc + 1);
+        code = bus.code_at(pc);
+        const uint8_t opcode = fetch();
         --left;
         switch (opcode) {
 #include "m6502_ops.inc"
@@ -332,6 +354,7 @@ done:
   return count;
 }
 #undef HS_STOP_IF
+#undef fetch
 #undef rd
 #undef rd_low
 #undef rd_poll
@@ -360,6 +383,8 @@ struct FlatBus {
   HS_HD HS_INLINE bool poke(uint16_t address, uint8_t value, bool) { mem[address] = value; return false; }
   HS_HD HS_INLINE bool poke_low(uint16_t address, uint8_t value, bool) { mem[address] = value; return false; }
   HS_HD HS_INLINE void add_cycles(uint32_t k) { cycles += k; }
+  HS_HD HS_INLINE const uint8_t* code_at(uint16_t address) { return address <= 0xFFFD ? mem + address : nullptr; }
+  HS_HD HS_INLINE void latch(uint8_t) {}
 };
 
 }  // namespace hs

@@ -24,16 +24,16 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 # Each snippet leaves the effective address in `addr` and, for r/m, the value in `operand`.
 MODE_CODE = {
     "imp": "",
-    "imm": "operand = rd(pc); pc = (uint16_t)(pc + 1);",
-    "zp": "addr = rd(pc); pc = (uint16_t)(pc + 1);",
-    "zpx": "addr = (uint8_t)(rd(pc) + x); pc = (uint16_t)(pc + 1);",
-    "zpy": "addr = (uint8_t)(rd(pc) + y); pc = (uint16_t)(pc + 1);",
+    "imm": "operand = fetch();",
+    "zp": "addr = fetch();",
+    "zpx": "addr = (uint8_t)(fetch() + x);",
+    "zpy": "addr = (uint8_t)(fetch() + y);",
     "abs": "addr = fetch_word();",
     "absx": "addr = fetch_word();",
     "absy": "addr = fetch_word();",
-    "indx": "{ uint16_t ptr = (uint8_t)(rd(pc) + x); pc = (uint16_t)(pc + 1);"
+    "indx": "{ uint16_t ptr = (uint8_t)(fetch() + x);"
             " addr = (uint16_t)(rd_low(ptr) | (rd_low((uint16_t)(ptr + 1)) << 8)); }",
-    "indy": "{ uint16_t ptr = rd(pc); pc = (uint16_t)(pc + 1);"
+    "indy": "{ uint16_t ptr = fetch();"
             " addr = (uint16_t)(rd_low(ptr) | (rd_low((uint16_t)(ptr + 1)) << 8)); }",
     "ind": "{ uint16_t ptr = fetch_word();"
            " uint16_t hi = ((ptr ^ (ptr + 1)) & 0xFF00) ? (uint16_t)(ptr & 0xFF00) : (uint16_t)(ptr + 1);"
@@ -54,7 +54,7 @@ OPS = {
     "BCC": ("b", "!c"), "BCS": ("b", "c"), "BEQ": ("b", "!(nz & 0xFF)"), "BNE": ("b", "nz & 0xFF"),
     "BMI": ("b", "nz & 0x180"), "BPL": ("b", "!(nz & 0x180)"), "BVC": ("b", "!v"), "BVS": ("b", "v"),
     "BIT": ("r", "nz = (uint32_t)(a & operand) | ((uint32_t)(operand & 0x80) << 1); v = (operand >> 6) & 1;"),
-    "BRK": ("i", "rd(pc); pc = (uint16_t)(pc + 1); push((uint8_t)(pc >> 8));"
+    "BRK": ("i", "fetch(); push((uint8_t)(pc >> 8));"
                  " push_after_write((uint8_t)pc); push_after_write(status_byte()); di |= P_I;"
                  " pc = (uint16_t)(rd(0xFFFE) | (rd(0xFFFF) << 8));"),
     "CLC": ("i", "c = 0;"), "CLD": ("i", "di &= (uint8_t)~P_D;"), "CLI": ("i", "di &= (uint8_t)~P_I;"), "CLV": ("i", "v = 0;"),
@@ -72,8 +72,8 @@ OPS = {
     "INY": ("i", "y = (uint8_t)(y + 1); set_nz(y);"),
     "ISB": ("m", "operand = (uint8_t)(operand + 1); wr(addr, operand); sbc(operand);"),
     "JMP": ("w", "pc = addr;"),
-    "JSR": ("i", "{ uint8_t lo = rd(pc); pc = (uint16_t)(pc + 1); rd_low((uint16_t)(0x100 + sp));"
-                 " push((uint8_t)(pc >> 8)); push_after_write((uint8_t)pc); pc = (uint16_t)(lo | (rd(pc) << 8)); }"),
+    "JSR": ("i", "{ uint8_t lo = fetch(); rd_low((uint16_t)(0x100 + sp));"
+                 " push((uint8_t)(pc >> 8)); push_after_write((uint8_t)pc); uint8_t hi = fetch(); pc = (uint16_t)(lo | (hi << 8)); }"),
     "LAS": ("r", "a = x = sp = (uint8_t)(sp & operand); set_nz(a);"),
     "LAX": ("r", "a = x = operand; set_nz(a);"),
     "LDA": ("r", "a = operand; set_nz(a);"),
