@@ -103,6 +103,7 @@ HS_HD void m6502_reset(M6502& s, Bus& bus) {
 // Helpers of m6502_run's opcode handlers (called through its macros). N and Z live in one
 // value `nz`: Z is set when its low byte is 0, N when bit 7 or 8 is set (bit 8 lets BIT
 // and PLP set N apart from the byte that decides Z). D and I sit at their P bits in `di`.
+
 // Instruction bytes. When the whole instruction (up to 3 bytes) lies in plain ROM, the
 // opcode fetch leaves `code` pointing past the opcode and the operands are read through
 // it, without decoding their addresses again; otherwise `code` is null and they are read
@@ -153,14 +154,18 @@ HS_HD HS_INLINE void m6502_compare(uint8_t reg, uint8_t value, uint32_t& nz, uin
   nz = r & 0xFF;
   c = !(r & 0x100);
 }
+// Binary ADC; binary SBC is the same sum with the operand's complement.
+HS_HD HS_INLINE void m6502_add_binary(uint8_t value, uint8_t& a, uint8_t& c, uint8_t& v, uint32_t& nz) {
+  const int sum_signed = (int8_t)a + (int8_t)value + c;
+  v = sum_signed > 127 || sum_signed < -128;
+  const int sum = a + value + c;
+  a = (uint8_t)sum;
+  c = sum > 0xFF;
+  nz = a;
+}
 HS_HD HS_INLINE void m6502_adc(uint8_t value, uint8_t& a, uint8_t& c, uint8_t& v, uint32_t& nz, uint8_t di) {
   if (!(di & P_D)) {
-    const int sum_signed = (int8_t)a + (int8_t)value + c;
-    v = sum_signed > 127 || sum_signed < -128;
-    const int sum = a + value + c;
-    a = (uint8_t)sum;
-    c = sum > 0xFF;
-    nz = a;
+    m6502_add_binary(value, a, c, v, nz);
   } else {  // ALE: BCD tables; N, V, Z from the BCD result (not NMOS silicon)
     const uint8_t old_a = a;
     const int sum = bcd_to_bin(a) + bcd_to_bin(value) + c;
@@ -172,13 +177,7 @@ HS_HD HS_INLINE void m6502_adc(uint8_t value, uint8_t& a, uint8_t& c, uint8_t& v
 }
 HS_HD HS_INLINE void m6502_sbc(uint8_t value, uint8_t& a, uint8_t& c, uint8_t& v, uint32_t& nz, uint8_t di) {
   if (!(di & P_D)) {
-    const uint8_t inv = (uint8_t)~value;
-    const int diff_signed = (int8_t)a + (int8_t)inv + c;
-    v = diff_signed > 127 || diff_signed < -128;
-    const int diff = a + inv + c;
-    a = (uint8_t)diff;
-    c = diff > 0xFF;
-    nz = a;
+    m6502_add_binary((uint8_t)~value, a, c, v, nz);
   } else {
     const uint8_t old_a = a;
     int diff = bcd_to_bin(a) - bcd_to_bin(value) - (c ? 0 : 1);
