@@ -233,17 +233,13 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
   uint8_t a = s.a, x = s.x, y = s.y, sp = s.sp;
   uint8_t v = s.v, c = s.c;
   uint8_t di = (uint8_t)((s.d ? P_D : 0) | (s.i ? P_I : 0));  // D and I at their P bits
-  // N and Z in one value: Z is set when its low byte is 0, N when bit 7 or 8 is set
-  // (bit 8 lets BIT and PLP set N apart from the byte that decides Z).
-  uint32_t nz = ((uint32_t)s.n << 8) | s.notz;
+  uint32_t nz = ((uint32_t)s.n << 8) | s.notz;  // N and Z (see the helpers above)
   uint32_t left = max_instructions;  // instructions still allowed
-  // A write that ends the run sets `left` to 0 (one test per instruction) and keeps the
-  // real count here.
   const uint32_t kNotStopped = 0xFFFFFFFFu;
   uint32_t left_at_stop = kNotStopped;
 
-  // The handlers' vocabulary (m6502_ops.inc): fetch, fetch_word, rd, rd_low, rd_poll, wr, wr_low,
-  // push, push_after_write, pull, set_nz, status_byte, set_status_byte, compare, branch,
+  // The handlers' vocabulary (m6502_ops.inc): fetch, fetch_word, rd, rd_low, rd_poll, wr,
+  // wr_low, push, push_after_write, pull, set_nz, status_byte, set_status_byte, compare, branch,
   // adc, sbc, arr. Macros over the m6502_* helpers above rather than lambdas: a lambda made
   // here holds the addresses of the state it captures in every handler, across the
   // computed gotos, where GCC cannot fold them away; the bus and nz then stay in memory
@@ -262,6 +258,7 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
     }                       \
   } while (0)
 #define fetch() m6502_fetch(bus, pc, code)
+#define fetch_opcode() (code = bus.code_at(pc), fetch())
 #define fetch_word() m6502_fetch_word(bus, pc, code)
 #define rd(address) bus.peek((uint16_t)(address))
 #define rd_low(address) bus.peek_low((uint16_t)(address))
@@ -297,14 +294,13 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
   (void)operand;
   if (left != 0) {
 #if HS_THREADED_DISPATCH
-#define HS_OP(code, label) label:
-#define HS_DISPATCH()                 \
-  do {                                \
-    HS_PC_HOOK_CALL;                  \
-    code = bus.code_at(pc);           \
-    const uint8_t opcode = fetch();   \
-    --left;                           \
-    goto* kDispatch[opcode];          \
+#define HS_OP(opcode_value, label) label:
+#define HS_DISPATCH()                    \
+  do {                                   \
+    HS_PC_HOOK_CALL;                     \
+    const uint8_t opcode = fetch_opcode(); \
+    --left;                              \
+    goto* kDispatch[opcode];             \
   } while (0)
 #define HS_NEXT()            \
   do {                       \
@@ -324,13 +320,12 @@ HS_HD uint32_t m6502_run(M6502& s, Bus& bus_in, uint32_t max_instructions) {
 #undef HS_OP
 #undef HS_NEXT
 #endif
-#define HS_OP(code, label) case code:
+#define HS_OP(opcode_value, label) case opcode_value:
 #define HS_NEXT() break
     {
       for (;;) {
         HS_PC_HOOK_CALL;
-        code = bus.code_at(pc);
-        const uint8_t opcode = fetch();
+        const uint8_t opcode = fetch_opcode();
         --left;
         switch (opcode) {
 #include "m6502_ops.inc"
@@ -354,6 +349,7 @@ done:
 }
 #undef HS_STOP_IF
 #undef fetch
+#undef fetch_opcode
 #undef rd
 #undef rd_low
 #undef rd_poll
