@@ -207,9 +207,54 @@ cdef extern from "ale_env.h" nogil:
       }
       return bad;
     }
+    // Random catch-ups of a lazily drawn frame with nothing to latch: the closed form
+    // (tia_skip_spans) against the line-by-line loop; counts states that differ.
+    static int hs_tia_skip_spans_selftest(uint32_t seed, int trials) {
+      hs::MT19937 g;
+      hs::mt_seed(g, seed);
+      int bad = 0;
+      for (int n = 0; n < trials; ++n) {
+        hs::Tia t;
+        uint8_t* raw = (uint8_t*)&t;
+        for (unsigned k = 0; k < sizeof(t); ++k) raw[k] = (uint8_t)hs::mt_next(g);
+        t.skip_pixels = 1;
+        t.cosmic_ark = 0;
+        t.hmove_blank_pending = hs::mt_next(g) & 1;
+        t.display_start_clock = -(int32_t)(hs::mt_next(g) % 20000);
+        t.display_stop_clock = t.display_start_clock + hs::H_CLOCKS * 250;
+        t.clocks_left_in_line = (int32_t)(hs::mt_next(g) % (hs::H_CLOCKS + 1));  // 0-228
+        const int32_t lines = (int32_t)(hs::mt_next(g) % 250);
+        t.drawn_until_clock = t.display_start_clock + hs::H_CLOCKS * lines + hs::H_CLOCKS - t.clocks_left_in_line;
+        t.fb_pos = (int32_t)(hs::mt_next(g) % 8000);
+        const uint32_t reach = (hs::mt_next(g) & 3) == 0 ? 3u * hs::H_CLOCKS : 2u * hs::H_CLOCKS;
+        int32_t clock = t.drawn_until_clock + 1 + (int32_t)(hs::mt_next(g) % reach);
+        if (clock > t.display_stop_clock) clock = t.display_stop_clock;
+        if (clock <= t.drawn_until_clock) continue;
+        switch (hs::mt_next(g) % 3) {  // nothing to latch, three ways
+          case 0: t.vblank = 2; break;
+          case 1: t.vblank = 0; t.collisions = 0x7FFF; break;
+          default:
+            t.vblank = 0;
+            t.collisions = 0;
+            t.enabled = (uint8_t)(hs::mt_next(g) & hs::OBJ_BL);
+            t.grp_shown[0] = t.grp_shown[1] = 0;
+            t.pf = 0;
+            break;
+        }
+        if (hs::tia_open_latches(t) != 0) { ++bad; continue; }
+        hs::Tia fast = t, loop = t, dispatched = t;
+        hs::tia_skip_spans(fast, clock);
+        hs::tia_catch_up_spans(loop, nullptr, clock, nullptr);
+        hs::tia_catch_up(dispatched, nullptr, clock, nullptr);
+        if (__builtin_memcmp(&fast, &loop, sizeof(t)) != 0 || __builtin_memcmp(&dispatched, &loop, sizeof(t)) != 0)
+          ++bad;
+      }
+      return bad;
+    }
     """
     bint hs_game_terminal_of(const AleEnv& e)
     int hs_tia_render_selftest(uint32_t seed, int trials)
+    int hs_tia_skip_spans_selftest(uint32_t seed, int trials)
     void hs_set_simd_enabled(bint on)
     bint hs_simd_available()
 
@@ -239,6 +284,12 @@ def tia_render_selftest(uint32_t seed=1, int trials=100000, simd=None):
         return hs_tia_render_selftest(seed, trials)
     finally:
         hs_set_simd_enabled(True)
+
+
+def tia_skip_spans_selftest(uint32_t seed=1, int trials=100000):
+    """Random catch-ups of a lazily drawn frame that cannot latch a collision, through the
+    closed form and the line-by-line loop (and the dispatcher): count of differing states."""
+    return hs_tia_skip_spans_selftest(seed, trials)
 
 
 cdef int _bool_prop(value, str name, str yes, str no) except -1:

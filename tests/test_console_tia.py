@@ -5,7 +5,7 @@ import pytest
 ale_py = pytest.importorskip("ale_py")
 
 from console_roms import short_frames_rom  # noqa: E402
-from hybridsim._console import GAME_IDS, Emulator, tia_render_selftest  # noqa: E402
+from hybridsim._console import GAME_IDS, Emulator, tia_render_selftest, tia_skip_spans_selftest  # noqa: E402
 
 PONG_SETTINGS = dict(mode_select=dict(ram=0x96, value=0, hold=2))  # see test_console_riot.py
 
@@ -38,3 +38,8 @@ def test_fast_renderer_matches_reference(simd):
         assert tia_render_selftest(12, 200000, simd=simd) == 0
     except ValueError as exc:
         pytest.skip(str(exc))
+
+
+def test_skipped_spans_match_the_line_loop():
+    """Lazily drawn catch-ups with nothing to latch: closed form against the loop."""
+    assert tia_skip_spans_selftest(5, 300000) == 0
