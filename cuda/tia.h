@@ -543,57 +543,54 @@ HS_HD HS_INLINE uint32_t object_mask_key(const Tia& t, int32_t o) {
 // until CXCLR, so pairs whose latch is set need no test).
 HS_HD HS_INLINE uint32_t tia_open_latches(const Tia& t) {
   if (t.vblank & 0x02) return 0;
-  uint8_t present = (uint8_t)(t.enabled & (OBJ_M0 | OBJ_M1 | OBJ_BL));
+  // `enabled` holds P0, P1 and PF exactly when their graphics are non-zero (refresh_player,
+  // the PFx writes).
+  uint8_t present = (uint8_t)(t.enabled & (OBJ_P0 | OBJ_M0 | OBJ_P1 | OBJ_M1 | OBJ_BL | OBJ_PF));
   if (t.m0_shape == M0_HIDDEN) present &= (uint8_t)~OBJ_M0;
-  if (t.grp_shown[0]) present |= OBJ_P0;
-  if (t.grp_shown[1]) present |= OBJ_P1;
-  if (t.pf) present |= OBJ_PF;
   return kTiaCollisions[present] & (uint32_t)(uint16_t)~t.collisions;
 }
 
+// The mask of object o on this line: from the memo when its key still matches (or
+// computed into `scratch` without a memo).
+HS_HD HS_INLINE const uint64_t* tia_object_mask(const Tia& t, int32_t o, TiaMasks* masks, uint64_t* scratch) {
+  if (masks == nullptr) {
+    object_mask(t, o, scratch);
+    return scratch;
+  }
+  const uint32_t key = object_mask_key(t, o);
+  if (masks->key[o] != key) {
+    object_mask(t, o, masks->mask[o]);
+    masks->key[o] = key;
+  }
+  return masks->mask[o];
+}
+
 // tia_span_collisions for a non-empty set of open latches (out of line: most spans have
-// none, and that test stays inline in the caller). Only the objects of open latches need
-// masks.
+// none, and that test stays inline in the caller). Each open latch tests its two objects'
+// masks: first on the whole line (most pairs never meet), then inside the span.
 HS_HD HS_NOINLINE void tia_span_collisions_open(Tia& t, int32_t x, int32_t count, TiaMasks* masks,
                                                 uint32_t open) {
-  uint32_t needed = 0;
-  for (uint32_t rest = open; rest != 0; rest &= rest - 1) needed |= kTiaLatchObjects[hs_lowest_bit(rest)];
-  uint64_t span[3] = {0, 0, 0};  // pixels [x, x + count)
-  for (int32_t w = 0; w < 3; ++w) {
-    const int32_t lo = x > 64 * w ? x - 64 * w : 0;
-    const int32_t hi = x + count < 64 * (w + 1) ? x + count - 64 * w : 64;
-    if (hi <= lo) continue;
-    span[w] = (hi - lo == 64 ? ~0ull : ((1ull << (hi - lo)) - 1)) << lo;
-  }
-  uint64_t m[6][3];  // P0, M0, P1, M1, BL, PF (the OBJ_* bit order), inside the span
-  uint32_t inside = 0;  // objects with pixels in the span
-  for (uint32_t rest = needed; rest != 0; rest &= rest - 1) {
-    const int32_t o = hs_lowest_bit(rest);
-    if (masks != nullptr) {
-      const uint32_t key = object_mask_key(t, o);
-      if (masks->key[o] != key) {
-        object_mask(t, o, masks->mask[o]);
-        masks->key[o] = key;
-      }
-      m[o][0] = masks->mask[o][0];
-      m[o][1] = masks->mask[o][1];
-      m[o][2] = masks->mask[o][2];
-    } else {
-      object_mask(t, o, m[o]);
-    }
-    m[o][0] &= span[0];
-    m[o][1] &= span[1];
-    m[o][2] &= span[2];
-    if (m[o][0] | m[o][1] | m[o][2]) inside |= 1u << o;
-  }
-  if ((inside & (inside - 1)) == 0) return;
+  uint64_t scratch[6][3];
+  uint64_t span[3];
+  bool span_known = false;
   uint16_t hits = 0;
   for (uint32_t rest = open; rest != 0; rest &= rest - 1) {
     const int32_t latch = hs_lowest_bit(rest);
     const uint32_t pair = kTiaLatchObjects[latch];
-    if ((pair & inside) != pair) continue;
     const int32_t a = hs_lowest_bit(pair), b = hs_lowest_bit(pair & (pair - 1));
-    if ((m[a][0] & m[b][0]) | (m[a][1] & m[b][1]) | (m[a][2] & m[b][2])) hits |= (uint16_t)(1u << latch);
+    const uint64_t* ma = tia_object_mask(t, a, masks, scratch[a]);
+    const uint64_t* mb = tia_object_mask(t, b, masks, scratch[b]);
+    const uint64_t both0 = ma[0] & mb[0], both1 = ma[1] & mb[1], both2 = ma[2] & mb[2];
+    if ((both0 | both1 | both2) == 0) continue;
+    if (!span_known) {  // pixels [x, x + count)
+      for (int32_t w = 0; w < 3; ++w) {
+        const int32_t lo = x > 64 * w ? x - 64 * w : 0;
+        const int32_t hi = x + count < 64 * (w + 1) ? x + count - 64 * w : 64;
+        span[w] = hi <= lo ? 0 : (hi - lo == 64 ? ~0ull : ((1ull << (hi - lo)) - 1)) << lo;
+      }
+      span_known = true;
+    }
+    if ((both0 & span[0]) | (both1 & span[1]) | (both2 & span[2])) hits |= (uint16_t)(1u << latch);
   }
   t.collisions |= hits;
 }

@@ -179,6 +179,9 @@ cdef extern from "ale_env.h" nogil:
         t.pf = hs::mt_next(g) & ((hs::mt_next(g) & 1) ? 0xFFFFFu : 0u);
         for (int p = 0; p < 2; ++p) t.grp_shown[p] = (hs::mt_next(g) & 1) ? (uint8_t)hs::mt_next(g) : 0;
         t.enabled = (uint8_t)(hs::mt_next(g) & (hs::OBJ_M0 | hs::OBJ_M1 | hs::OBJ_BL));
+        if (t.grp_shown[0]) t.enabled |= hs::OBJ_P0;  // as refresh_player and the PFx writes keep it
+        if (t.grp_shown[1]) t.enabled |= hs::OBJ_P1;
+        if (t.pf) t.enabled |= hs::OBJ_PF;
         t.p_hide_first[0] = hs::mt_next(g) & 1;
         t.p_hide_first[1] = hs::mt_next(g) & 1;
         t.m0_shape = (uint8_t)(hs::mt_next(g) % 3);
