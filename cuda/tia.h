@@ -965,20 +965,30 @@ HS_HD HS_INLINE int32_t tia_write_delay(uint32_t reg, int32_t since_frame_start)
 }
 
 // Whether writing `value` to register `reg` leaves every input of the collision masks as
-// it was (the playfield, graphics and enable registers, which most kernels rewrite on
-// every line with the same values). Such a write, like an invisible one, lets a lazily
-// drawn frame defer its catch-up: the deferred span sees the same state.
+// it was: the shown graphics and enable bits, the playfield, the ball's size and the
+// playfield's reflection. Most kernels rewrite these registers on every line, often with
+// the same values, or write a vertically delayed copy that is not shown yet. Such a write,
+// like an invisible one, lets a lazily drawn frame defer its catch-up: the deferred spans
+// see the same collision state. (The register itself is still written.)
 HS_HD HS_INLINE bool tia_write_changes_nothing(const Tia& t, uint32_t reg, uint8_t value) {
+  // Bitwise tests, not && and ||: the outcomes vary from line to line, so branches on
+  // them would be mispredicted.
   switch (reg) {
-    case 0x0D: return ((value >> 4) & 0x0Fu) == (t.pf & 0x0Fu);           // PF0
-    case 0x0E: return (uint32_t)value == ((t.pf >> 4) & 0xFFu);           // PF1
-    case 0x0F: return (uint32_t)value == ((t.pf >> 12) & 0xFFu);          // PF2
-    case 0x1B: return t.grp[0] == value && t.grp_delayed[1] == t.grp[1];  // GRP0
-    case 0x1C:                                                             // GRP1
-      return t.grp[1] == value && t.grp_delayed[0] == t.grp[0] && t.enabl_delayed == t.enabl;
-    case 0x1D: return t.enam[0] == (value & 0x02);                         // ENAM0
-    case 0x1E: return t.enam[1] == (value & 0x02);                         // ENAM1
-    case 0x1F: return t.enabl == (value & 0x02);                           // ENABL
+    case 0x0A:  // CTRLPF: priority and score only colour pixels; reflection and ball size count
+      return ((((value ^ t.ctrlpf) & 0x01) | ((value & 0x01) ^ t.pf_reflect_shape) |
+               (((value >> 4) & 3) ^ t.shape_bl_size) | (t.shape_pos[2] ^ t.pos[OB_BL])) == 0);
+    case 0x0D: return ((value >> 4) & 0x0Fu) == (t.pf & 0x0Fu);  // PF0
+    case 0x0E: return (uint32_t)value == ((t.pf >> 4) & 0xFFu);  // PF1
+    case 0x0F: return (uint32_t)value == ((t.pf >> 12) & 0xFFu); // PF2
+    // GRP0 shows P0's new byte unless delayed, and P1's current byte from now on (its
+    // delayed copy takes it); GRP1 likewise, and the ball's current enable bit.
+    case 0x1B: return ((t.vdel[0] | (t.grp[0] == value)) & ((t.vdel[1] ^ 1) | (t.grp_delayed[1] == t.grp[1]))) != 0;
+    case 0x1C:
+      return ((t.vdel[1] | (t.grp[1] == value)) & ((t.vdel[0] ^ 1) | (t.grp_delayed[0] == t.grp[0])) &
+              ((t.vdel[2] ^ 1) | (t.enabl_delayed == t.enabl))) != 0;
+    case 0x1D: return (t.resmp[0] | (t.enam[0] == (value & 0x02))) != 0;  // ENAM0 (a missile locked to its player stays off)
+    case 0x1E: return (t.resmp[1] | (t.enam[1] == (value & 0x02))) != 0;  // ENAM1
+    case 0x1F: return (t.vdel[2] | (t.enabl == (value & 0x02))) != 0;     // ENABL (shown delayed: the copy is unchanged)
     default: return false;
   }
 }
