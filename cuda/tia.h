@@ -52,6 +52,23 @@ HS_HD HS_INLINE int32_t tia_motion(int32_t cycle, int32_t nibble) {
   return 0;
 }
 
+// tia_motion at one cycle for every nibble, as one clamp of the nominal motion:
+// min(max(m + add, lo), hi). HMOVE picks it once for its five objects.
+struct HmoveClamp {
+  int32_t add, lo, hi;
+};
+HS_HD HS_INLINE HmoveClamp tia_hmove_clamp(int32_t cycle) {
+  if (cycle <= 20) return HmoveClamp{0, kHmoveEarlyFloor[cycle], 8};
+  if (cycle == 75) return HmoveClamp{0, -16, 8};
+  if (cycle >= 55) return HmoveClamp{kHmoveLateOffset[cycle - 55], -16, 0};
+  return HmoveClamp{0, 0, 0};
+}
+HS_HD HS_INLINE int32_t tia_hmove_motion(const HmoveClamp& c, int32_t nibble) {
+  int32_t v = 8 - (nibble ^ 8) + c.add;  // nominal motion m, as in tia_motion, plus add
+  v = v < c.lo ? c.lo : v;
+  return v > c.hi ? c.hi : v;
+}
+
 struct Tia {
   // frame timing (colour clocks, relative to the system counter)
   int32_t frame_start_clock;     // clock of the frame's first colour clock (<= 0)
@@ -896,9 +913,11 @@ HS_HD inline int32_t resp_when(int32_t mode, int32_t old_x, int32_t new_x) {
   return 0;
 }
 
+// A position moved less than a screen width either way, back into 0-159 (branch-free:
+// HMOVE moves five objects on most lines).
 HS_HD HS_INLINE int16_t wrap_position(int32_t p) {
-  if (p >= 160) p -= 160;
-  else if (p < 0) p += 160;
+  p += p < 0 ? 160 : 0;
+  p -= p >= 160 ? 160 : 0;
   return (int16_t)p;
 }
 
@@ -1182,7 +1201,8 @@ HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8
     case 0x2A: {  // HMOVE
       int32_t cpu_cycle = tia_line_clock(t, clock) / 3;
       if (t.hmove_blanks_allowed && (cpu_cycle <= 20 || cpu_cycle == 75)) t.hmove_blank_pending = 1;
-      for (int32_t k = 0; k < 5; ++k) t.pos[k] = wrap_position(t.pos[k] + tia_motion(cpu_cycle, t.hm[k]));
+      const HmoveClamp rule = tia_hmove_clamp(cpu_cycle);
+      for (int32_t k = 0; k < 5; ++k) t.pos[k] = wrap_position(t.pos[k] + tia_hmove_motion(rule, t.hm[k]));
       t.p_hide_first[0] = t.p_hide_first[1] = 0;
       t.m0_shape = M0_NORMAL;
       missile_shape_follows(t, 0);

@@ -25,6 +25,19 @@ def test_console_compiles_as_strict_host_cpp(tmp_path):
                      "int main() { return (int)sizeof(env) > 0 && hs::tia_motion(0, 1) == -1 ? 0 : 1; }\n")
 
 
+def test_hmove_clamp_matches_the_motion_table(tmp_path):
+    """HMOVE's per-cycle clamp (cuda/tia.h) against tia_motion, every cycle and nibble."""
+    strict_cxx_check(tmp_path, "hmove_check",
+                     '#include "tia.h"\n'
+                     "int main() {\n"
+                     "  int bad = 0;\n"
+                     "  for (int cycle = 0; cycle < 76; ++cycle)\n"
+                     "    for (int nibble = 0; nibble < 16; ++nibble)\n"
+                     "      bad += hs::tia_hmove_motion(hs::tia_hmove_clamp(cycle), nibble) != hs::tia_motion(cycle, nibble);\n"
+                     "  return bad == 0 ? 0 : 1;\n"
+                     "}\n")
+
+
 def test_console_kernels_compile_with_nvcc(tmp_path):
     """Front end and unoptimised PTX (-G); optimising the inlined emulator takes minutes."""
     nvcc = shutil.which("nvcc")
