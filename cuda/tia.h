@@ -706,7 +706,7 @@ HS_HD HS_INLINE int32_t visible_before(int32_t x) { return x > H_BLANK ? x - H_B
 // latch (no open latches; they stay none, as only the Cosmic Ark lines change an object
 // between lines): the same line counters, frame-buffer position, HMOVE-blank flag and
 // end-of-line updates, without visiting the lines one by one. Most catch-ups of a lazily
-// drawn frame are these (seaquest: over nine in ten).
+// drawn frame are these (seaquest: about three in four).
 HS_HD HS_INLINE void tia_skip_spans(Tia& t, int32_t clock) {
   const uint32_t from = (uint32_t)(H_CLOCKS - t.clocks_left_in_line);  // 0-228 (228: a line ended exactly)
   const uint32_t end = from + (uint32_t)(clock - t.drawn_until_clock);  // > from
