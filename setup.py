@@ -60,7 +60,7 @@ extensions = [
         sources=[os.path.join("pyx", name)],
         include_dirs=[CORE_DIR, numpy.get_include()],
         depends=[os.path.join(CORE_DIR, f) for f in sorted(os.listdir(CORE_DIR))]
-        + [os.path.join("pyx", f) for f in sorted(os.listdir(PYX_DIR)) if f.endswith(".h")],
+        + [os.path.join("pyx", f) for f in sorted(os.listdir(PYX_DIR)) if f.endswith((".h", ".pxd"))],
         language="c++",
         extra_compile_args=compile_args,
         extra_link_args=link_args,

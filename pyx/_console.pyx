@@ -73,6 +73,8 @@ from cython.parallel cimport prange
 import numpy as np
 cimport numpy as cnp
 
+from ale_env cimport AleEnv, EnvConfig, FrameBuffers, FrameReplay, console_materialize, kFrameBytes
+
 cdef extern from "ale_env.h" namespace "hs" nogil:
     cdef struct ConsoleProps:
         int32_t cart_type
@@ -88,54 +90,6 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
         uint8_t right_difficulty_a
         uint8_t black_white
         uint32_t system_seed
-    cdef struct FrameReplay:
-        uint8_t pending[2]
-        uint8_t lazy
-    cdef struct FrameBuffers:
-        uint8_t* buf[2]
-        int32_t shown
-        FrameReplay* replay
-    void console_materialize(const uint8_t* rom, FrameBuffers& fbs)
-    cdef struct EnvConfig:
-        int32_t game
-        int32_t frame_skip
-        float repeat_action_probability
-        int32_t max_num_frames_per_episode
-        int32_t reward_min
-        int32_t reward_max
-        int32_t mode
-        int32_t mode_ram
-        int32_t mode_value
-        int32_t mode_value_alt
-        int32_t mode_ram2
-        int32_t mode_value2
-        int32_t mode_hold
-        int32_t num_mode_before
-        int32_t mode_before[4][3]
-        int32_t mode_custom
-        int32_t difficulty
-        int32_t num_starting_runs
-        int32_t starting_runs[16][2]
-        uint8_t use_paddles
-        uint8_t truncate_on_loss_of_life
-        int32_t max_lives
-        int32_t paddle_min
-        int32_t paddle_max
-    cdef struct Riot:
-        uint8_t ram[128]
-    cdef struct Tia:
-        int32_t lines_last_frame
-    cdef struct Console:
-        Riot riot
-        Tia tia
-        uint8_t data_bus
-        uint8_t pal
-        int32_t height
-    cdef struct AleEnv:
-        Console console
-        EnvConfig cfg
-        int32_t frame_number
-        int32_t episode_frame_number
     void env_load(AleEnv& e, const ConsoleProps& props, const EnvConfig& cfg, uint32_t seed,
                   const uint8_t* rom, FrameBuffers& fbs)
     void env_reset(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs)
@@ -147,7 +101,6 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
     void env_restore(AleEnv& cur, const AleEnv& saved, bint with_rng)
     cdef struct GameState:
         int32_t score
-    int kFrameBytes
 
 cdef extern from "palette.h" namespace "hs" nogil:
     const uint32_t* palette_table(int32_t tv)

@@ -31,23 +31,10 @@ from cython.parallel cimport prange
 import numpy as np
 cimport numpy as cnp
 
+from ale_env cimport AleEnv, FrameBuffers, FrameReplay, MT19937, console_materialize, kFrameBytes, mt_seed
+from preprocess cimport ResizePlan, resize_plan_init, resize_plan_error
+
 cdef extern from "vector_engine.h" namespace "hs" nogil:
-    cdef struct AleEnv:
-        pass
-    cdef struct MT19937:
-        pass
-    cdef struct FrameReplay:
-        pass
-    cdef struct FrameBuffers:
-        uint8_t* buf[2]
-        int32_t shown
-        FrameReplay* replay
-    void console_materialize(const uint8_t* rom, FrameBuffers& fbs)
-    cdef struct ResizePlan "hs::pp::ResizePlan":
-        pass
-    int resize_plan_init "hs::pp::resize_plan_init"(ResizePlan* p, int src_h, int src_w, int dst_h,
-                                                    int dst_w, int channels, int interp)
-    const char* resize_plan_error "hs::pp::resize_plan_error"(int code)
     cdef struct VecConfig:
         int32_t frame_skip
         int32_t stack_num
@@ -108,9 +95,7 @@ cdef extern from "vector_engine.h" namespace "hs" nogil:
     void engine_write_current(const VecEngine& g, int32_t env, const VecBatch& out, long long row)
     void vec_reseed_from(const AleEnv& loaded, const uint8_t* loaded_frames, int32_t loaded_shown,
                          int32_t frame_bytes, uint32_t seed, AleEnv& e, VecEnvState& s, VecEnvBuffers& b)
-    void mt_seed(MT19937& g, uint32_t value)
     void vec_config_palette(VecConfig& c, bint pal)
-    int kFrameBytes
 
 cdef extern from *:
     """
