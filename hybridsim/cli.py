@@ -74,9 +74,9 @@ def _cmd_analyze(args) -> int:
 
 def _cmd_replay(args) -> int:
     from hybridsim import replay
-    result = replay.replay(args.file, args.episode)
+    result = replay.replay(args.file, args.episode, env=args.env)
     print(f"env {result.env_id} episode {result.episode_id}: {result.steps} steps, "
-          f"return {result.episode_return:g}")
+          f"return {result.episode_return:g}, replayed on {result.backend}")
     if not result.reproduced:
         for line in result.mismatches:
             print(f"MISMATCH {line}")
@@ -224,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", help="re-emulate a logged episode, check it, render it")
     p.add_argument("file", help="a traj_rank*.h5 file")
     p.add_argument("--episode", type=int, required=True, help="row of the file's episodes table")
+    p.add_argument("--env", default="run", choices=["run", "hybridsim", "ale-py"],
+                   help="whose emulator replays: the run's backend (default), hybridsim's CPU "
+                        "engine, or ale-py (checks the log against ALE itself)")
     p.add_argument("--gif", default="", help="write the episode as an animated GIF")
     p.add_argument("--png-dir", default="", help="write the episode's frames as PNGs")
     p.set_defaults(func=_cmd_replay)

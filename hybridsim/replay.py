@@ -5,6 +5,12 @@ environment the run used (same backend settings, seed = run seed + global env id
 it every logged action of that environment in frame order up to the end of episode K, and
 checks each reward and episode end against the log (and observations, where logged).
 Then it renders episode K as a GIF or PNG frames. The log is a verifiable record.
+
+`env` picks the emulator that replays: the run's own backend (default), hybridsim's CPU
+engine, or ale-py's AtariVectorEnv. The backends are bit-exact with one another, so a log
+written on any of them replays on any other: replaying a hybridsim run on ale-py checks
+the trajectories the agent trained on against ALE itself, in the game states a trained
+agent reaches (random play rarely gets there).
 """
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ class ReplayResult:
     episode_return: float
     mismatches: list
     frames: list
+    backend: str = ""  # the backend that replayed it
 
     @property
     def reproduced(self) -> bool:
@@ -50,8 +57,14 @@ def _env_history(f, env_id: int) -> dict:
     return take
 
 
-def replay(path, episode: int, *, make_env=None) -> ReplayResult:
-    """Replay row `episode` of the file's episodes table (0 = the first episode that ended)."""
+REPLAY_ENVS = {"run": None, "hybridsim": "cpu", "ale-py": "ale-py"}  # --env: backend to use
+
+
+def replay(path, episode: int, *, env: str = "run", make_env=None) -> ReplayResult:
+    """Replay row `episode` of the file's episodes table (0 = the first episode that ended)
+    on `env`: "run" (the backend the run used), "hybridsim" or "ale-py"."""
+    if env not in REPLAY_ENVS:
+        raise ValueError(f"env {env!r}: expected one of {', '.join(REPLAY_ENVS)}")
     path = pathlib.Path(path)
     with trajlog.open_trajectory_file(path) as f:
         episodes = {k: f["episodes"][k][()] for k in trajlog.EPISODE_FIELDS}
@@ -71,11 +84,13 @@ def replay(path, episode: int, *, make_env=None) -> ReplayResult:
     if upto.size == 0:
         raise ValueError(f"{path}: no logged steps for env {env_id} episode {episode_id}")
     last = int(upto[-1])
-    env = (make_env or _make_env)(cfg, seed=int(cfg["seed"]) + env_id)
-    obs, _ = env.reset(seed=int(cfg["seed"]) + env_id)
+    if REPLAY_ENVS[env] is not None:
+        cfg = {**cfg, "backend": REPLAY_ENVS[env]}
+    vec = (make_env or _make_env)(cfg, seed=int(cfg["seed"]) + env_id)
+    obs, _ = vec.reset(seed=int(cfg["seed"]) + env_id)
     mismatches, frames, total = [], [], 0.0
     for k in range(last + 1):
-        obs, reward, terminated, truncated, _ = env.step(np.array([history["action"][k]], np.int64))
+        obs, reward, terminated, truncated, _ = vec.step(np.array([history["action"][k]], np.int64))
         step = history["step_index"][k]
         if float(reward[0]) != float(history["reward_raw"][k]):
             mismatches.append(f"step {step}: reward {float(reward[0])} replayed, {history['reward_raw'][k]} logged")
@@ -88,9 +103,9 @@ def replay(path, episode: int, *, make_env=None) -> ReplayResult:
             frames.append(np.asarray(obs[0])[-1] if np.ndim(obs[0]) == 3 else np.asarray(obs[0]))
         if len(mismatches) >= 10:
             break
-    env.close()
+    vec.close()
     return ReplayResult(env_id, episode_id, int((history["episode_id"] == episode_id).sum()),
-                        total, mismatches, frames)
+                        total, mismatches, frames, backend=str(cfg["backend"]))
 
 
 def _make_env(cfg: dict, seed: int):

@@ -54,3 +54,31 @@ def test_tampered_log_is_caught(short_episode_run, tmp_path):
 def test_episode_out_of_range_is_named(short_episode_run):
     with pytest.raises(ValueError, match="episode 999 out of range"):
         replay.replay(trajlog.rank_file(short_episode_run, 0), 999)
+
+
+def test_log_replays_on_the_other_backend(short_episode_run, tmp_path):
+    """A log written on ale-py replays on hybridsim and one written on hybridsim replays on
+    ale-py: every reward, episode end and logged observation the same."""
+    path = trajlog.rank_file(short_episode_run, 0)
+    last = trajlog.read_episodes(path)["env_id"].size - 1
+    result = replay.replay(path, last, env="hybridsim")
+    assert result.backend == "cpu" and result.reproduced, result.mismatches
+    run = tmp_path / "cpu_run"
+    cfg = TrainConfig(game="pong", backend="cpu", num_envs=2, num_minibatches=1,
+                      total_frames=3200, log_dir=str(run), num_threads=1, torch_threads=1,
+                      log_every=1000.0, max_episode_frames=700, noop_max=10,
+                      repeat_action_probability=0.25, log_observations=True, obs_stride=5)
+    Trainer(cfg).train()
+    path = trajlog.rank_file(run, 0)
+    episodes = trajlog.read_episodes(path)
+    assert episodes["env_id"].size >= 2 and np.any(episodes["return"] != 0)
+    out = subprocess.run([sys.executable, "-m", "hybridsim", "replay", str(path), "--episode",
+                          str(episodes["env_id"].size - 1), "--env", "ale-py"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "replayed on ale-py" in out.stdout and "reproduced" in out.stdout
+
+
+def test_unknown_replay_env_is_named(short_episode_run):
+    with pytest.raises(ValueError, match="env 'gpu'"):
+        replay.replay(trajlog.rank_file(short_episode_run, 0), 0, env="gpu")
