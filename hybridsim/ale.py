@@ -46,6 +46,12 @@ class ALEState:
     __hash__ = None
 
 
+def _require_int(what: str, value) -> None:
+    """ale-py's integer arguments refuse floats, strings and bools (no truncation)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+
+
 def _game_id(name: str) -> int:
     from hybridsim import _console
     ids = getattr(_console, "GAME_IDS", {})
@@ -98,7 +104,9 @@ class ALEInterface:
     @staticmethod
     def isSupportedROM(rom) -> str | None:
         """The game name ALE would use for this ROM file, or None."""
-        path = pathlib.Path(rom)
+        path = pathlib.Path(os.fsdecode(rom))
+        if not path.is_file():  # ale-py raises for a missing file too
+            raise FileNotFoundError(f"isSupportedROM: no ROM file at {path}")
         try:
             data = roms.read_rom(path)
         except (OSError, ValueError):
@@ -109,7 +117,7 @@ class ALEInterface:
     def loadROM(self, rom) -> None:
         from hybridsim import _console
         from hybridsim.console_props import emulator_kwargs
-        path = pathlib.Path(os.fspath(rom))
+        path = pathlib.Path(os.fsdecode(rom))  # str, bytes or os.PathLike, as ale-py takes
         data = roms.read_rom(path)
         md5 = roms.md5_hex(data)
         entry = games_table.find(md5, path.stem)
@@ -132,7 +140,8 @@ class ALEInterface:
             reward_min=s.get("reward_min", int), reward_max=s.get("reward_max", int),
             truncate_on_loss_of_life=s.get("truncate_on_loss_of_life", bool),
             color_averaging=s.get("color_averaging", bool),
-            paddle_min=s.get("paddle_min", int), paddle_max=s.get("paddle_max", int), **kwargs)
+            paddle_min=s.get("paddle_min", int), paddle_max=s.get("paddle_max", int),
+            system_random_seed=s.get("system_random_seed", int) & 0xFFFFFFFF, **kwargs)
         self._entry, self._md5, self._rom = entry, md5, data
         self._settings.set("rom_file", str(path), str)
         self._mode = entry.get("default_mode", 0)
@@ -197,6 +206,7 @@ class ALEInterface:
     def setMode(self, mode: int) -> None:
         """Select a game mode; as in ALE it takes effect at the next reset_game."""
         emu = self._require_rom()
+        _require_int("setMode", mode)
         if mode not in self._entry["modes"]:
             raise ValueError(f"mode {mode} is not available for {self._entry['name']}: "
                              f"choose one of {self._entry['modes']}")
@@ -206,6 +216,7 @@ class ALEInterface:
 
     def setDifficulty(self, difficulty: int) -> None:
         emu = self._require_rom()
+        _require_int("setDifficulty", difficulty)
         if difficulty not in self._entry["difficulties"]:
             raise ValueError(f"difficulty {difficulty} is not available for {self._entry['name']}: "
                              f"choose one of {self._entry['difficulties']}")
@@ -222,6 +233,8 @@ class ALEInterface:
 
     def setRAM(self, index: int, value: int) -> None:
         emu = self._require_rom()
+        _require_int("setRAM index", index)
+        _require_int("setRAM value", value)
         if not 0 <= index < 128:
             raise IndexError(f"setRAM index {index} out of range 0..127")
         if not 0 <= value <= 255:
@@ -240,8 +253,8 @@ class ALEInterface:
         return None if out is not None else screen
 
     def getScreenGrayscale(self, out: np.ndarray | None = None):
-        if out is not None and out.ndim == 3:  # ale-py also fills an (H, W, 1) array
-            self._require_rom().get_screen_grayscale(out.reshape(out.shape[:2]))
+        if isinstance(out, np.ndarray) and out.ndim == 3 and out.shape[2] == 1:  # ale-py fills (H, W, 1) too
+            self._require_rom().get_screen_grayscale(out[:, :, 0])  # a view: never a copy
             return None
         screen = self._require_rom().get_screen_grayscale(out)
         return None if out is not None else screen

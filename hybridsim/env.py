@@ -13,6 +13,7 @@ that load plugins.
 from __future__ import annotations
 
 import ale_py.env
+import numpy as np
 
 class AtariEnv(ale_py.env.AtariEnv):
     """ale_py.env.AtariEnv driven by hybridsim's emulator (same arguments)."""
@@ -28,14 +29,33 @@ class AtariEnv(ale_py.env.AtariEnv):
         from hybridsim.ale import ALEInterface
         self._hybridsim_ale = value if isinstance(value, ALEInterface) else ALEInterface()
 
+    def step(self, action):
+        """ale-py's step, after checking a discrete action (ale-py would index its action
+        set with it: -1 silently picks the last action)."""
+        if not self.continuous:
+            index = np.asarray(action)
+            if index.shape != () or index.dtype.kind not in "iu":
+                raise TypeError(f"action must be an int index into the action set, got {action!r}")
+            if not 0 <= int(index) < len(self._action_set):
+                raise ValueError(f"action must be in 0..{len(self._action_set) - 1} (the action set "
+                                 f"has {len(self._action_set)} actions), got {int(index)}")
+        return super().step(action)
+
+
+SINGLE_ENV_ONLY = ("mode", "difficulty", "obs_type", "render_mode")  # AtariEnv arguments
+
 
 def make_vector_env(game: str, num_envs: int = 1, **kwargs):
     """make_vec's entry point: AtariVectorEnv from the AtariEnv registration's arguments."""
     from hybridsim.vector import AtariVectorEnv
-    kwargs.pop("mode", None)
-    kwargs.pop("difficulty", None)
-    kwargs.pop("obs_type", None)
-    kwargs.pop("render_mode", None)
+    single_only = sorted(k for k in SINGLE_ENV_ONLY if kwargs.get(k) is not None)
+    if single_only:  # ale-py's vector environment refuses them too (TypeError)
+        raise TypeError(f"the vector environment has no {', '.join(map(repr, single_only))} "
+                        f"argument{'s' if len(single_only) > 1 else ''}: its observations are "
+                        f"preprocessed frame stacks (grayscale, img_height, img_width, stack_num) "
+                        f"of the game's default mode and difficulty")
+    for key in SINGLE_ENV_ONLY:
+        kwargs.pop(key, None)
     frameskip = kwargs.pop("frameskip", 4)
     if isinstance(frameskip, tuple):
         raise ValueError(f"the vector environment needs an int frameskip, got {frameskip}")

@@ -161,8 +161,9 @@ class HybridEngine:
     def check_actions(self, actions, n, num_actions):
         if self.gpu is not None:
             return self.gpu.check_actions(actions, n, num_actions)
-        a = np.asarray(self.dev.to_host(actions) if not isinstance(actions, np.ndarray) else actions)
-        return np.ascontiguousarray(a, dtype=np.int32)
+        from hybridsim.vector import check_action_indices
+        host = actions if isinstance(actions, np.ndarray) else self.dev.to_host(actions)
+        return check_action_indices(host, n, num_actions)
 
     def _host_buffers(self, m, with_final):
         key = (m, with_final)

@@ -1,6 +1,8 @@
 """ALE's settings (names, types, defaults) as ale-py 0.12.1 exposes them."""
 from __future__ import annotations
 
+import numpy as np
+
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 
 # name -> (type, default). Read from a fresh ale_py.ALEInterface; tests/test_settings.py
@@ -28,6 +30,15 @@ ALE_SETTINGS: dict[str, tuple[type, object]] = {
     "record_screen_dir": (str, ""),
     "record_sound_filename": (str, ""),
     "cpu": (str, "low"),
+}
+
+
+# ALE features hybridsim does not have: setting them is an error rather than a no-op.
+UNSUPPORTED = {
+    "display_screen": "hybridsim has no display window; draw getScreenRGB() frames yourself",
+    "sound_obs": "hybridsim does not emulate sound (no getAudio)",
+    "record_screen_dir": "hybridsim does not record screens; save getScreenRGB() frames yourself",
+    "record_sound_filename": "hybridsim does not emulate sound",
 }
 
 
@@ -59,13 +70,18 @@ class Settings:
             if not INT32_MIN <= value <= INT32_MAX:
                 raise ValueError(f"setting {key!r}: {value} does not fit a 32-bit int")
         elif kind is float:
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
+            if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
                 raise TypeError(f"setting {key!r} takes a float, got {type(value).__name__}")
             value = float(value)
         elif kind is bool:
+            if not isinstance(value, (bool, np.bool_)) and not (
+                    isinstance(value, (int, np.integer)) and value in (0, 1)):
+                raise TypeError(f"setting {key!r} takes a bool, got {value!r}")
             value = bool(value)
         elif kind is str and not isinstance(value, str):
             raise TypeError(f"setting {key!r} takes a str, got {type(value).__name__}")
+        if key in UNSUPPORTED and value != ALE_SETTINGS[key][1]:
+            raise ValueError(f"setting {key!r}: {UNSUPPORTED[key]}")
         if key == "frame_skip" and value < 1:
             raise ValueError(f"frame_skip must be >= 1, got {value}")
         if key == "repeat_action_probability" and not 0.0 <= value <= 1.0:

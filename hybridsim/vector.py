@@ -43,7 +43,13 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 BACKENDS = ("cpu", "gpu", "hybrid")
-STATE_MAGIC = b"HSVEC1"
+STATE_MAGIC = b"HSVEC2"  # format 2: a digest of the payload follows the fingerprint
+_STATE_MAGIC_V1 = b"HSVEC1"
+_DIGEST_BYTES = 32  # blake2b-128, hex
+
+
+def _digest(payload: bytes) -> bytes:
+    return hashlib.blake2b(payload, digest_size=_DIGEST_BYTES // 2).hexdigest().encode()
 _SEED_LIMIT = 2**31  # ale-py passes seeds through a C++ int
 
 
@@ -60,6 +66,27 @@ def resolve_num_threads(num_threads: int, batch_size: int) -> int:
         cores = os.cpu_count() or 1
     wanted = cores if num_threads == 0 else int(num_threads)
     return max(1, min(wanted, batch_size))
+
+
+def check_action_indices(actions, n: int, num_actions: int) -> np.ndarray:
+    """Host actions as int32[n] indices into the action set, or a ValueError naming the problem."""
+    a = np.asarray(actions)
+    if a.dtype.kind not in "iu":
+        raise ValueError(f"actions must be an integer array (int32 or int64), got dtype {a.dtype}")
+    if a.shape != (n,):
+        raise ValueError(f"actions must have shape {(n,)}, got {a.shape}")
+    if n and (a.min() < 0 or a.max() >= num_actions):
+        bad = a[(a < 0) | (a >= num_actions)][0]
+        raise ValueError(f"actions must be in 0..{num_actions - 1} (the action set has "
+                         f"{num_actions} actions), got {bad}")
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _check_flag(name: str, value) -> bool:
+    """A bool setting: True/False (numpy bools too); anything else is an error, not truthiness."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be a bool, got {value!r}")
 
 
 def _continuous_action_table() -> np.ndarray:
@@ -122,9 +149,9 @@ class AtariVectorEnv(VectorEnv):
             raise gym_error.Error(f"Invalid frameskip type: {type(frameskip)}.")
         if frameskip <= 0:
             raise gym_error.Error(f"Invalid frameskip of {frameskip}, frameskip must be positive.")
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
         num_envs = int(num_envs)
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
                 or not 0 <= batch_size <= num_envs:
             raise ValueError(f"batch_size must be an int in 0..num_envs={num_envs} (0: num_envs), "
@@ -134,6 +161,23 @@ class AtariVectorEnv(VectorEnv):
                                  ("max_num_frames_per_episode", max_num_frames_per_episode, 0)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+            if value >= _SEED_LIMIT:  # the engine keeps them in C ints
+                raise ValueError(f"{name} must be < 2**31, got {value!r}")
+        flags = dict(full_action_space=full_action_space, continuous=continuous, grayscale=grayscale,
+                     maxpool=maxpool, episodic_life=episodic_life, life_loss_info=life_loss_info,
+                     reward_clipping=reward_clipping, use_fire_reset=use_fire_reset)
+        for name, value in flags.items():
+            _check_flag(name, value)
+        channels = 1 if grayscale else 3
+        obs_bytes = int(stack_num) * int(img_height) * int(img_width) * channels
+        if obs_bytes >= _SEED_LIMIT:
+            raise ValueError(f"one observation (stack_num x img_height x img_width x channels = "
+                             f"{obs_bytes:,} bytes) must be under 2 GiB")
+        try:
+            continuous_action_threshold = float(continuous_action_threshold)
+        except (TypeError, ValueError):
+            raise ValueError(f"continuous_action_threshold must be a number, got "
+                             f"{continuous_action_threshold!r}") from None
         if not 0.0 <= float(repeat_action_probability) <= 1.0:
             raise ValueError(f"repeat_action_probability must be in [0, 1], got {repeat_action_probability}")
         interpolations = {"area": 3, "linear": 1}  # cv2.INTER_AREA / INTER_LINEAR codes
@@ -333,6 +377,12 @@ class AtariVectorEnv(VectorEnv):
     def reset(self, *, seed: int | np.ndarray | None = None, options: dict[str, Any] | None = None):
         """Reset the environments (all, or options["reset_mask"]); seed: an int gives
         environment k of those reset seed + k, an array one seed each, None keeps seeds."""
+        self._check_open("reset")
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+        unknown = set(options or ()) - {"reset_mask"}
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; the one option is 'reset_mask'")
         if options is None or "reset_mask" not in options:
             indices = self._all_ids
         else:
@@ -351,18 +401,24 @@ class AtariVectorEnv(VectorEnv):
             raise ValueError(f"Partial reset is not supported in async mode (batch_size="
                              f"{self.batch_size} < num_envs={self.num_envs})")
         if seed is None:
-            seeds = np.full(len(indices), -1, dtype=np.int64)
+            seeds = np.full(len(indices), -1, dtype=np.int64)  # -1: keep the environment's seed
         elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            if not 0 <= int(seed) <= _SEED_LIMIT - len(indices):
+                raise ValueError(f"seed must be in [0, 2**31 - {len(indices)}] (environment k gets "
+                                 f"seed + k; ale-py passes seeds as a C int), got {seed}")
             seeds = np.arange(int(seed), int(seed) + len(indices), dtype=np.int64)
         elif isinstance(seed, np.ndarray):
             if seed.shape != (len(indices),):
                 raise ValueError(f"`seed` must have one entry per sub-environment being reset, expected "
                                  f"shape {(len(indices),)}, got {seed.shape}")
+            if seed.dtype.kind not in "iu":
+                raise TypeError(f"`seed` array must hold integers, got dtype {seed.dtype}")
+            if len(seed) and (seed.min() < 0 or seed.max() >= _SEED_LIMIT):
+                bad = seed[(seed < 0) | (seed >= _SEED_LIMIT)][0]
+                raise ValueError(f"seeds must be in [0, 2**31) (ale-py passes them as a C int), got {bad}")
             seeds = seed.astype(np.int64)
         else:
-            raise TypeError("Unsupported seed type")
-        if np.any(seeds >= _SEED_LIMIT):
-            raise ValueError(f"seeds must be < 2**31 (ale-py passes them as a C int), got {seeds.max()}")
+            raise TypeError(f"seed must be None, an int or an integer numpy array, got {type(seed).__name__}")
         self._drain()
         self._pending = None
         self._reseed(indices, seeds)
@@ -401,6 +457,8 @@ class AtariVectorEnv(VectorEnv):
             if a.dtype != np.float32 or a.shape != (n, 3):
                 raise ValueError(f"continuous actions must be a float32 array of shape {(n, 3)}, "
                                  f"got {a.dtype} {a.shape}")
+            if not np.isfinite(a).all():
+                raise ValueError("continuous actions must be finite (NaN or inf found)")
             x = a[:, 0] * np.cos(a[:, 1])
             y = a[:, 0] * np.sin(a[:, 1])
             t = self.continuous_action_threshold
@@ -411,16 +469,7 @@ class AtariVectorEnv(VectorEnv):
                     np.ascontiguousarray(a[:, 0], dtype=np.float32))
         if self.backend != "cpu" and not isinstance(actions, (np.ndarray, list, tuple)):
             return self._engine.check_actions(actions, n, len(self.action_set)), self._ones[:n]
-        a = np.asarray(actions)
-        if a.dtype.kind not in "iu":
-            raise ValueError(f"actions must be an integer array (int32 or int64), got dtype {a.dtype}")
-        if a.shape != (n,):
-            raise ValueError(f"actions must have shape {(n,)}, got {a.shape}")
-        if n and (a.min() < 0 or a.max() >= len(self.action_set)):
-            bad = a[(a < 0) | (a >= len(self.action_set))][0]
-            raise ValueError(f"actions must be in 0..{len(self.action_set) - 1} (the action set has "
-                             f"{len(self.action_set)} actions), got {bad}")
-        return np.ascontiguousarray(a, dtype=np.int32), self._ones[:n]
+        return check_action_indices(actions, n, len(self.action_set)), self._ones[:n]
 
     def step(self, actions):
         """Step every environment of the batch: (obs, rewards, terminations, truncations, info)."""
@@ -429,12 +478,15 @@ class AtariVectorEnv(VectorEnv):
 
     def send(self, actions, env_ids=None) -> None:
         """Queue one step for env_ids (default: the environments of the last result)."""
+        self._check_open("send")
         if self._last_ids is None:
             raise RuntimeError("send() called before reset()")
         if env_ids is None:
             ids = self._last_ids
         else:
             ids = np.asarray(env_ids)
+            if ids.size == 0 and ids.ndim == 1:  # [] holds no ints but is a fine empty list
+                ids = ids.astype(np.int32)
             if ids.dtype.kind not in "iu" or ids.ndim != 1:
                 raise ValueError(f"env_ids must be a 1-D integer array, got {ids.dtype} {ids.shape}")
             if len(ids) and (ids.min() < 0 or ids.max() >= self.num_envs):
@@ -460,6 +512,7 @@ class AtariVectorEnv(VectorEnv):
 
     def recv(self):
         """The next batch_size results: (obs, rewards, terminations, truncations, info)."""
+        self._check_open("recv")
         if self._async:
             ids, out = self._recv_async()
         else:
@@ -491,6 +544,10 @@ class AtariVectorEnv(VectorEnv):
         self._in_flight[ids] = False
         self._last_ids = ids
         return ids, self._gather_stage(ids)
+
+    def _check_open(self, call: str) -> None:
+        if self.closed:
+            raise RuntimeError(f"{call}() on a closed AtariVectorEnv")
 
     def _settle(self) -> None:
         """Async: wait for every running step; their results stay staged, in order."""
@@ -531,7 +588,8 @@ class AtariVectorEnv(VectorEnv):
                     arrays[name] = getattr(e, name)
         buf = io.BytesIO()
         np.savez(buf, **arrays)
-        return STATE_MAGIC + self._fingerprint().encode() + buf.getvalue()
+        payload = buf.getvalue()
+        return STATE_MAGIC + self._fingerprint().encode() + _digest(payload) + payload
 
     _STAGE = ("stage_obs", "stage_final", "stage_reward", "stage_terminated", "stage_truncated",
               "stage_lives", "stage_frame", "stage_episode_frame", "stage_has_final")
@@ -539,15 +597,10 @@ class AtariVectorEnv(VectorEnv):
     def set_state(self, state: bytes):
         """Restore get_state()'s bytes (same game and settings). Returns (obs, info) of the
         last result's environments as they stand, to carry on with send()/step()."""
-        state = bytes(state)
-        head = len(STATE_MAGIC) + 32
-        if not state.startswith(STATE_MAGIC):
-            raise ValueError(f"not a hybridsim AtariVectorEnv state (expected it to start with {STATE_MAGIC!r})")
-        if state[len(STATE_MAGIC):head].decode() != self._fingerprint():
-            raise ValueError("the state was saved by an AtariVectorEnv with another game, settings or build")
+        self._check_open("set_state")
+        data = self._decode_state(bytes(state))
         self._drain()
         self._pending = None
-        data = np.load(io.BytesIO(state[head:]))
         e = self._engine
         if self.backend != "cpu":
             e.load_arrays(data)
@@ -575,6 +628,58 @@ class AtariVectorEnv(VectorEnv):
         if self._deliver is not None:
             return self._deliver(out["obs"]), self._deliver(self._info(ids, out))
         return out["obs"], self._info(ids, out)
+
+    def _decode_state(self, state: bytes) -> dict[str, np.ndarray]:
+        """get_state()'s arrays, checked before anything is overwritten: the magic, this
+        environment's fingerprint, the payload's digest (a truncated or corrupted state is
+        refused; format 1, before digests, is still read) and every array's dtype, shape
+        and indices. The console bytes themselves are trusted once the digest matches."""
+        magic = state[:len(STATE_MAGIC)]
+        if magic not in (STATE_MAGIC, _STATE_MAGIC_V1):
+            raise ValueError(f"not a hybridsim AtariVectorEnv state (expected it to start with {STATE_MAGIC!r})")
+        head = len(STATE_MAGIC) + 32
+        if state[len(STATE_MAGIC):head] != self._fingerprint().encode():
+            raise ValueError("the state was saved by an AtariVectorEnv with another game, settings or build")
+        if magic == STATE_MAGIC:
+            digest, payload = state[head:head + _DIGEST_BYTES], state[head + _DIGEST_BYTES:]
+            if _digest(payload) != digest:
+                raise ValueError(f"corrupted AtariVectorEnv state: its digest does not match its "
+                                 f"{len(payload):,} bytes (truncated or altered)")
+        else:
+            payload = state[head:]
+        try:
+            with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
+                data = {name: npz[name] for name in npz.files}
+        except Exception as exc:  # zipfile, numpy format and pickle refusals alike
+            raise ValueError(f"corrupted AtariVectorEnv state: {type(exc).__name__}: {exc}") from None
+        e = self._engine
+        n = self.num_envs
+        current = (dict(env=e.env_mem, state=e.state_mem, frames=e.frame_mem, raw=e.raw_mem,
+                        stack=e.stack_mem) if self.backend == "cpu" else e.host_arrays())
+        current.update(shown=e.shown(), started=np.array(True), in_flight=self._in_flight)
+        if self._async:
+            current.update({name: getattr(e, name) for name in self._STAGE if getattr(e, name) is not None})
+        for name, arr in current.items():
+            got = data.get(name)
+            if got is None or got.dtype != np.asarray(arr).dtype or got.shape != np.shape(arr):
+                raise ValueError(f"corrupted AtariVectorEnv state: array {name!r} is "
+                                 f"{'missing' if got is None else f'{got.dtype} {got.shape}'}, expected "
+                                 f"{np.asarray(arr).dtype} {np.shape(arr)}")
+        if not np.isin(data["shown"], (0, 1)).all():
+            raise ValueError("corrupted AtariVectorEnv state: 'shown' must hold 0 or 1 per environment")
+        for name in ("last_ids", "ready"):
+            ids = data.get(name)
+            if ids is None or ids.dtype.kind not in "iu" or ids.ndim != 1 or len(ids) > n \
+                    or (len(ids) and (ids.min() < 0 or ids.max() >= n)) or len(np.unique(ids)) != len(ids):
+                raise ValueError(f"corrupted AtariVectorEnv state: {name!r} must be distinct "
+                                 f"environment ids in 0..{n - 1}")
+        if bool(data["started"]) and len(data["last_ids"]) != (self.batch_size if self._async else n):
+            raise ValueError("corrupted AtariVectorEnv state: 'last_ids' must hold one batch")
+        if not np.array_equal(np.sort(data["ready"]), np.flatnonzero(data["in_flight"])):
+            # get_state settles every running step: in flight means finished and staged
+            raise ValueError("corrupted AtariVectorEnv state: 'ready' must list exactly the "
+                             "environments in flight")
+        return data
 
     # ----- misc ----------------------------------------------------------------------------
     def close_extras(self, **kwargs) -> None:

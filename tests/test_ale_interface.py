@@ -123,3 +123,56 @@ def test_set_ram_matches_ale_py():
         np.testing.assert_array_equal(ours.getScreen(), ref.getScreen(), err_msg=f"frame {frame}")
     with pytest.raises(IndexError):
         ours.setRAM(128, 0)
+
+
+@pytest.mark.parametrize("system_seed", [99, -5])
+def test_system_random_seed_setting_matches_ale_py(system_seed):
+    """system_random_seed (RIOT RAM, timer, cartridge RAM at power-on) reaches the console
+    as ALE's loadROM passes it: same RAM and screen as ale-py, and not the default's."""
+    def run(module, seed):
+        ale = module.ALEInterface()
+        ale.setInt("system_random_seed", seed)
+        ale.setFloat("repeat_action_probability", 0.0)
+        ale.loadROM(str(roms.rom_path("seaquest")))
+        seen = [ale.getRAM().copy()]
+        for t in range(200):
+            ale.act((0, 1, 3, 4)[t % 4])
+        return seen + [ale.getRAM().copy(), ale.getScreen().copy()]
+
+    ours, theirs = run(hybridsim, system_seed), run(ale_py, system_seed)
+    for k, (x, y) in enumerate(zip(ours, theirs)):
+        np.testing.assert_array_equal(x, y, err_msg=f"observation {k}")
+    default = run(ale_py, 4753849)
+    assert not all(np.array_equal(x, y) for x, y in zip(theirs, default))  # the seed matters
+
+
+def test_arguments_are_not_coerced(tmp_path):
+    """Floats, strings and bools where ale-py wants ints (or bools) are TypeErrors, not
+    truncated; features hybridsim lacks are errors, not silent no-ops."""
+    env = loaded()
+    for call in (lambda: env.setRAM(4.9, 77), lambda: env.setRAM(3, 9.9), lambda: env.setMode(0.0),
+                 lambda: env.setMode("0"), lambda: env.setDifficulty(True),
+                 lambda: env.setBool("truncate_on_loss_of_life", "false"),
+                 lambda: env.setBool("color_averaging", None)):
+        with pytest.raises(TypeError):
+            call()
+    for key, value in (("record_screen_dir", str(tmp_path)), ("record_sound_filename", "a.wav")):
+        with pytest.raises(ValueError, match="does not"):
+            env.setString(key, value)
+    for key in ("sound_obs", "display_screen"):
+        with pytest.raises(ValueError, match=key):
+            env.setBool(key, True)
+    env.setBool("sound_obs", False)
+    env.setFloat("repeat_action_probability", np.float32(0.5))  # numpy floats, as ale-py
+    assert env.getFloat("repeat_action_probability") == 0.5
+    with pytest.raises(FileNotFoundError, match="no ROM file"):
+        hybridsim.ALEInterface.isSupportedROM(tmp_path / "missing.bin")
+    other = hybridsim.ALEInterface()
+    other.loadROM(str(roms.rom_path("pong")).encode())  # a bytes path, as ale-py takes
+    screen = np.zeros((210, 160, 1), np.uint8)
+    other.getScreenGrayscale(screen)
+    np.testing.assert_array_equal(screen[:, :, 0], other.getScreenGrayscale())
+    with pytest.raises(ValueError, match=r"shape \(210, 160\)"):
+        other.getScreenGrayscale(np.zeros((1, 210, 160), np.uint8))
+    with pytest.raises(ValueError, match=r"shape \(210, 160\)"):
+        other.getScreenGrayscale(np.zeros((210, 160, 2), np.uint8)[:, :, :1])

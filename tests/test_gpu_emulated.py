@@ -145,6 +145,25 @@ def test_emulated_gpu_rejects_async_and_unknown_options(emulation_library):
         AtariVectorEnv("pong", 2, backend="gpu", gpu_options=dict(emulate=True, design="x"))
 
 
+@pytest.mark.parametrize("backend,options", [("gpu", {}), ("hybrid", dict(cpu_envs=1)),
+                                             ("hybrid", dict(cpu_envs=2))])
+def test_emulated_backends_check_tensor_actions(emulation_library, backend, options):
+    """Torch tensors (the backends' own output type) get the CPU backend's action checks on
+    every split, all environments on the CPU side included."""
+    torch = pytest.importorskip("torch")
+    env = AtariVectorEnv("pong", 2, backend=backend, num_threads=1,
+                         gpu_options=dict(options, emulate=True, output="numpy"))
+    env.reset(seed=0)
+    for actions, match in ((torch.tensor([1.7, 2.9]), "integer array"),
+                           (torch.tensor([0, 1, 2]), r"shape \(2,\)"),
+                           (torch.tensor([-1, 3]), r"0\.\.5"),
+                           (torch.tensor([10**6, 0]), r"0\.\.5"),
+                           (torch.tensor(1), r"shape \(2,\)")):
+        with pytest.raises(ValueError, match=match):
+            env.step(actions)
+    env.step(torch.tensor([1, 2]))
+
+
 # ---- the split rule, no engine needed -----------------------------------------------------
 
 def test_balance_split_equalises_times():

@@ -280,6 +280,77 @@ def test_bad_input_names_the_expected_value():
         async_env.send(np.zeros(1, np.int64), env_ids=[3])
 
 
+def test_settings_and_seeds_are_checked_not_coerced():
+    """No truthiness, truncation or wrap-around: each of these is an error naming the setting."""
+    for kw, match in ((dict(grayscale="no"), "grayscale must be a bool"),
+                      (dict(continuous=1), "continuous must be a bool"),
+                      (dict(episodic_life=None), "episodic_life must be a bool"),
+                      (dict(stack_num=2**40), "stack_num must be < 2"),
+                      (dict(stack_num=608710), "under 2 GiB")):
+        with pytest.raises((TypeError, ValueError), match=match):
+            AtariVectorEnv("pong", 1, **kw)
+    with pytest.raises(ValueError, match="num_envs must be an int"):
+        AtariVectorEnv("pong", 2.9)
+    env = AtariVectorEnv("pong", 2, noop_max=0)
+    for seed, match in ((-5, r"seed must be in \[0"), (2**31 - 1, r"seed must be in \[0"),
+                        (np.array([1.9, 2.9]), "must hold integers"),
+                        (np.array([-3, 5]), r"seeds must be in \[0, 2\*\*31\)"),
+                        (np.array([2**64 - 1, 3], np.uint64), r"seeds must be in \[0, 2\*\*31\)"),
+                        ([1, 2], "seed must be None, an int")):
+        with pytest.raises((TypeError, ValueError), match=match):
+            env.reset(seed=seed)
+    with pytest.raises(ValueError, match="unknown reset option"):
+        env.reset(seed=0, options={"bogus": 1})
+    with pytest.raises(TypeError, match="options must be a dict"):
+        env.reset(seed=0, options="x")
+    env.reset(seed=0)
+    cont = AtariVectorEnv("pong", 2, noop_max=0, continuous=True)
+    cont.reset(seed=0)
+    with pytest.raises(ValueError, match="finite"):
+        cont.step(np.array([[0.5, 0.0, 0.0], [np.nan, 0.0, 1.0]], np.float32))
+    env.close()
+    for call in (lambda: env.step(np.zeros(2, np.int64)), lambda: env.reset(seed=0)):
+        with pytest.raises(RuntimeError, match="closed AtariVectorEnv"):
+            call()
+
+
+def test_corrupted_snapshot_is_refused_before_anything_changes():
+    """A state whose bytes were cut or altered, or whose arrays do not fit, is refused with
+    a message and leaves the environment as it was (no crash, no hang, no broadcast)."""
+    import io
+    env = AtariVectorEnv("breakout", 4, batch_size=2, num_threads=1, **RANDOM_KW)
+    obs, info = env.reset(seed=2)
+    env.send(np.ones(2, np.int64), env_ids=info["env_id"])
+    state = env.get_state()
+    head = len(b"HSVEC2") + 32 + 32
+    arrays = dict(np.load(io.BytesIO(state[head:])))
+
+    def rebuilt(**changes):  # a well-formed state (fresh digest) with other arrays
+        buf = io.BytesIO()
+        np.savez(buf, **dict(arrays, **changes))
+        payload = buf.getvalue()
+        import hashlib
+        return state[:head - 32] + hashlib.blake2b(payload, digest_size=16).hexdigest().encode() + payload
+
+    flipped = bytearray(state)
+    flipped[len(state) // 2] ^= 0x40
+    cases = [(state[: len(state) - 100], "digest does not match"),
+             (bytes(flipped), "digest does not match"),
+             (b"HSVEC2" + b"\xff" * 32 + state[38:], "another game"),
+             (rebuilt(last_ids=np.array([0, 100000], np.int32)), "'last_ids' must be distinct"),
+             (rebuilt(last_ids=np.array([0, -7], np.int32)), "'last_ids' must be distinct"),
+             (rebuilt(shown=np.full(4, 7, arrays["shown"].dtype)), "'shown' must hold 0 or 1"),
+             (rebuilt(env=arrays["env"][:1]), "array 'env' is"),
+             (rebuilt(env=arrays["env"].astype(np.float32)), "array 'env' is"),
+             (rebuilt(ready=np.array([], np.int32)), "'ready' must list exactly")]
+    before = env.get_state()
+    for bad, match in cases:
+        with pytest.raises(ValueError, match=match):
+            env.set_state(bad)
+    assert env.get_state() == before
+    env.set_state(state)  # the good one still restores
+
+
 def test_async_snapshot_resumes_exactly():
     """Async mode, steps still running at get_state: after set_state each environment
     continues exactly as the original does (completion order aside)."""

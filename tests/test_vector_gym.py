@@ -41,3 +41,20 @@ def test_make_vec_uses_the_batched_engine():
     assert obs.shape == (2, 4, 84, 84) and list(info["env_id"]) == [0, 1]
     obs, rew, term, trunc, info = env.step(np.array([1, 2]))
     assert obs.shape == (2, 4, 84, 84)
+
+
+def test_arguments_the_environments_do_not_have_are_errors():
+    """make_vec refuses the single environment's obs_type/mode/difficulty/render_mode (as
+    ale-py's vector environment does) instead of dropping them; the single environment
+    refuses an action index outside its action set (ale-py's would wrap -1)."""
+    for key, value in (("obs_type", "ram"), ("mode", 99), ("difficulty", 1), ("render_mode", "rgb_array")):
+        with pytest.raises(TypeError, match=f"no '{key}' argument"):
+            gymnasium.make_vec("hybridsim/Pong-v5", num_envs=2, vectorization_mode="vector_entry_point",
+                               **{key: value})
+    env = gymnasium.make("hybridsim/Pong-v5")
+    env.reset(seed=0)
+    for action, error in ((-1, ValueError), (6, ValueError), (1.0, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="action"):
+            env.step(action)
+    env.step(np.int64(5))
+    env.close()
