@@ -18,6 +18,9 @@ and hold every logged step; free space and run again with --resume."""
 
 def _cmd_bench(args) -> int:
     from hybridsim import bench
+    for name in ("frames", "num_envs", "threads", "steps", "rounds"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.single:
         import ale_py
         from hybridsim.ale import ALEInterface
@@ -46,9 +49,18 @@ def _cmd_verify(args) -> int:
         names = [n.strip() for n in args.games.split(",") if n.strip()]
     else:
         raise ValueError("name games with --games a,b or pass --all")
+    if not names:
+        raise ValueError(f"--games {args.games!r} names no game")
+    for name, low in (("frames", 1), ("screen_every", 1), ("reset_every", 0), ("seed", 0)):
+        if getattr(args, name) < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
+    names = [roms.snake_case(n) for n in names]  # Pong, SpaceInvaders: as train --game takes them
+    for name in names:
+        if not games_table.by_name(name).get("ale_settings", True):
+            raise ValueError(f"{name}: ale-py has no game settings for it and cannot load it, so "
+                             f"there is no oracle to verify against (`hybridsim games`)")
     inexact = 0
     for name in names:
-        games_table.by_name(name)
         result = verify.verify(ale_py.ALEInterface, ALEInterface, roms.rom_path(name), game=name,
                                frames=args.frames, repeat_action_probability=args.sticky,
                                seed=args.seed, reset_every=args.reset_every, mode=args.mode,
@@ -127,10 +139,14 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_train(args) -> int:
+    from hybridsim import dist
     from hybridsim.config import build_config
     from hybridsim.train import TrainConfig, Trainer
+    # MPI first: a bad setting found on one rank then ends the whole job (main's
+    # abort_job) instead of leaving the other ranks waiting for it in a collective.
+    comm = dist.init_comm()
     cfg = build_config(TrainConfig, args)
-    trainer = Trainer(cfg)
+    trainer = Trainer(cfg, comm=comm)
     # Slurm sends SIGUSR1 (--signal) before the time limit and SIGTERM on preemption:
     # finish the iteration, write a checkpoint, exit with PREEMPTED_EXIT_CODE.
     for sig in (signal.SIGUSR1, signal.SIGTERM):
@@ -258,8 +274,10 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, RuntimeError, OSError) as exc:
+    except (ValueError, RuntimeError, OSError, TypeError) as exc:
         print(f"hybridsim {args.command}: error: {exc}", file=sys.stderr)
+        from hybridsim import dist
+        dist.abort_job(2)  # only under MPI with other ranks; returns otherwise
         return 2
 
 

@@ -84,11 +84,30 @@ def load_config_file(path) -> dict:
     path = resolve_config_path(path)
     text = path.read_text()
     try:
-        if path.suffix == ".json":
-            return json.loads(text)
-        return tomllib.loads(text)
+        values = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"{path}: cannot parse config file: {exc}") from exc
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: a config file holds a table of settings, got a {type(values).__name__}")
+    return values
+
+
+def check_field_types(cls, values: dict, source) -> None:
+    """Each value has its field's type: no truthiness for bools ("false" is not False), no
+    truncated floats for ints (ints are fine for floats)."""
+    hints = typing.get_type_hints(cls)
+    for name, value in values.items():
+        kind = hints[name]
+        if kind not in (int, float, str, bool):
+            continue  # optional or composite fields: the dataclass's own checks apply
+        if kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            raise ValueError(f"{source}: setting {name!r} must be a {kind.__name__}, got {value!r}")
 
 
 def build_config(cls, namespace: argparse.Namespace, config_file_field: str = "config"):
@@ -102,6 +121,10 @@ def build_config(cls, namespace: argparse.Namespace, config_file_field: str = "c
         unknown = sorted(set(from_file) - names)
         if unknown:
             raise ValueError(f"{config_file}: unknown settings {unknown}; valid: {sorted(names)}")
+        if config_file_field in from_file:
+            raise ValueError(f"{config_file}: a config file cannot name another config file "
+                             f"({config_file_field} = {from_file[config_file_field]!r})")
+        check_field_types(cls, from_file, config_file)
         values.update(from_file)
     values.update({k: v for k, v in cli.items() if k in {f.name for f in dataclasses.fields(cls)}})
     return cls(**values)

@@ -21,6 +21,7 @@ group cannot be set up, training warns and keeps the MPI path.
 from __future__ import annotations
 
 import os
+import sys
 import zlib
 
 import numpy as np
@@ -247,6 +248,18 @@ def init_comm():
     if comm.Get_size() == 1:
         return LocalComm()
     return MPIComm(comm)
+
+
+def abort_job(code: int) -> None:
+    """End the whole MPI job (MPI_Abort) when this process runs in one with other ranks;
+    return otherwise. A rank that stops on an error calls it so the others, which may be
+    waiting for it in a collective, do not hang."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized() or mpi.COMM_WORLD.Get_size() < 2:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    mpi.COMM_WORLD.Abort(code)
 
 
 def local_rank() -> int:

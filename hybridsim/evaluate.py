@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from hybridsim.models import build_model
-from hybridsim.train import TrainConfig, make_vector_env
+from hybridsim.train import TrainConfig, make_vector_env, read_checkpoint
 
 ENVS = {"hybridsim": "cpu", "ale-py": "ale-py"}
 
@@ -25,13 +25,22 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
         raise ValueError(f"--env must be one of {sorted(ENVS)}, got {env!r}")
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
-    state = torch.load(checkpoint, weights_only=False, map_location="cpu")
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    state = read_checkpoint(checkpoint, map_location="cpu")
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     cfg = TrainConfig(**{k: v for k, v in state["config"].items() if k in fields})
     cfg.backend, cfg.num_envs, cfg.num_minibatches, cfg.episodic_life = ENVS[env], num_envs, 1, False
+    try:
+        cfg.validate()
+    except ValueError as exc:
+        raise ValueError(f"{checkpoint}: its settings are not valid: {exc}") from None
     vec = make_vector_env(cfg, seed)
     model = build_model(cfg.model, state["obs_shape"], state["num_actions"], cfg.obs_normalization)
-    model.load_state_dict(state["model"])
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as exc:
+        raise ValueError(f"{checkpoint}: its network does not match its settings: {exc}") from None
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     obs, _ = vec.reset(seed=seed)

@@ -147,7 +147,8 @@ class CupyDevice:
         self.device_id = int(device_id)
         reason = cupy_unavailable_reason()
         if reason:
-            raise RuntimeError(f"backend='gpu' needs CuPy and a CUDA device: {reason}")
+            raise RuntimeError(f"backend='gpu' and backend='hybrid' need CuPy and a CUDA device "
+                               f"(or gpu_options=dict(emulate=True), host-emulated kernels): {reason}")
         import cupy
         self.cp = cupy
         self.xp = cupy

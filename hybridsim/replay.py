@@ -42,7 +42,15 @@ def _config(f) -> dict:
     raw = f.attrs.get("config")
     if raw is None:
         raise trajlog.TrajectoryLogError(f"{f.filename}: no run config attribute; cannot replay")
-    return json.loads(raw)
+    try:
+        cfg = json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        raise trajlog.TrajectoryLogError(f"{f.filename}: its run config attribute is not JSON "
+                                         f"({exc}); cannot replay") from None
+    if not isinstance(cfg, dict) or "seed" not in cfg or "game" not in cfg:
+        raise trajlog.TrajectoryLogError(f"{f.filename}: its run config attribute lacks the game "
+                                         f"or the seed; cannot replay")
+    return cfg
 
 
 def _env_history(f, env_id: int) -> dict:
@@ -123,7 +131,9 @@ def save_frames(frames, gif: str | None = None, png_dir: str | None = None, scal
         (f.shape[1] * scale, f.shape[0] * scale), Image.NEAREST) for f in frames]
     written = []
     if gif:
-        images[0].save(gif, save_all=True, append_images=images[1:], duration=50, loop=0)
+        if pathlib.Path(gif).is_dir():
+            raise IsADirectoryError(f"--gif {gif}: is a directory; name the GIF file to write")
+        images[0].save(gif, format="GIF", save_all=True, append_images=images[1:], duration=50, loop=0)
         written.append(gif)
     if png_dir:
         out = pathlib.Path(png_dir)

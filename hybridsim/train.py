@@ -149,13 +149,83 @@ class TrainConfig:
             (self.allreduce in dist.ALLREDUCE_CHOICES,
              f"allreduce must be one of {', '.join(dist.ALLREDUCE_CHOICES)}, got {self.allreduce!r}"),
         ]
-        if self.schedule == "a2c":
+        finite = math.isfinite
+        checks += [
+            (finite(self.lr) and self.lr > 0, f"lr must be a finite number > 0, got {self.lr}"),
+            (finite(self.eps) and self.eps > 0, f"eps must be a finite number > 0, got {self.eps}"),
+            (0 <= self.rmsprop_alpha < 1, f"rmsprop_alpha must be in [0, 1), got {self.rmsprop_alpha}"),
+            (finite(self.max_grad_norm) and self.max_grad_norm > 0,
+             f"max_grad_norm must be a finite number > 0, got {self.max_grad_norm}"),
+            (finite(self.entropy_coef) and self.entropy_coef >= 0,
+             f"entropy_coef must be a finite number >= 0, got {self.entropy_coef}"),
+            (finite(self.value_coef) and self.value_coef >= 0,
+             f"value_coef must be a finite number >= 0, got {self.value_coef}"),
+            (0 <= self.gamma <= 1, f"gamma must be in [0, 1], got {self.gamma}"),
+            (self.clip_rho > 0, f"clip_rho must be > 0 (inf: no clipping), got {self.clip_rho}"),
+            (self.clip_pg_rho > 0, f"clip_pg_rho must be > 0 (inf: no clipping), got {self.clip_pg_rho}"),
+            (0 <= self.vtrace_lambda <= 1, f"vtrace_lambda must be in [0, 1], got {self.vtrace_lambda}"),
+            (0 <= self.repeat_action_probability <= 1,
+             f"repeat_action_probability must be in [0, 1], got {self.repeat_action_probability}"),
+            (self.noop_max >= 0, f"noop_max must be >= 0, got {self.noop_max}"),
+            (self.max_episode_frames >= 0, f"max_episode_frames must be >= 0, got {self.max_episode_frames}"),
+            (self.num_minibatches >= 1, f"num_minibatches must be >= 1, got {self.num_minibatches}"),
+            (self.learner_batch >= 1, f"learner_batch must be >= 1, got {self.learner_batch}"),
+            (self.env_batch_size >= 0, f"env_batch_size must be >= 0 (0: num_envs / 2), got {self.env_batch_size}"),
+            (self.checkpoint_every >= 1, f"checkpoint_every must be >= 1 frame, got {self.checkpoint_every}"),
+            (finite(self.log_every) and self.log_every >= 0,
+             f"log_every must be a finite number of seconds >= 0 (0: every update), got {self.log_every}"),
+            (finite(self.log_flush_seconds) and self.log_flush_seconds > 0,
+             f"log_flush_seconds must be a finite number > 0, got {self.log_flush_seconds}"),
+            (self.obs_stride >= 1, f"obs_stride must be >= 1, got {self.obs_stride}"),
+            (self.sync_check_every >= 1, f"sync_check_every must be >= 1, got {self.sync_check_every}"),
+            (self.num_threads >= 0, f"num_threads must be >= 0 (0: all cores), got {self.num_threads}"),
+            (self.torch_threads >= 0, f"torch_threads must be >= 0 (0: all cores), got {self.torch_threads}"),
+            (self.num_envs < 2**20, f"num_envs must be < 2**20 per rank, got {self.num_envs}"),
+        ]
+        if self.schedule == "a2c" and self.num_minibatches >= 1:
             checks.append((self.num_envs % self.num_minibatches == 0,
                            f"num_envs ({self.num_envs}) must be divisible by num_minibatches "
                            f"({self.num_minibatches})"))
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        from hybridsim.roms import rom_path
+        rom_path(self.game)  # an unknown game: FileNotFoundError listing the installed ROMs
+
+
+CHECKPOINT_KEYS = ("model", "optimizer", "frames", "updates", "config", "num_actions", "obs_shape")
+# Settings that define what is learned: a resumed run must keep the checkpoint's values
+# (the budget, logging, threads, devices and backends may change; the backends are exact).
+RESUME_MUST_MATCH = ("game", "model", "obs_normalization", "optimizer", "schedule", "num_steps",
+                     "frame_skip", "repeat_action_probability", "noop_max", "episodic_life",
+                     "max_episode_frames", "reward_clip", "seed", "lr", "lr_decay", "rmsprop_alpha",
+                     "eps", "max_grad_norm", "entropy_coef", "value_coef", "gamma", "clip_rho",
+                     "clip_pg_rho", "vtrace_lambda")
+# Files of a run: a fresh run refuses a directory holding any of them.
+RUN_FILES = ("checkpoint.pt", "metrics.csv", "trajectories.h5", "traj_rank*.h5")
+
+
+def read_checkpoint(path, map_location=None) -> dict:
+    """A checkpoint written by `hybridsim train`, or an error naming the file and the problem."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint file at {path}")
+    try:
+        state = torch.load(path, weights_only=False, map_location=map_location)
+    except Exception as exc:  # truncated zip, foreign pickle, empty file: torch raises many kinds
+        raise ValueError(f"{path}: not a readable hybridsim checkpoint ({type(exc).__name__}: "
+                         f"{exc or 'no detail'})") from None
+    missing = [k for k in CHECKPOINT_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise ValueError(f"{path}: not a hybridsim checkpoint (missing {', '.join(missing)})")
+    if not isinstance(state["config"], dict):
+        raise ValueError(f"{path}: not a hybridsim checkpoint (its config is a "
+                         f"{type(state['config']).__name__})")
+    return state
+
+
+def existing_run_files(log_dir: pathlib.Path) -> list[str]:
+    return sorted({p.name for pattern in RUN_FILES for p in log_dir.glob(pattern)})
 
 
 def make_vector_env(cfg: TrainConfig, seed: int, batch_size: int = 0, learner_device=None):
@@ -192,7 +262,17 @@ def _host(array) -> np.ndarray:
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ValueError(f"device {name!r}: {exc}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {name!r}: this torch build sees no CUDA device "
+                             f"(torch {torch.__version__}, CUDA {torch.version.cuda}); use cpu or auto")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
+    return device
 
 
 class EpisodeTracker:
@@ -236,11 +316,25 @@ class Trainer:
         rank = self.rank = self.comm.rank
         self.world_size = self.comm.size
         self.log_dir = pathlib.Path(cfg.log_dir)
-        if not cfg.resume and self.checkpoint_path().exists():
+        found = existing_run_files(self.log_dir) if not cfg.resume else []
+        if found and self.checkpoint_path().exists():
             # a fresh run would overwrite that run's metrics, logs and, later, its checkpoint
-            raise FileExistsError(f"{self.log_dir} already holds a run ({self.checkpoint_path().name}); "
+            raise FileExistsError(f"{self.log_dir} already holds a run ({', '.join(found)}); "
                                   f"continue it with --resume, or choose another --log-dir")
+        if found:  # a run stopped before its first checkpoint: nothing to resume, much to lose
+            raise FileExistsError(f"{self.log_dir} holds the files of a run that wrote no checkpoint "
+                                  f"({', '.join(found)}); --resume cannot continue it: choose another "
+                                  f"--log-dir, or move those files away")
+        created = not self.log_dir.exists()
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._setup(cfg, rank)
+        except BaseException:
+            if created and not any(self.log_dir.iterdir()):
+                self.log_dir.rmdir()  # a run that never started leaves no empty directory
+            raise
+
+    def _setup(self, cfg: TrainConfig, rank: int):
         self.device = pick_device(cfg.device)
         self.comm = dist.with_gradient_backend(self.comm, cfg.allreduce, self.device)
         if rank == 0 and self.world_size > 1:
@@ -516,8 +610,18 @@ class Trainer:
         path = self.checkpoint_path()
         if not path.exists():
             raise FileNotFoundError(f"--resume: no checkpoint at {path}")
-        state = torch.load(path, weights_only=False)
-        self.model.load_state_dict(state["model"])
+        state = read_checkpoint(path)
+        saved = state["config"]
+        changed = [f"{k} {saved[k]!r} -> {getattr(self.cfg, k)!r}" for k in RESUME_MUST_MATCH
+                   if k in saved and saved[k] != getattr(self.cfg, k)]
+        if changed:
+            raise ValueError(f"--resume: these settings differ from the checkpoint's ({path}): "
+                             f"{'; '.join(changed)}. Resume with the settings the run started with, or "
+                             f"start a new run in another --log-dir")
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as exc:
+            raise ValueError(f"--resume: {path} holds another network: {exc}") from None
         self.optimizer.load_state_dict(state["optimizer"])
         self.frames, self.updates = state["frames"], state["updates"]
         torch.set_rng_state(state["torch_rng"])
@@ -558,24 +662,24 @@ class Trainer:
         cfg = self.cfg
         env_state = self.load_checkpoint() if cfg.resume else None
         self._open_logs()
-        self._hold_reserve()
         self._episodes_logged = self._episodes_merged = 0
-        if env_state is not None and hasattr(self.env, "set_state"):
-            obs, state_info = self.env.set_state(env_state)
-        else:
-            if cfg.resume:
-                if not hasattr(self.env, "set_state"):
-                    print("note: this backend cannot restore environment states; environments "
-                          "restart", file=sys.stderr)
-                self.episodes.returns[:] = self.episodes.lengths[:] = 0  # fresh episodes
-                self.episodes.start_frames[:] = self.frames
-            obs, state_info = self.env.reset(seed=self.env_seed)
-        start_time, start_frames = time.perf_counter(), self.frames
-        last_log = time.perf_counter()
-        next_checkpoint = (self.frames // cfg.checkpoint_every + 1) * cfg.checkpoint_every
-        loop = self._a2c_iteration if cfg.schedule == "a2c" else self._impala_iteration
-        state = {"obs": obs, "info": state_info}
-        try:
+        try:  # from the disk reserve on: an error anywhere below releases it
+            self._hold_reserve()
+            if env_state is not None and hasattr(self.env, "set_state"):
+                obs, state_info = self.env.set_state(env_state)
+            else:
+                if cfg.resume:
+                    if not hasattr(self.env, "set_state"):
+                        print("note: this backend cannot restore environment states; environments "
+                              "restart", file=sys.stderr)
+                    self.episodes.returns[:] = self.episodes.lengths[:] = 0  # fresh episodes
+                    self.episodes.start_frames[:] = self.frames
+                obs, state_info = self.env.reset(seed=self.env_seed)
+            start_time, start_frames = time.perf_counter(), self.frames
+            last_log = time.perf_counter()
+            next_checkpoint = (self.frames // cfg.checkpoint_every + 1) * cfg.checkpoint_every
+            loop = self._a2c_iteration if cfg.schedule == "a2c" else self._impala_iteration
+            state = {"obs": obs, "info": state_info}
             while self.frames < cfg.total_frames:
                 self.set_learning_rate()
                 loop(state)

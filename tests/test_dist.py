@@ -169,3 +169,19 @@ def test_a_failing_rank_ends_the_whole_job(tmp_path, mode):
         assert "injected failure on rank 1" in output
     else:
         assert "KILLED BY SIGNAL: 9" in output or "signal 9" in output.lower(), output[-2000:]
+
+
+@pytest.mark.parametrize("launcher", [["-m", "mpi4py", "-m", "hybridsim"], ["-m", "hybridsim"]])
+def test_a_bad_setting_on_one_rank_ends_the_whole_job(tmp_path, launcher):
+    """A setting refused on one rank only (before any collective) ends the job with the
+    message and exit status 2, with or without mpi4py's runner, instead of leaving the
+    other rank waiting in the parameter broadcast."""
+    exe = mpiexec()
+    common = ["train", "--game", "pong", "--backend", "ale-py", "--total-frames", "1600",
+              "--num-threads", "1", "--torch-threads", "1", "--log-dir", str(tmp_path / "run")]
+    result = subprocess.run([exe, "-n", "1", sys.executable, *launcher, *common, "--num-envs", "2", ":",
+                             "-n", "1", sys.executable, *launcher, *common, "--num-envs", "0"],
+                            capture_output=True, text=True, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-2000:]
+    assert "num_envs must be >= 1, got 0" in output

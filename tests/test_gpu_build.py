@@ -89,7 +89,7 @@ def test_gpu_backend_reports_why_it_cannot_run():
     reason = gpu.cupy_unavailable_reason()
     if reason is None:
         pytest.skip("CuPy and a CUDA device are present")
-    with pytest.raises(RuntimeError, match="needs CuPy and a CUDA device"):
+    with pytest.raises(RuntimeError, match="need CuPy and a CUDA device"):
         hybridsim.AtariVectorEnv("pong", 2, backend="gpu")
 
 

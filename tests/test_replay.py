@@ -82,3 +82,18 @@ def test_log_replays_on_the_other_backend(short_episode_run, tmp_path):
 def test_unknown_replay_env_is_named(short_episode_run):
     with pytest.raises(ValueError, match="env 'gpu'"):
         replay.replay(trajlog.rank_file(short_episode_run, 0), 0, env="gpu")
+
+
+def test_bad_config_attribute_and_gif_path_are_named(short_episode_run, tmp_path):
+    src = trajlog.rank_file(short_episode_run, 0)
+    copy = tmp_path / src.name
+    copy.write_bytes(src.read_bytes())
+    with h5py.File(copy, "r+") as f:
+        f.attrs["config"] = "{not json"
+    with pytest.raises(trajlog.TrajectoryLogError, match="run config attribute is not JSON"):
+        replay.replay(copy, 0)
+    result = replay.replay(src, 0)
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        replay.save_frames(result.frames, gif=str(tmp_path))
+    written = replay.save_frames(result.frames, gif=str(tmp_path / "episode"))  # no .gif suffix
+    assert (tmp_path / "episode").stat().st_size > 0 and written == [str(tmp_path / "episode")]

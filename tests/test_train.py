@@ -81,10 +81,97 @@ def test_shipped_recipes_are_valid_configs():
     ("num_envs", 6, "divisible by num_minibatches"),
     ("schedule", "ppo", "schedule must be a2c or impala"),
     ("backend", "tpu", "backend must be"),
+    ("lr", float("nan"), "lr must be a finite number > 0"),
+    ("lr", float("inf"), "lr must be a finite number > 0"),
+    ("num_minibatches", -1, "num_minibatches must be >= 1"),
+    ("num_minibatches", 0, "num_minibatches must be >= 1"),
+    ("gamma", 1.5, "gamma must be in"),
+    ("entropy_coef", float("nan"), "entropy_coef"),
+    ("max_grad_norm", 0.0, "max_grad_norm"),
+    ("checkpoint_every", 0, "checkpoint_every must be >= 1"),
+    ("checkpoint_every", -100, "checkpoint_every must be >= 1"),
+    ("sync_check_every", 0, "sync_check_every must be >= 1"),
+    ("obs_stride", 0, "obs_stride must be >= 1"),
+    ("log_every", float("nan"), "log_every"),
+    ("learner_batch", 0, "learner_batch must be >= 1"),
+    ("num_envs", 10**11, "num_envs must be < 2\\*\\*20"),
 ])
 def test_invalid_settings_are_named(tmp_path, field, value, message):
     with pytest.raises(ValueError, match=message):
-        tiny_config(tmp_path, **{field: value}, num_minibatches=4).validate()
+        tiny_config(tmp_path, **dict(dict(num_minibatches=4), **{field: value})).validate()
+
+
+@pytest.mark.parametrize("text,suffix,message", [
+    ('num_envs = "2"\n', ".toml", "'num_envs' must be a int, got '2'"),
+    ('lr = "0.001"\n', ".toml", "'lr' must be a float"),
+    ("game = 5\n", ".toml", "'game' must be a str"),
+    ("frame_skip = 4.0\n", ".toml", "'frame_skip' must be a int"),
+    ("total_frames = 400.7\n", ".toml", "'total_frames' must be a int"),
+    ('lr_decay = "no"\n', ".toml", "'lr_decay' must be a bool"),
+    ('{"resume": "false"}', ".json", "'resume' must be a bool"),
+    ("5", ".json", "a table of settings, got a int"),
+    ('config = "other.toml"\n', ".toml", "cannot name another config file"),
+])
+def test_config_file_values_have_their_types(tmp_path, text, suffix, message):
+    """A config file's values are checked, not coerced ("false" is not False, 400.7 frames
+    is not 400), and the command line names the file in the error (exit status 2)."""
+    import subprocess
+    import sys
+    path = tmp_path / f"run{suffix}"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        build_config(TrainConfig, build_parser().parse_args(["train", "--config", str(path)]))
+    out = subprocess.run([sys.executable, "-m", "hybridsim", "train", "--config", str(path),
+                          "--log-dir", str(tmp_path / "run")], capture_output=True, text=True)
+    assert out.returncode == 2 and str(path) in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_fresh_run_keeps_a_run_that_wrote_no_checkpoint(tmp_path):
+    """A run killed before its first checkpoint leaves trajectories and metrics; a fresh
+    run in its directory refuses to start instead of writing over them."""
+    Trainer(tiny_config(tmp_path, total_frames=400)).train()
+    (tmp_path / "checkpoint.pt").unlink()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert {"metrics.csv", "traj_rank00000.h5"} <= set(before)
+    with pytest.raises(FileExistsError, match="wrote no checkpoint.*traj_rank00000.h5"):
+        Trainer(tiny_config(tmp_path, total_frames=400))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_resume_refuses_other_learning_settings_and_keeps_the_run(tmp_path):
+    Trainer(tiny_config(tmp_path, total_frames=400)).train()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    for change, message in ((dict(game="space_invaders"), "game 'pong' -> 'space_invaders'"),
+                            (dict(lr=0.01, gamma=0.9), "lr 0.00065 -> 0.01; gamma 0.99 -> 0.9")):
+        with pytest.raises(ValueError, match=message):
+            Trainer(tiny_config(tmp_path, total_frames=800, resume=True, **change)).train()
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    assert not list(tmp_path.glob(".disk_reserve*"))
+
+
+def test_bad_checkpoints_are_named(tmp_path):
+    from hybridsim import evaluate
+    cases = {"empty.pt": b"", "random.pt": bytes(range(256)) * 8}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+    torch.save({"a": 1}, tmp_path / "foreign.pt")
+    torch.save([1, 2], tmp_path / "list.pt")
+    for name, message in (("empty.pt", "not a readable hybridsim checkpoint"),
+                          ("random.pt", "not a readable hybridsim checkpoint"),
+                          ("foreign.pt", "missing model, optimizer"),
+                          ("list.pt", "missing model"), ("missing.pt", "no checkpoint file")):
+        with pytest.raises((ValueError, FileNotFoundError), match=message):
+            evaluate.evaluate(tmp_path / name, episodes=1, env="ale-py")
+
+
+def test_a_run_that_cannot_start_leaves_no_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not_a_game"):
+        Trainer(tiny_config(tmp_path / "new", game="not_a_game"))
+    assert not (tmp_path / "new").exists()
+    with pytest.raises(ValueError, match="no CUDA device"):
+        Trainer(tiny_config(tmp_path / "new", device="cuda"))
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_fresh_run_does_not_overwrite_a_finished_one(tmp_path):

@@ -55,3 +55,25 @@ def test_planted_faults_are_reported_where_they_are(kind, at, field, detail):
     assert detail in result.divergence.detail
     expected_frame = at if kind != "rgb" else ((at + 9) // 10) * 10
     assert result.divergence.frame == expected_frame
+
+
+@pytest.mark.parametrize("args,message", [
+    (["verify", "--games", "pong", "--frames", "0"], "--frames must be >= 1"),
+    (["verify", "--games", "pong", "--screen-every", "0"], "--screen-every must be >= 1"),
+    (["verify", "--games", "pong", "--seed", "-1"], "--seed must be >= 0"),
+    (["verify", "--games", ","], "names no game"),
+    (["verify", "--games", "combat"], "no game settings"),
+    (["bench", "--single", "--frames", "0"], "--frames must be >= 1"),
+    (["bench", "--vector", "--rounds", "0"], "--rounds must be >= 1"),
+])
+def test_cli_refuses_checks_that_would_check_nothing(args, message, capsys):
+    """verify and bench never report success for zero frames, zero games or zero rounds."""
+    from hybridsim.cli import main
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_verify_takes_game_names_as_train_does(capsys):
+    from hybridsim.cli import main
+    assert main(["verify", "--games", "Pong", "--frames", "30"]) == 0
+    assert "pong: exact" in capsys.readouterr().out
