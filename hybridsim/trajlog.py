@@ -397,23 +397,145 @@ def rank_file(run_dir, rank: int) -> pathlib.Path:
     return pathlib.Path(run_dir) / RANK_FILE_PATTERN.format(rank=rank)
 
 
-def open_trajectory_file(path) -> h5py.File:
-    """Open a trajectory file for reading (SWMR, so a running writer is fine).
+# datasets every trajectory file has (rank file or master), with their dimensions
+REQUIRED_DATASETS = {**{f"steps/{name}": 2 for name in STEP_FIELDS}, "steps/behavior_logits": 3,
+                     **{f"episodes/{name}": 1 for name in EPISODE_FIELDS}}
 
-    A missing, truncated or corrupt file raises TrajectoryLogError naming it.
+
+def _damaged(path, exc) -> TrajectoryLogError:
+    detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc  # no repr quotes
+    return TrajectoryLogError(f"{path}: damaged trajectory file (HDF5 could not read it: {detail})")
+
+
+class TrajectoryFile(h5py.File):
+    """An h5py.File from open_trajectory_file: an HDF5 error inside its `with` block (a
+    damaged chunk read lazily) is re-raised as TrajectoryLogError naming the file, which
+    the CLI reports as a message instead of a traceback without the path."""
+
+    def __exit__(self, exc_type, exc, tb):
+        path = self.filename
+        super().__exit__(exc_type, exc, tb)
+        # not KeyError: after the layout check at open, that is a caller's wrong name
+        if isinstance(exc, (OSError, RuntimeError)) and not isinstance(exc, TrajectoryLogError) \
+                and _raised_in_h5py(tb):
+            raise _damaged(path, exc) from exc
+
+
+def _raised_in_h5py(tb) -> bool:
+    # only HDF5's errors, not an OSError of the caller's own code inside the block
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return str(tb.tb_frame.f_globals.get("__name__", "")).startswith("h5py")
+
+
+def open_trajectory_file(path) -> TrajectoryFile:
+    """Open a trajectory file for reading (in SWMR mode if a writer has it open).
+
+    A missing, truncated, damaged or foreign file, one that lacks a dataset of the layout,
+    and a master file whose rank files are missing raise TrajectoryLogError naming it.
     """
-    path = pathlib.Path(path)
+    return _open(pathlib.Path(path), master_ok=True)
+
+
+def _open(path: pathlib.Path, master_ok: bool) -> TrajectoryFile:
     if not path.exists():
         raise TrajectoryLogError(f"{path}: no such trajectory file")
     _check_superblock(path)
+    f = _open_h5(path)
     try:
-        f = h5py.File(path, "r", libver="latest", swmr=True)
-    except OSError as exc:
-        raise TrajectoryLogError(f"{path}: not a readable HDF5 file (truncated or corrupt?): {exc}") from exc
-    if "format_version" not in f.attrs or ("steps" not in f and "virtual" not in f.attrs):
+        if _check_contents(f, path, master_ok) and not f.swmr_mode:
+            # a rank file is open for writing, and virtual datasets open their sources
+            # in the master's mode
+            f.close()
+            f = _open_h5(path, swmr=True)
+    except TrajectoryLogError:
         f.close()
-        raise TrajectoryLogError(f"{path}: an HDF5 file, but not a hybridsim trajectory log")
+        raise
+    except (OSError, RuntimeError, KeyError) as exc:
+        f.close()
+        raise _damaged(path, exc) from exc
+    except BaseException:
+        f.close()
+        raise
     return f
+
+
+def _open_h5(path: pathlib.Path, swmr: bool = False) -> TrajectoryFile:
+    """Open without SWMR unless the file is open for writing (a running job, or a killed one).
+
+    An SWMR reader retries a metadata block whose checksum fails (a writer may be halfway
+    through it) 100 times with growing waits, per block, so a damaged file took minutes to
+    fail; read without SWMR it fails in milliseconds. h5py cannot lower the attempts
+    (it does not wrap H5Pset_metadata_read_attempts).
+    """
+    try:
+        return TrajectoryFile(path, "r", libver="latest", swmr=swmr)
+    except OSError as exc:
+        # HDF5 says so only once the superblock's checksum passed: a damaged superblock
+        # fails here and never reaches the slow SWMR open
+        if not swmr and "already open for write" in str(exc):
+            return _open_h5(path, swmr=True)
+        raise TrajectoryLogError(f"{path}: not a readable HDF5 file (damaged or truncated): "
+                                 f"{exc}") from exc
+
+
+def _check_contents(f: h5py.File, path: pathlib.Path, master_ok: bool) -> bool:
+    """Check the layout; True if a master file's rank files need SWMR."""
+    if "format_version" not in f.attrs or ("steps" not in f and "virtual" not in f.attrs):
+        raise TrajectoryLogError(f"{path}: an HDF5 file, but not a hybridsim trajectory log")
+    swmr = False
+    if "virtual" in f.attrs:
+        if not master_ok:
+            raise TrajectoryLogError(f"{path}: a master file where a rank file belongs")
+        swmr = _check_ranks(f, path)
+    # here, so that analyze and replay never meet a KeyError
+    required = dict(REQUIRED_DATASETS)
+    if "observations" in f:
+        required.update({"observations/frames": None, "observations/index": 2})
+    bad = []
+    for name, ndim in required.items():
+        group = name.split("/")[0]
+        if group not in f:
+            if f"{group} is missing" not in bad:
+                bad.append(f"{group} is missing")
+            continue
+        if name not in f:
+            bad.append(f"{name} is missing")
+            continue
+        ds = f[name]  # a KeyError here: the link is there, its object header unreadable
+        if not isinstance(ds, h5py.Dataset):
+            bad.append(f"{name} is not a dataset")
+        elif ndim is not None and ds.ndim != ndim:
+            bad.append(f"{name} is {ds.ndim}-D, not {ndim}-D")
+    if bad:
+        raise TrajectoryLogError(f"{path}: damaged trajectory file: {'; '.join(bad)}")
+    return swmr
+
+
+def _check_ranks(f: h5py.File, path: pathlib.Path) -> bool:
+    """Check that the rank files a master file reads are beside it and readable (HDF5 reads
+    a missing source as fill values, which look like data); True if one needs SWMR."""
+    try:
+        names = json.loads(f.attrs["ranks"])
+    except (KeyError, TypeError, ValueError):
+        names = None
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise TrajectoryLogError(f"{path}: a master file without a list of rank files in its "
+                                 f"'ranks' attribute; read its traj_rank*.h5 files instead")
+    missing = [name for name in names if not (path.parent / name).is_file()]
+    if missing:
+        raise TrajectoryLogError(
+            f"{path}: its rank file{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+            f"{'are' if len(missing) > 1 else 'is'} missing from {path.parent}; a master file "
+            f"holds no rows itself, its rank files must stay beside it")
+    swmr = False
+    for name in names:
+        try:
+            with _open(path.parent / name, master_ok=False) as rank:
+                swmr |= rank.swmr_mode
+        except TrajectoryLogError as exc:
+            raise TrajectoryLogError(f"{path}: reads {exc}") from exc
+    return swmr
 
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -422,28 +544,42 @@ HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 def _check_superblock(path: pathlib.Path) -> None:
     """Reject a non-HDF5 or truncated file before h5py opens it.
 
-    Needed because an SWMR open of a truncated file retries its metadata reads for a
-    long time instead of failing. The superblock (HDF5 file format spec, section II.A)
-    stores the end-of-file address; a file shorter than that lost its tail.
+    Needed because an SWMR open (of a file a writer left open) of a truncated file retries
+    its metadata reads for a long time instead of failing. The superblock (HDF5 file format
+    spec, section II.A) stores the end-of-file address; a file shorter than that lost its
+    tail, and one too short to hold that address lost nearly everything.
     """
     size = path.stat().st_size
     with open(path, "rb") as fh:
         head = fh.read(128)
+    if len(head) <= len(HDF5_SIGNATURE) and HDF5_SIGNATURE.startswith(head):
+        raise _too_short(path, size)
     if not head.startswith(HDF5_SIGNATURE):
         raise TrajectoryLogError(f"{path}: not a readable HDF5 file (no HDF5 signature at offset 0)")
     version = head[8]
-    if version in (2, 3):  # sig, version, offset size, length size, flags, then 4 addresses
-        offset_size = head[9]
-        eof_at = 12 + 2 * offset_size
+    if version in (2, 3):  # sig, version, offset size, length size, flags, then the addresses
+        offset_at, addresses_at = 9, 12
     elif version in (0, 1):  # 8 + 8 bytes of versions/sizes, 4 (+4 in v1) more, then addresses
-        offset_size = head[13]
-        eof_at = 24 + (4 if version == 1 else 0) + 2 * offset_size
+        offset_at, addresses_at = 13, 24 + 4 * version
     else:
         return  # a future layout: let HDF5 judge
+    if len(head) <= offset_at:
+        raise _too_short(path, size)
+    offset_size = head[offset_at]
+    if offset_size not in (2, 4, 8):
+        return  # a damaged superblock: HDF5 fails on it at once
+    eof_at = addresses_at + 2 * offset_size  # the third address
+    if len(head) < eof_at + offset_size:  # read as 0, this passed and SWMR retried for minutes
+        raise _too_short(path, size)
     eof = int.from_bytes(head[eof_at:eof_at + offset_size], "little")
-    if offset_size in (2, 4, 8) and size < eof:
+    if size < eof:
         raise TrajectoryLogError(f"{path}: truncated file ({size} bytes on disk, the HDF5 superblock "
                                  f"says {eof}); it holds no readable trajectory")
+
+
+def _too_short(path, size: int) -> TrajectoryLogError:
+    return TrajectoryLogError(f"{path}: truncated file ({size} bytes on disk, too short for the "
+                              f"HDF5 superblock); it holds no readable trajectory")
 
 
 def rank_files(run_dir) -> list[pathlib.Path]:

@@ -1,5 +1,6 @@
 """HDF5 trajectory logs: round trip, master virtual datasets, SWMR, kill -9, corrupt files."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -115,6 +116,14 @@ def test_kill_9_leaves_a_readable_file_up_to_the_last_flush(tmp_path):
     deadline = time.monotonic() + 60
     while flushed < 200 and time.monotonic() < deadline:
         flushed = int(proc.stdout.readline())
+    with trajlog.open_trajectory_file(path) as f:  # from another process, while it writes
+        assert f.swmr_mode
+        ds = f["steps/reward_raw"]
+        seen = ds.shape[0]
+        proc.stdout.readline()
+        proc.stdout.readline()
+        ds.refresh()
+        assert ds.shape[0] > seen > 0
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert flushed >= 200
@@ -122,6 +131,12 @@ def test_kill_9_leaves_a_readable_file_up_to_the_last_flush(tmp_path):
     n = steps["reward_raw"].shape[0]
     assert n >= flushed - 10  # everything up to the flush before the last print
     np.testing.assert_array_equal(steps["reward_raw"][:, 0], np.arange(n, dtype=np.float32))
+    # still marked open for writing: read in SWMR mode, and so is a master file over it
+    master = trajlog.write_master(tmp_path)
+    with trajlog.open_trajectory_file(master) as f:
+        assert f.swmr_mode
+    np.testing.assert_array_equal(trajlog.read_steps(master, fields=["reward_raw"])["reward_raw"],
+                                  steps["reward_raw"])
 
 
 def test_corrupt_and_foreign_files_give_clear_errors(tmp_path):
@@ -168,3 +183,108 @@ def test_bad_shapes_are_rejected(tmp_path):
         row["reward_raw"] = np.zeros(3, np.float32)
         with pytest.raises(ValueError, match=r"reward_raw must have shape \(2,\)"):
             w.append_step(**row)
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """A rank file of 300 steps and its master file, to damage copies of."""
+    run = tmp_path_factory.mktemp("small_run")
+    write_rank(trajlog.rank_file(run, 0), 300, 4, 6, seed=7, flush_every=64)
+    trajlog.write_master(run)
+    return run
+
+
+def damaged_copy(src, dst, offset, count=256):
+    """Copy src to dst with `count` random bytes written over it at `offset`."""
+    data = bytearray(src.read_bytes())
+    data[offset:offset + count] = np.random.default_rng(offset).bytes(count)
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def damage_header(src, dst, name):
+    """Copy src to dst with 16 random bytes inside the object header of `name`: past its
+    signature and version (damaged, those fail at once even in SWMR mode), so that its
+    checksum fails."""
+    with h5py.File(src, "r") as f:
+        header = h5py.h5o.get_info(f[name].id).addr
+    return damaged_copy(src, dst, header + 16, count=16)
+
+
+TRY_OPEN = textwrap.dedent("""
+    import sys
+    from hybridsim import trajlog
+    for path in sys.argv[1:]:
+        try:
+            with trajlog.open_trajectory_file(path) as f:  # and read, as analyze would
+                f["steps/action"][()], f["episodes/return"][()]
+            print("read", path)
+        except trajlog.TrajectoryLogError as exc:
+            print(exc)
+        except Exception as exc:
+            print("unexpected", type(exc).__name__, exc)
+""")
+
+
+def test_files_shorter_than_a_superblock_are_refused_at_once(small_run, tmp_path):
+    # 8 and 9 bytes raised IndexError; 12 and 20 read an EOF address of 0 and hung in
+    # h5py's SWMR open, so in a subprocess with a time limit
+    data = trajlog.rank_file(small_run, 0).read_bytes()
+    paths = []
+    for size in (0, 5, 8, 9, 12, 20, 30):
+        paths.append(tmp_path / f"cut{size}.h5")
+        paths[-1].write_bytes(data[:size])
+    out = subprocess.run([sys.executable, "-c", TRY_OPEN, *map(str, paths)], capture_output=True,
+                         text=True, timeout=60)
+    lines = out.stdout.splitlines()
+    assert len(lines) == len(paths), out.stdout + out.stderr
+    for path, line in zip(paths, lines):
+        assert line.startswith(f"{path}: truncated file"), line
+
+
+@pytest.mark.parametrize("name", ["/", "steps", "steps/action"])
+def test_damaged_metadata_fails_at_once_without_swmr_retries(small_run, tmp_path, name):
+    """A closed file opens without SWMR, so a failed metadata checksum is an error at once
+    (SWMR reads retried it for minutes); a subprocess bounds the time a hang would take."""
+    src = trajlog.rank_file(small_run, 0)
+    path = damage_header(src, tmp_path / src.name, name)
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", TRY_OPEN, str(path)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.startswith(f"{path}: damaged trajectory file"), out.stdout + out.stderr
+    assert time.monotonic() - start < 30
+
+
+def test_damage_found_at_open_or_on_a_read_names_the_file(small_run, tmp_path):
+    src = trajlog.rank_file(small_run, 0)
+    # offset 48: the root group's object header ("Can't deserialize object header prefix")
+    root = damaged_copy(src, tmp_path / "root.h5", 48)
+    with pytest.raises(trajlog.TrajectoryLogError,
+                       match=re.escape(f"{root}: damaged trajectory file")):
+        trajlog.open_trajectory_file(root)
+    # a damaged chunk is only read lazily, inside the caller's with block
+    with h5py.File(src, "r") as f:
+        chunk = f["steps/action"].id.get_chunk_info(0).byte_offset
+    data = damaged_copy(src, tmp_path / "data.h5", chunk, count=64)
+    with pytest.raises(trajlog.TrajectoryLogError,
+                       match=re.escape(f"{data}: damaged trajectory file")):
+        trajlog.read_steps(data, fields=["action"])
+    with pytest.raises(OSError, match="not ours"):  # the caller's own errors pass unchanged
+        with trajlog.open_trajectory_file(src):
+            raise OSError("not ours")
+
+
+def test_master_file_needs_its_rank_files(small_run, tmp_path):
+    master = small_run / trajlog.MASTER_FILE
+    np.testing.assert_array_equal(trajlog.read_episodes(master)["return"],
+                                  trajlog.read_episodes(trajlog.rank_file(small_run, 0))["return"])
+    alone = tmp_path / trajlog.MASTER_FILE
+    alone.write_bytes(master.read_bytes())
+    # HDF5 read the missing rank file as fill values: 30 episodes of return 0, length 0
+    with pytest.raises(trajlog.TrajectoryLogError,
+                       match=re.escape(f"{alone}: its rank file traj_rank00000.h5 is missing")):
+        trajlog.read_episodes(alone)
+    damage_header(trajlog.rank_file(small_run, 0), trajlog.rank_file(tmp_path, 0), "steps/action")
+    with pytest.raises(trajlog.TrajectoryLogError,
+                       match=re.escape(f"{alone}: reads ") + ".*traj_rank00000.h5: damaged"):
+        trajlog.read_episodes(alone)
