@@ -47,8 +47,9 @@ class ALEState:
 
 
 def _require_int(what: str, value) -> None:
-    """ale-py's integer arguments refuse floats, strings and bools (no truncation)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    """ale-py's integer arguments refuse floats and strings (no truncation); bools pass, as
+    in ale-py (they are ints)."""
+    if not isinstance(value, (int, np.integer)):
         raise TypeError(f"{what} must be an int, got {value!r}")
 
 
@@ -105,8 +106,9 @@ class ALEInterface:
     def isSupportedROM(rom) -> str | None:
         """The game name ALE would use for this ROM file, or None."""
         path = pathlib.Path(os.fsdecode(rom))
-        if not path.is_file():  # ale-py raises for a missing file too
-            raise FileNotFoundError(f"isSupportedROM: no ROM file at {path}")
+        if not path.is_file():  # ale-py raises RuntimeError for these too
+            what = "is a directory, not a ROM file" if path.is_dir() else "does not exist"
+            raise RuntimeError(f"isSupportedROM: {path} {what}")
         try:
             data = roms.read_rom(path)
         except (OSError, ValueError):

@@ -18,9 +18,9 @@ and hold every logged step; free space and run again with --resume."""
 
 def _cmd_bench(args) -> int:
     from hybridsim import bench
-    for name in ("frames", "num_envs", "threads", "steps", "rounds"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name, low in (("frames", 1), ("num_envs", 1), ("threads", 0), ("steps", 1), ("rounds", 1)):
+        if getattr(args, name) < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
     if args.single:
         import ale_py
         from hybridsim.ale import ALEInterface

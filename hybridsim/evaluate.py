@@ -32,10 +32,9 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
     cfg = TrainConfig(**{k: v for k, v in state["config"].items() if k in fields})
     cfg.backend, cfg.num_envs, cfg.num_minibatches, cfg.episodic_life = ENVS[env], num_envs, 1, False
     try:
-        cfg.validate()
-    except ValueError as exc:
-        raise ValueError(f"{checkpoint}: its settings are not valid: {exc}") from None
-    vec = make_vector_env(cfg, seed)
+        vec = make_vector_env(cfg, seed)
+    except Exception as exc:  # gymnasium, ale-py and hybridsim each raise their own kinds
+        raise ValueError(f"{checkpoint}: cannot build its environment ({type(exc).__name__}: {exc})") from None
     model = build_model(cfg.model, state["obs_shape"], state["num_actions"], cfg.obs_normalization)
     try:
         model.load_state_dict(state["model"])

@@ -154,8 +154,7 @@ class TrainConfig:
             (finite(self.lr) and self.lr > 0, f"lr must be a finite number > 0, got {self.lr}"),
             (finite(self.eps) and self.eps > 0, f"eps must be a finite number > 0, got {self.eps}"),
             (0 <= self.rmsprop_alpha < 1, f"rmsprop_alpha must be in [0, 1), got {self.rmsprop_alpha}"),
-            (finite(self.max_grad_norm) and self.max_grad_norm > 0,
-             f"max_grad_norm must be a finite number > 0, got {self.max_grad_norm}"),
+            (self.max_grad_norm > 0, f"max_grad_norm must be > 0 (inf: no clipping), got {self.max_grad_norm}"),
             (finite(self.entropy_coef) and self.entropy_coef >= 0,
              f"entropy_coef must be a finite number >= 0, got {self.entropy_coef}"),
             (finite(self.value_coef) and self.value_coef >= 0,
@@ -181,6 +180,8 @@ class TrainConfig:
             (self.num_threads >= 0, f"num_threads must be >= 0 (0: all cores), got {self.num_threads}"),
             (self.torch_threads >= 0, f"torch_threads must be >= 0 (0: all cores), got {self.torch_threads}"),
             (self.num_envs < 2**20, f"num_envs must be < 2**20 per rank, got {self.num_envs}"),
+            (0 <= self.seed and self.seed + self.num_envs <= 2**31,
+             f"seed must be in [0, 2**31 - num_envs] (environment i gets seed + i, a C int), got {self.seed}"),
         ]
         if self.schedule == "a2c" and self.num_minibatches >= 1:
             checks.append((self.num_envs % self.num_minibatches == 0,
@@ -228,13 +229,67 @@ def existing_run_files(log_dir: pathlib.Path) -> list[str]:
     return sorted({p.name for pattern in RUN_FILES for p in log_dir.glob(pattern)})
 
 
+def _holds_data(path: pathlib.Path) -> bool:
+    """Whether a run file holds anything worth keeping (a damaged one counts as holding)."""
+    if path.name == "checkpoint.pt":
+        return True
+    if path.suffix == ".csv":
+        with open(path, "rb") as f:
+            return len(f.read(1 << 16).splitlines()) > 1  # more than the header
+    try:
+        import h5py
+        with h5py.File(path, "r", locking=False) as f:
+            return bool(f["steps/action"].shape[0] or f["episodes/env_id"].shape[0])
+    except Exception:
+        return True
+
+
+def _fresh_run_decision(log_dir: pathlib.Path):
+    """None (the directory holds no run), ("refuse", why) or ("moved", what was done). A run
+    with a checkpoint is never touched (--resume continues it). A run that stopped before
+    its first checkpoint (killed, or failed at start) cannot be resumed: its files move to
+    log_dir/previous-run-TIME/ and the new run starts, so a requeued job can start over and
+    nothing written is lost."""
+    found = existing_run_files(log_dir)
+    if not found:
+        return None
+    if "checkpoint.pt" in found:
+        return ("refuse", f"{log_dir} already holds a run ({', '.join(found)}); continue it "
+                          f"with --resume, or choose another --log-dir")
+    if not any(_holds_data(log_dir / name) for name in found):
+        return None  # a start that failed before logging anything: nothing to keep
+    aside = log_dir / time.strftime("previous-run-%Y%m%d-%H%M%S")
+    while aside.exists():
+        aside = aside.with_name(aside.name + "x")
+    aside.mkdir()
+    for name in found + [n for n in ("tensorboard", "learning_curve.png") if (log_dir / n).exists()]:
+        (log_dir / name).rename(aside / name)
+    return ("moved", f"note: {log_dir} held a run that wrote no checkpoint, so it cannot be "
+                     f"resumed; its files ({', '.join(found)}) are now in {aside}, and this run "
+                     f"starts afresh")
+
+
+def _remove_empty_dirs(path: pathlib.Path, top: pathlib.Path | None) -> None:
+    """Remove `path` and its parents up to `top` (the first one this run created), while
+    empty; another rank may have removed them already."""
+    if top is None:
+        return
+    for p in [path, *path.parents]:
+        try:
+            p.rmdir()
+        except OSError:
+            return
+        if p == top:
+            return
+
+
 def make_vector_env(cfg: TrainConfig, seed: int, batch_size: int = 0, learner_device=None):
     """The vector environment for a backend; all speak gymnasium's VectorEnv API plus send/recv.
     The gpu and hybrid backends hand a CUDA learner their batches as torch tensors on the
     device (DLPack, no copy), and a CPU learner numpy arrays."""
     kwargs = dict(game=cfg.game, num_envs=cfg.num_envs, batch_size=batch_size,
                   frameskip=cfg.frame_skip, repeat_action_probability=cfg.repeat_action_probability,
-                  noop_max=cfg.noop_max, episodic_life=cfg.episodic_life, reward_clipping=False,
+                  noop_max=cfg.noop_max, episodic_life=bool(cfg.episodic_life), reward_clipping=False,
                   max_num_frames_per_episode=cfg.max_episode_frames, num_threads=cfg.num_threads,
                   autoreset_mode="SameStep")
     if cfg.backend == "ale-py":
@@ -316,22 +371,23 @@ class Trainer:
         rank = self.rank = self.comm.rank
         self.world_size = self.comm.size
         self.log_dir = pathlib.Path(cfg.log_dir)
-        found = existing_run_files(self.log_dir) if not cfg.resume else []
-        if found and self.checkpoint_path().exists():
-            # a fresh run would overwrite that run's metrics, logs and, later, its checkpoint
-            raise FileExistsError(f"{self.log_dir} already holds a run ({', '.join(found)}); "
-                                  f"continue it with --resume, or choose another --log-dir")
-        if found:  # a run stopped before its first checkpoint: nothing to resume, much to lose
-            raise FileExistsError(f"{self.log_dir} holds the files of a run that wrote no checkpoint "
-                                  f"({', '.join(found)}); --resume cannot continue it: choose another "
-                                  f"--log-dir, or move those files away")
-        created = not self.log_dir.exists()
+        if cfg.seed + self.world_size * cfg.num_envs > 2**31:
+            raise ValueError(f"seed {cfg.seed} + {self.world_size} ranks x {cfg.num_envs} environments "
+                             f"must stay within 2**31 (environment seeds are C ints)")
+        # Rank 0 looks at the directory and decides for every rank (the bcast also keeps the
+        # others from looking after rank 0 has moved files).
+        decision = self.comm.bcast(_fresh_run_decision(self.log_dir) if rank == 0 and not cfg.resume
+                                   else None)
+        if decision and decision[0] == "refuse":
+            raise FileExistsError(decision[1])
+        if decision and decision[0] == "moved" and rank == 0:
+            print(decision[1], file=sys.stderr, flush=True)
+        first_new = next((p for p in reversed([self.log_dir, *self.log_dir.parents]) if not p.exists()), None)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
             self._setup(cfg, rank)
         except BaseException:
-            if created and not any(self.log_dir.iterdir()):
-                self.log_dir.rmdir()  # a run that never started leaves no empty directory
+            _remove_empty_dirs(self.log_dir, first_new)  # a run that never started leaves none
             raise
 
     def _setup(self, cfg: TrainConfig, rank: int):
@@ -610,10 +666,13 @@ class Trainer:
         path = self.checkpoint_path()
         if not path.exists():
             raise FileNotFoundError(f"--resume: no checkpoint at {path}")
-        state = read_checkpoint(path)
+        state = read_checkpoint(path, map_location="cpu")  # load_state_dict moves it to the device
         saved = state["config"]
         changed = [f"{k} {saved[k]!r} -> {getattr(self.cfg, k)!r}" for k in RESUME_MUST_MATCH
                    if k in saved and saved[k] != getattr(self.cfg, k)]
+        if state.get("world_size", 1) == self.world_size and saved.get("num_envs", self.cfg.num_envs) != self.cfg.num_envs:
+            changed.append(f"num_envs {saved['num_envs']!r} -> {self.cfg.num_envs!r} (with the same "
+                           f"number of ranks the environments resume as they were)")
         if changed:
             raise ValueError(f"--resume: these settings differ from the checkpoint's ({path}): "
                              f"{'; '.join(changed)}. Resume with the settings the run started with, or "

@@ -380,9 +380,6 @@ class AtariVectorEnv(VectorEnv):
         self._check_open("reset")
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
-        unknown = set(options or ()) - {"reset_mask"}
-        if unknown:
-            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; the one option is 'reset_mask'")
         if options is None or "reset_mask" not in options:
             indices = self._all_ids
         else:

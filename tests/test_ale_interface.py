@@ -151,7 +151,7 @@ def test_arguments_are_not_coerced(tmp_path):
     truncated; features hybridsim lacks are errors, not silent no-ops."""
     env = loaded()
     for call in (lambda: env.setRAM(4.9, 77), lambda: env.setRAM(3, 9.9), lambda: env.setMode(0.0),
-                 lambda: env.setMode("0"), lambda: env.setDifficulty(True),
+                 lambda: env.setMode("0"), lambda: env.setDifficulty(1.0),
                  lambda: env.setBool("truncate_on_loss_of_life", "false"),
                  lambda: env.setBool("color_averaging", None)):
         with pytest.raises(TypeError):
@@ -165,8 +165,12 @@ def test_arguments_are_not_coerced(tmp_path):
     env.setBool("sound_obs", False)
     env.setFloat("repeat_action_probability", np.float32(0.5))  # numpy floats, as ale-py
     assert env.getFloat("repeat_action_probability") == 0.5
-    with pytest.raises(FileNotFoundError, match="no ROM file"):
+    with pytest.raises(RuntimeError, match="does not exist"):  # ale-py: RuntimeError too
         hybridsim.ALEInterface.isSupportedROM(tmp_path / "missing.bin")
+    with pytest.raises(RuntimeError, match="is a directory"):
+        hybridsim.ALEInterface.isSupportedROM(tmp_path)
+    env.setDifficulty(True)  # bools are ints, as ale-py takes them
+    env.setRAM(3, True)
     other = hybridsim.ALEInterface()
     other.loadROM(str(roms.rom_path("pong")).encode())  # a bytes path, as ale-py takes
     screen = np.zeros((210, 160, 1), np.uint8)
