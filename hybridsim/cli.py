@@ -155,11 +155,12 @@ def _cmd_train(args) -> int:
     if summary["stopped"] == "storage":
         if summary["rank"] == 0:  # the report covers every rank
             _report_storage_stop(summary)
-        return STORAGE_EXIT_CODE
+        return _after_report(trainer, STORAGE_EXIT_CODE)
     if summary["preempted"]:
-        print(f"stopped by a signal at {summary['frames']:,} frames; checkpoint written to "
-              f"{summary['checkpoint']}; run again with --resume to continue")
-        return PREEMPTED_EXIT_CODE
+        if summary["rank"] == 0:
+            print(f"stopped by a signal at {summary['frames']:,} frames; checkpoint written to "
+                  f"{summary['checkpoint']}; run again with --resume to continue")
+        return _after_report(trainer, PREEMPTED_EXIT_CODE)
     print(f"trained {summary['frames']:,} frames in {summary['updates']:,} updates; "
           f"{summary['episodes']} episodes, mean return of the last 100: "
           f"{summary['mean_return_100']:.2f}")
@@ -171,6 +172,18 @@ def _cmd_train(args) -> int:
     print(f"metrics:    {summary['metrics']} (TensorBoard: {cfg.log_dir}/tensorboard)")
     print(f"curve:      {summary['curve']}")
     return 0
+
+
+def _after_report(trainer, code: int) -> int:
+    """A non-zero exit under `python -m mpi4py` aborts the job from the first rank to exit:
+    the other ranks wait until rank 0 has printed its report, and a moment longer."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    trainer.comm.barrier()
+    if trainer.rank != 0:
+        import time
+        time.sleep(1.0)
+    return code
 
 
 def _report_storage_stop(summary: dict) -> None:
@@ -276,9 +289,22 @@ def main(argv=None) -> int:
         return args.func(args)
     except (ValueError, RuntimeError, OSError, TypeError) as exc:
         print(f"hybridsim {args.command}: error: {exc}", file=sys.stderr)
-        from hybridsim import dist
-        dist.abort_job(2)  # only under MPI with other ranks; returns otherwise
+        _abort_mpi_job(2)
         return 2
+    except SystemExit:
+        raise
+    except BaseException as exc:  # a bug, Ctrl-C, MemoryError: the traceback, and under MPI
+        import traceback          # the whole job ends (mpi4py's runner does this, mpiexec alone not)
+        traceback.print_exc()
+        _abort_mpi_job(130 if isinstance(exc, KeyboardInterrupt) else 1)
+        raise
+
+
+def _abort_mpi_job(code: int) -> None:
+    """Under MPI with other ranks, end the job (they may wait for this rank in a collective)."""
+    if "mpi4py.MPI" in sys.modules:
+        from hybridsim import dist
+        dist.abort_job(code)
 
 
 if __name__ == "__main__":

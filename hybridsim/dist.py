@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import zlib
 
 import numpy as np
@@ -234,17 +235,42 @@ def with_gradient_backend(comm, requested: str, device: torch.device):
     return comm
 
 
+def launched_ranks() -> int:
+    """How many processes the launcher says it started (1 when it says nothing): mpiexec's
+    PMI_SIZE (MPICH, Intel MPI) or OMPI_COMM_WORLD_SIZE (Open MPI), else the tasks of an
+    srun step (not of the batch script, which runs once)."""
+    for key in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    step = os.environ.get("SLURM_STEP_ID", "")
+    if step.isdigit() and int(step) < 0xFFFFFF00 and os.environ.get("SLURM_STEP_NUM_TASKS", "").isdigit():
+        return int(os.environ["SLURM_STEP_NUM_TASKS"])
+    return 1
+
+
 def init_comm():
-    """MPIComm when running under an MPI launcher with more than one rank, else LocalComm."""
+    """MPIComm when running under an MPI launcher with more than one rank, else LocalComm.
+    A launcher that started several processes that MPI does not connect (no mpi4py, or an
+    mpi4py built for another MPI, or srun without --mpi) is an error: each process would
+    train alone as rank 0 and all would write the same files."""
     launched = any(k in os.environ for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK",
                                               "MPI_LOCALRANKID", "SLURM_PROCID"))
     if not launched:
         return LocalComm()
+    expected = launched_ranks()
     try:
         from mpi4py import MPI
     except ImportError:
+        if expected > 1:
+            raise RuntimeError(f"the launcher started {expected} processes but mpi4py is not "
+                               f"installed, so they cannot train together: pip install mpi4py "
+                               f"(hybridsim[mpi]), or run one process") from None
         return LocalComm()
     comm = MPI.COMM_WORLD
+    if comm.Get_size() != expected and expected > 1:
+        raise RuntimeError(f"the launcher started {expected} processes but MPI connects "
+                           f"{comm.Get_size()}: mpi4py's MPI library is not the launcher's "
+                           f"(`python -m mpi4py --mpi-library`), or srun lacks --mpi=pmi2/pmix")
     if comm.Get_size() == 1:
         return LocalComm()
     return MPIComm(comm)
@@ -259,6 +285,7 @@ def abort_job(code: int) -> None:
         return
     sys.stdout.flush()
     sys.stderr.flush()
+    time.sleep(1.0)  # the launcher forwards output asynchronously: let the message reach it
     mpi.COMM_WORLD.Abort(code)
 
 

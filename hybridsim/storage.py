@@ -61,7 +61,10 @@ class StorageError(RuntimeError):
 
     @classmethod
     def from_exception(cls, path, what: str, exc: BaseException, detail: str = ""):
-        return cls(path, what, write_errno(exc), detail)
+        code = write_errno(exc)
+        if code is None:  # no errno to name: keep the original error's words
+            detail = f"{type(exc).__name__}: {exc}" + (f"; {detail}" if detail else "")
+        return cls(path, what, code, detail)
 
 
 def free_bytes(path) -> int:

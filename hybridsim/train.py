@@ -371,6 +371,18 @@ class Trainer:
         rank = self.rank = self.comm.rank
         self.world_size = self.comm.size
         self.log_dir = pathlib.Path(cfg.log_dir)
+        # Every rank must run the same settings: different budgets or schedules would leave
+        # the ranks in different collectives (a hang), different log dirs split the run.
+        configs = self.comm.gather(dataclasses.asdict(cfg))
+        mismatch = None
+        if rank == 0:
+            differ = sorted({k for other in configs[1:] for k, v in other.items() if configs[0].get(k) != v})
+            if differ:
+                mismatch = (f"the ranks were started with different settings ({', '.join(differ)}); "
+                            f"every rank must run the same command line")
+        mismatch = self.comm.bcast(mismatch)
+        if mismatch:
+            raise ValueError(mismatch)
         if cfg.seed + self.world_size * cfg.num_envs > 2**31:
             raise ValueError(f"seed {cfg.seed} + {self.world_size} ranks x {cfg.num_envs} environments "
                              f"must stay within 2**31 (environment seeds are C ints)")

@@ -142,9 +142,11 @@ class TrajectoryWriter:
         self._pending_episodes: list[tuple] = []
         self._pending_obs: list[tuple] = []
         kw = _dataset_kwargs(compression)
+        self._alive = None  # a shared lock on the file while this writer lives (see _hold_alive)
         if resume_after_frame is not None and self.path.exists():
             self._reopen(resume_after_frame)
             self._open_datasets()
+            self._hold_alive()
             return
         try:
             self.file = h5py.File(self.path, "w", libver="latest")
@@ -177,6 +179,19 @@ class TrajectoryWriter:
                                chunks=(1024, 3))
         f.swmr_mode = True  # every dataset exists now; readers may attach while we append
         self._open_datasets()
+        self._hold_alive()
+
+    def _hold_alive(self):
+        """Hold a shared flock on the file while writing: HDF5 drops its own lock once SWMR
+        writing starts, and clear_stale_write_flags must tell a live writer from a dead one
+        (the kernel drops a dead process's locks)."""
+        import fcntl
+        self._alive = open(self.path, "rb")
+        try:
+            fcntl.flock(self._alive, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:  # a file system without flock: nothing to hold
+            self._alive.close()
+            self._alive = None
 
     def _open_datasets(self):
         # Held open for the writer's life: HDF5 writes a dataset's cached chunks when its
@@ -197,6 +212,7 @@ class TrajectoryWriter:
 
     def _reopen(self, last_frame: int):
         _check_superblock(self.path)
+        clear_stale_write_flags(self.path)  # the writer of a killed or aborted job
         try:
             self.file = h5py.File(self.path, "a", libver="latest")
         except OSError as exc:
@@ -385,6 +401,10 @@ class TrajectoryWriter:
             except (OSError, RuntimeError):
                 if self.failed is None:
                     raise
+            finally:
+                if self._alive is not None:
+                    self._alive.close()
+                    self._alive = None
 
     def __enter__(self):
         return self
@@ -575,6 +595,78 @@ def _check_superblock(path: pathlib.Path) -> None:
     if size < eof:
         raise TrajectoryLogError(f"{path}: truncated file ({size} bytes on disk, the HDF5 superblock "
                                  f"says {eof}); it holds no readable trajectory")
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _rotate(x: int, k: int) -> int:
+    return ((x << k) | (x >> (32 - k))) & _MASK32
+
+
+def hdf5_checksum(data: bytes) -> int:
+    """HDF5's metadata checksum: Bob Jenkins' lookup3 hashlittle with initial value 0
+    (HDF5 file format spec, "Appendix C: Jenkins' lookup3 Hash Function")."""
+    a = b = c = (0xDEADBEEF + len(data)) & _MASK32
+    words = data + bytes(-len(data) % 12)  # the tail, zero-padded: the same sums
+    blocks = max(0, (len(data) - 1) // 12)  # whole blocks before the last (non-empty) one
+    for k in range(blocks):
+        x, y, z = (int.from_bytes(words[12 * k + 4 * i:12 * k + 4 * i + 4], "little") for i in range(3))
+        a, b, c = (a + x) & _MASK32, (b + y) & _MASK32, (c + z) & _MASK32
+        a = (a - c) & _MASK32; a ^= _rotate(c, 4); c = (c + b) & _MASK32  # noqa: E702
+        b = (b - a) & _MASK32; b ^= _rotate(a, 6); a = (a + c) & _MASK32  # noqa: E702
+        c = (c - b) & _MASK32; c ^= _rotate(b, 8); b = (b + a) & _MASK32  # noqa: E702
+        a = (a - c) & _MASK32; a ^= _rotate(c, 16); c = (c + b) & _MASK32  # noqa: E702
+        b = (b - a) & _MASK32; b ^= _rotate(a, 19); a = (a + c) & _MASK32  # noqa: E702
+        c = (c - b) & _MASK32; c ^= _rotate(b, 4); b = (b + a) & _MASK32  # noqa: E702
+    if not data:
+        return c
+    k = 12 * blocks
+    x, y, z = (int.from_bytes(words[k + 4 * i:k + 4 * i + 4], "little") for i in range(3))
+    a, b, c = (a + x) & _MASK32, (b + y) & _MASK32, (c + z) & _MASK32
+    c ^= b; c = (c - _rotate(b, 14)) & _MASK32  # noqa: E702
+    a ^= c; a = (a - _rotate(c, 11)) & _MASK32  # noqa: E702
+    b ^= a; b = (b - _rotate(a, 25)) & _MASK32  # noqa: E702
+    c ^= b; c = (c - _rotate(b, 16)) & _MASK32  # noqa: E702
+    a ^= c; a = (a - _rotate(c, 4)) & _MASK32  # noqa: E702
+    b ^= a; b = (b - _rotate(a, 14)) & _MASK32  # noqa: E702
+    c ^= b; c = (c - _rotate(b, 24)) & _MASK32  # noqa: E702
+    return c
+
+
+def clear_stale_write_flags(path: pathlib.Path) -> bool:
+    """What `h5clear -s` does, for a file whose writer is gone: zero the superblock's
+    file-consistency flags (HDF5 sets them while a writer has the file open and a killed
+    writer never clears them, so the file cannot be opened for writing again) and rewrite
+    the superblock checksum. Refused while a live TrajectoryWriter holds its lock on the
+    file (_hold_alive; the kernel drops a dead process's locks). Returns whether the flags
+    were set."""
+    import fcntl
+    with open(path, "r+b") as fh:
+        head = fh.read(64)
+        if not head.startswith(HDF5_SIGNATURE) or head[8] not in (2, 3) or head[11] == 0:
+            return False  # older superblocks keep no flags; 0: nothing to clear
+        size = 12 + 4 * head[9]  # signature, versions, sizes, flags, four addresses
+        if len(head) < size + 4 or hdf5_checksum(head[:size]) != int.from_bytes(head[size:size + 4], "little"):
+            raise TrajectoryLogError(f"{path}: damaged HDF5 superblock (its checksum does not match)")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locked = True
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):  # a live writer's shared lock
+                raise TrajectoryLogError(f"{path}: another process is writing this file (it holds "
+                                         f"the file's lock); stop that job before resuming") from None
+            locked = False  # no flock on this file system: the scheduler keeps jobs apart
+        try:
+            fixed = head[:11] + b"\0" + head[12:size]
+            fh.seek(0)
+            fh.write(fixed + hdf5_checksum(fixed).to_bytes(4, "little"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        finally:
+            if locked:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+    return True
 
 
 def _too_short(path, size: int) -> TrajectoryLogError:

@@ -185,3 +185,38 @@ def test_a_bad_setting_on_one_rank_ends_the_whole_job(tmp_path, launcher):
     output = result.stdout + result.stderr
     assert result.returncode == 2, output[-2000:]
     assert "num_envs must be >= 1, got 0" in output
+
+
+def test_ranks_with_different_settings_end_the_job(tmp_path):
+    """Different budgets on two ranks would leave them in different collectives (a hang):
+    the ranks compare their settings at start and stop with the names of those that differ."""
+    exe = mpiexec()
+    common = [sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train", "--game", "pong",
+              "--backend", "ale-py", "--num-envs", "2", "--num-threads", "1", "--torch-threads", "1",
+              "--log-dir", str(tmp_path / "run")]
+    result = subprocess.run([exe, "-n", "1", *common, "--total-frames", "1600", ":",
+                             "-n", "1", *common, "--total-frames", "3200"],
+                            capture_output=True, text=True, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-2000:]
+    assert "different settings (total_frames)" in output
+
+
+def test_processes_that_mpi_does_not_connect_are_refused(monkeypatch):
+    """A launcher that says it started 2 processes while MPI sees 1 (srun without --mpi,
+    an mpi4py built for another MPI) would give two independent rank-0 runs in one
+    directory: refused, with the reason."""
+    from hybridsim import dist
+    monkeypatch.setenv("PMI_RANK", "0")
+    monkeypatch.setenv("PMI_SIZE", "2")
+    pytest.importorskip("mpi4py")
+    with pytest.raises(RuntimeError, match="started 2 processes but MPI connects 1"):
+        dist.init_comm()
+    monkeypatch.delenv("PMI_SIZE")
+    monkeypatch.delenv("PMI_RANK")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")
+    assert dist.launched_ranks() == 2
+    monkeypatch.setenv("SLURM_STEP_ID", "4294967294")  # the batch script's step: runs once
+    assert dist.launched_ranks() == 1

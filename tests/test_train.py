@@ -211,3 +211,33 @@ def test_config_file_integral_floats_are_ints(tmp_path):
     path.write_text("total_frames = 5e7\nnum_envs = 8.0\n")
     cfg = build_config(TrainConfig, build_parser().parse_args(["train", "--config", str(path)]))
     assert (cfg.total_frames, cfg.num_envs) == (50_000_000, 8) and type(cfg.total_frames) is int
+
+
+def test_resume_after_kill_9(tmp_path):
+    """A run killed with SIGKILL (an OOM kill, a node's KillWait) after a checkpoint resumes:
+    its trajectory file, still marked open for writing, is reopened and continued."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    args = [sys.executable, "-m", "hybridsim", "train", "--backend", "ale-py", "--num-envs", "4",
+            "--num-minibatches", "2", "--total-frames", "100000000", "--log-dir", str(tmp_path),
+            "--num-threads", "1", "--torch-threads", "1", "--checkpoint-every", "400",
+            "--log-flush-seconds", "0.5", "--noop-max", "5"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "checkpoint.pt").exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with pytest.raises(OSError, match="already open for write"):
+        import h5py
+        h5py.File(tmp_path / "traj_rank00000.h5", "a", libver="latest")
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["frames"]
+    summary = Trainer(tiny_config(tmp_path, total_frames=saved + 800, resume=True,
+                                  checkpoint_every=400)).train()
+    assert summary["frames"] >= saved + 800
+    frames = trajlog.read_steps(tmp_path / "traj_rank00000.h5", fields=["global_frame"])["global_frame"][:, 0]
+    assert (np.diff(frames) > 0).all() and frames[-1] == summary["frames"]

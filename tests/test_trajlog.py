@@ -139,6 +139,51 @@ def test_kill_9_leaves_a_readable_file_up_to_the_last_flush(tmp_path):
                                   steps["reward_raw"])
 
 
+def test_a_killed_writers_file_reopens_to_resume_but_a_live_ones_does_not(tmp_path):
+    """HDF5 marks a file open for writing in its superblock and a killed writer never
+    unmarks it: resuming clears the mark (as h5clear -s) once the writer's lock is gone, and
+    refuses while a live writer holds it."""
+    path = tmp_path / "traj_rank00000.h5"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER_SCRIPT, str(path)],
+                            stdout=subprocess.PIPE, text=True)
+    flushed = 0
+    while flushed < 100:
+        flushed = int(proc.stdout.readline())
+    with pytest.raises(trajlog.TrajectoryLogError, match="another process is writing"):
+        trajlog.clear_stale_write_flags(path)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with pytest.raises(OSError, match="already open for write"):
+        h5py.File(path, "a", libver="latest")
+    w = trajlog.TrajectoryWriter(path, batch_size=4, num_actions=6, resume_after_frame=50)
+    w.close()
+    frames = trajlog.read_steps(path, fields=["global_frame"])["global_frame"][:, 0]
+    np.testing.assert_array_equal(frames, np.arange(51))
+    assert not trajlog.clear_stale_write_flags(path)  # closed cleanly: nothing to clear
+
+
+def test_hdf5_checksum_matches_the_library():
+    """The superblock checksum as HDF5 writes it, on files of each kind written here; a
+    superblock rewritten with a wrong checksum does not open."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, kw in enumerate((dict(libver="latest"), dict(libver=("v110", "latest")))):
+            path = os.path.join(tmp, f"f{k}.h5")
+            with h5py.File(path, "w", **kw) as f:
+                f["x"] = np.arange(10)
+            head = open(path, "rb").read(64)
+            size = 12 + 4 * head[9]
+            assert trajlog.hdf5_checksum(head[:size]) == int.from_bytes(head[size:size + 4], "little")
+        with open(path, "r+b") as fh:
+            fh.seek(size)
+            fh.write(((trajlog.hdf5_checksum(head[:size]) + 1) & 0xFFFFFFFF).to_bytes(4, "little"))
+        with pytest.raises(OSError):
+            h5py.File(path, "r")
+    for data in (b"", b"a", bytes(range(12)), bytes(range(13)), bytes(range(44)), bytes(range(48))):
+        assert 0 <= trajlog.hdf5_checksum(data) < 2**32
+    assert trajlog.hdf5_checksum(b"") == 0xDEADBEEF  # lookup3's value for no input
+
+
 def test_corrupt_and_foreign_files_give_clear_errors(tmp_path):
     path = tmp_path / "traj_rank00000.h5"
     write_rank(path, 30, 2, 4, seed=5)
