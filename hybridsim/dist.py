@@ -21,7 +21,9 @@ group cannot be set up, training warns and keeps the MPI path.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 import zlib
 
@@ -287,6 +289,84 @@ def abort_job(code: int) -> None:
     sys.stderr.flush()
     time.sleep(1.0)  # the launcher forwards output asynchronously: let the message reach it
     mpi.COMM_WORLD.Abort(code)
+
+
+class ProgressWatchdog:
+    """Ends an MPI job whose training stopped making progress. A rank blocked in a
+    collective (another rank hung: stopped, deadlocked, stuck in I/O) never returns to
+    Python, so neither its own checks nor its signal handlers run; this thread does.
+
+    beat() after every iteration. With no beat for `stall_seconds`, or for `grace_seconds`
+    after a stop signal (SIGUSR1/SIGTERM: the loop would have stopped by then, had it not
+    been blocked), it prints why and aborts the job (MPI_Abort, exit status 2). The signals
+    are seen through signal.set_wakeup_fd: the interpreter's C-level handler writes their
+    number there even while the main thread is blocked in C."""
+
+    def __init__(self, rank: int, stall_seconds: float, grace_seconds: float = 60.0,
+                 signals=(signal.SIGUSR1, signal.SIGTERM)):
+        self.rank, self.stall_seconds, self.grace_seconds = rank, stall_seconds, grace_seconds
+        self.signals = {int(s) for s in signals}
+        self.last_beat = time.monotonic()
+        self.what = "starting"
+        self._stop = threading.Event()
+        self._read_fd = self._write_fd = None
+        self._old_wakeup = -1
+        self._thread = threading.Thread(target=self._watch, name="hybridsim-watchdog", daemon=True)
+
+    def start(self):
+        try:
+            r, w = os.pipe()
+            os.set_blocking(w, False)
+            self._old_wakeup = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+            self._read_fd, self._write_fd = r, w
+        except ValueError:  # not the main thread: stalls are still watched, signals not
+            pass
+        self._thread.start()
+        return self
+
+    def beat(self, what: str = "") -> None:
+        self.last_beat = time.monotonic()
+        if what:
+            self.what = what
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        if self._write_fd is not None:
+            try:
+                signal.set_wakeup_fd(self._old_wakeup)
+            except ValueError:
+                pass
+            os.close(self._read_fd)
+            os.close(self._write_fd)
+
+    def _signalled(self, timeout: float) -> bool:
+        if self._read_fd is None:
+            self._stop.wait(timeout)
+            return False
+        import select
+        ready, _, _ = select.select([self._read_fd], [], [], timeout)
+        return bool(ready) and any(b in self.signals for b in os.read(self._read_fd, 64))
+
+    def _watch(self):
+        signalled_at = None
+        while not self._stop.is_set():
+            if self._signalled(1.0) and signalled_at is None:
+                signalled_at = time.monotonic()
+            now = time.monotonic()
+            if signalled_at is not None and now - max(signalled_at, self.last_beat) > self.grace_seconds:
+                self._abort(f"a stop signal came {now - signalled_at:.0f} s ago and training has not "
+                            f"moved since (last: {self.what})")
+            elif self.stall_seconds > 0 and now - self.last_beat > self.stall_seconds:
+                self._abort(f"no training progress for {now - self.last_beat:.0f} s (last: {self.what})")
+
+    def _abort(self, why: str) -> None:
+        if self._stop.is_set():
+            return
+        print(f"rank {self.rank}: {why}: another rank is hung or gone; ending the job "
+              f"(--stall-timeout sets the limit)", file=sys.stderr, flush=True)
+        abort_job(2)
+        self._stop.set()  # not under MPI with other ranks: nothing to end
 
 
 def local_rank() -> int:

@@ -125,6 +125,8 @@ class TrainConfig:
     """Longest time trajectory rows wait in memory (a kill -9 loses at most this much of the log); they are appended sooner, at most every 2 s, whenever a whole chunk of 256 steps is ready."""
     sync_check_every: int = 100
     """Updates between checks that all MPI ranks hold identical parameters."""
+    stall_timeout: float = 600.0
+    """MPI: end the job when training makes no progress for this many seconds (a hung or stopped rank blocks the others in a collective); 0 turns the check off. A stop signal that cannot be honoured within 60 s ends it too."""
     allreduce: str = "mpi"
     """Gradient averaging across ranks: mpi (mpi4py, staged through host memory), nccl or gloo (torch.distributed bootstrapped from the MPI ranks; MPI if it cannot start), auto (nccl for a CUDA learner, else mpi)."""
     disk_reserve: bool = True
@@ -177,6 +179,7 @@ class TrainConfig:
              f"log_flush_seconds must be a finite number > 0, got {self.log_flush_seconds}"),
             (self.obs_stride >= 1, f"obs_stride must be >= 1, got {self.obs_stride}"),
             (self.sync_check_every >= 1, f"sync_check_every must be >= 1, got {self.sync_check_every}"),
+            (self.stall_timeout >= 0, f"stall_timeout must be >= 0 seconds (0: off), got {self.stall_timeout}"),
             (self.num_threads >= 0, f"num_threads must be >= 0 (0: all cores), got {self.num_threads}"),
             (self.torch_threads >= 0, f"torch_threads must be >= 0 (0: all cores), got {self.torch_threads}"),
             (self.num_envs < 2**20, f"num_envs must be < 2**20 per rank, got {self.num_envs}"),
@@ -652,6 +655,7 @@ class Trainer:
         if self.rank != 0:
             return None
         path = pathlib.Path(path) if path is not None else self.checkpoint_path()
+        self._beat(f"writing {path.name} at {self.frames:,} frames")
         state = self._checkpoint_state()
         try:
             storage.atomic_write(path, lambda fh: torch.save(state, fh))
@@ -730,6 +734,22 @@ class Trainer:
         return batch * self.cfg.frame_skip
 
     def train(self):
+        """Train to the budget (or a stop); under MPI a watchdog ends the job if the ranks
+        stop making progress together (dist.ProgressWatchdog)."""
+        self.watchdog = None
+        if self.world_size > 1:
+            self.watchdog = dist.ProgressWatchdog(self.rank, self.cfg.stall_timeout).start()
+        try:
+            return self._train()
+        finally:
+            if self.watchdog is not None:
+                self.watchdog.close()
+
+    def _beat(self, what: str) -> None:
+        if getattr(self, "watchdog", None) is not None:
+            self.watchdog.beat(what)
+
+    def _train(self):
         cfg = self.cfg
         env_state = self.load_checkpoint() if cfg.resume else None
         self._open_logs()
@@ -761,6 +781,7 @@ class Trainer:
                               int(self.storage_failure is not None)], dtype=np.int64))
                 self.frames += int(frames)
                 self.local_frames = 0
+                self._beat(f"{self.frames:,} frames")
                 if failed:
                     self.stop_reason = "storage"
                     break

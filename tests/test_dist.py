@@ -2,9 +2,11 @@
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -220,3 +222,69 @@ def test_processes_that_mpi_does_not_connect_are_refused(monkeypatch):
     assert dist.launched_ranks() == 2
     monkeypatch.setenv("SLURM_STEP_ID", "4294967294")  # the batch script's step: runs once
     assert dist.launched_ranks() == 1
+
+
+STALL_SCRIPT = textwrap.dedent("""
+    import os, signal, sys, time
+    from hybridsim.train import TrainConfig, Trainer
+    mode, log_dir = sys.argv[1], sys.argv[2]
+    cfg = TrainConfig(game="pong", backend="ale-py", num_envs=2, num_minibatches=1,
+                      total_frames=10**7, log_dir=log_dir, num_threads=1, torch_threads=1,
+                      log_trajectories=False, log_every=1000.0, stall_timeout=4.0)
+    trainer = Trainer(cfg)
+    learn = trainer.learn
+    def stalling_learn(*args):
+        learn(*args)
+        if trainer.rank == 1 and trainer.updates == 3:
+            if mode == "stop":  # stopped by a signal: it never runs again
+                os.kill(os.getpid(), signal.SIGSTOP)
+            while True:  # hung: no progress, no collective
+                time.sleep(3600)
+    trainer.learn = stalling_learn
+    trainer.train()
+""")
+
+
+@pytest.mark.parametrize("mode", ["stop", "hang"])
+def test_a_stalled_rank_ends_the_job_within_the_stall_timeout(tmp_path, mode):
+    """A rank that stops (SIGSTOP) or hangs leaves the others blocked in a collective,
+    where nothing of theirs runs: the watchdog thread ends the job after stall_timeout."""
+    exe = mpiexec()
+    script = tmp_path / "stall.py"
+    script.write_text(STALL_SCRIPT)
+    start = time.monotonic()
+    result = subprocess.run([exe, "-n", "2", sys.executable, "-m", "mpi4py", str(script), mode,
+                             str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and time.monotonic() - start < 90, output[-2000:]
+    assert "no training progress for" in output, output[-2000:]
+
+
+WATCHDOG_SCRIPT = textwrap.dedent("""
+    import os, signal, sys
+    from hybridsim import dist
+    signal.signal(signal.SIGUSR1, lambda *_: None)  # as hybridsim train installs request_stop
+    dog = dist.ProgressWatchdog(rank=0, stall_seconds=0, grace_seconds=2.0).start()
+    print("ready", flush=True)
+    r, w = os.pipe()
+    os.read(r, 1)  # blocked in C for good, as a rank waiting in a collective is
+""")
+
+
+def test_a_stop_signal_that_cannot_be_honoured_is_noticed(tmp_path):
+    """SIGUSR1/SIGTERM reach the watchdog through the wakeup fd while the main thread is
+    blocked in C; with no progress for grace_seconds after it, the watchdog ends the job
+    (here, without MPI, it only reports)."""
+    proc = subprocess.Popen([sys.executable, "-c", WATCHDOG_SCRIPT], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 30
+        line = proc.stderr.readline()
+        assert time.monotonic() < deadline
+        assert "a stop signal came" in line and "has not moved since" in line, line
+    finally:
+        proc.kill()
+        proc.wait()
