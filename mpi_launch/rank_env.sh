@@ -20,6 +20,10 @@ local_rank_var() {
 
 if [ -n "${HYBRIDSIM_GPUS_PER_NODE:-}" ]; then
   gpus=$HYBRIDSIM_GPUS_PER_NODE
+  if ! [[ "$gpus" =~ ^(0|[1-9][0-9]{0,5})$ ]]; then
+    echo "rank_env.sh: HYBRIDSIM_GPUS_PER_NODE must be a non-negative integer, got '$gpus'" >&2
+    exit 2
+  fi
   if [ "$gpus" -eq 0 ]; then
     export CUDA_VISIBLE_DEVICES=""
   else
@@ -29,11 +33,13 @@ if [ -n "${HYBRIDSIM_GPUS_PER_NODE:-}" ]; then
       exit 2
     }
     slot=$(( ${!var} % gpus ))
-    if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+    if [ "${CUDA_VISIBLE_DEVICES+set}" = set ] && [ -z "$CUDA_VISIBLE_DEVICES" ]; then
+      :  # set and empty: GPUs hidden on purpose; keep them hidden
+    elif [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
       IFS=, read -r -a visible <<< "$CUDA_VISIBLE_DEVICES"
-      if [ "$slot" -ge "${#visible[@]}" ]; then
-        echo "rank_env.sh: local rank ${!var} wants GPU slot $slot but CUDA_VISIBLE_DEVICES" \
-             "lists only ${#visible[@]} ($CUDA_VISIBLE_DEVICES)" >&2
+      if [ "$slot" -ge "${#visible[@]}" ] || [ -z "${visible[$slot]}" ]; then
+        echo "rank_env.sh: local rank ${!var} wants GPU slot $slot of CUDA_VISIBLE_DEVICES" \
+             "($CUDA_VISIBLE_DEVICES), which has no entry there" >&2
         exit 2
       fi
       export CUDA_VISIBLE_DEVICES=${visible[$slot]}

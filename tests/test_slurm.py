@@ -229,6 +229,10 @@ def test_wrapper_dry_run_for_mpich():
     (["--ranks-per-node", "2"], "missing '--'"),
     (["--frobnicate", "--"], "unknown option '--frobnicate'"),
     (["--mpiexec", "/nonexistent/mpiexec", "--"], "not found"),
+    (["--hosts=", "--"], "--hosts needs a value"),
+    (["--ranks-per-node", "99999999999999999999", "--"], "--ranks-per-node must be a positive integer"),
+    (["--gpus-per-node", "08", "--"], "--gpus-per-node must be a non-negative integer"),
+    (["--python", "/nonexistent/python", "--"], "no Python interpreter at '/nonexistent/python'"),
 ])
 def test_wrapper_rejects_bad_arguments(args, message):
     proc = subprocess.run([str(WRAPPER), *args], capture_output=True, text=True, timeout=30)
@@ -275,6 +279,7 @@ def test_wrapper_dry_run_for_open_mpi():
     ({"MPI_LOCALRANKID": "3", "HYBRIDSIM_GPUS_PER_NODE": "2", "CUDA_VISIBLE_DEVICES": "4,6"}, "6"),
     ({"MPI_LOCALRANKID": "1", "HYBRIDSIM_GPUS_PER_NODE": "0", "CUDA_VISIBLE_DEVICES": "0"}, ""),
     ({"MPI_LOCALRANKID": "1", "CUDA_VISIBLE_DEVICES": "2,3"}, "2,3"),
+    ({"MPI_LOCALRANKID": "3", "HYBRIDSIM_GPUS_PER_NODE": "2", "CUDA_VISIBLE_DEVICES": ""}, ""),  # hidden stays hidden
 ])
 def test_rank_env_picks_the_gpu_of_the_local_rank(env, expected):
     clean = {k: v for k, v in os.environ.items()
@@ -284,6 +289,17 @@ def test_rank_env_picks_the_gpu_of_the_local_rank(env, expected):
                           env={**clean, **env}, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == expected
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"HYBRIDSIM_GPUS_PER_NODE": "08"}, "must be a non-negative integer, got '08'"),
+    ({"HYBRIDSIM_GPUS_PER_NODE": "3", "CUDA_VISIBLE_DEVICES": "5,,7"}, "has no entry there"),
+])
+def test_rank_env_refuses_what_it_cannot_honour(env, message):
+    clean = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "SLURM_LOCALID")}
+    proc = subprocess.run([str(LAUNCH / "rank_env.sh"), "true"], capture_output=True, text=True,
+                          env={**clean, "MPI_LOCALRANKID": "1", **env}, timeout=30)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
 def test_rank_env_without_a_local_rank_fails_clearly():
