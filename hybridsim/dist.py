@@ -254,7 +254,10 @@ def init_comm():
     """MPIComm when running under an MPI launcher with more than one rank, else LocalComm.
     A launcher that started several processes that MPI does not connect (no mpi4py, or an
     mpi4py built for another MPI, or srun without --mpi) is an error: each process would
-    train alone as rank 0 and all would write the same files."""
+    train alone as rank 0 and all would write the same files. HYBRIDSIM_SINGLE_PROCESS=1
+    says that is meant (independent runs per task, each with its own --log-dir)."""
+    if os.environ.get("HYBRIDSIM_SINGLE_PROCESS") == "1":
+        return LocalComm()
     launched = any(k in os.environ for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK",
                                               "MPI_LOCALRANKID", "SLURM_PROCID"))
     if not launched:
@@ -266,13 +269,15 @@ def init_comm():
         if expected > 1:
             raise RuntimeError(f"the launcher started {expected} processes but mpi4py is not "
                                f"installed, so they cannot train together: pip install mpi4py "
-                               f"(hybridsim[mpi]), or run one process") from None
+                               f"(hybridsim[mpi]); for independent runs per task, each with its "
+                               f"own --log-dir, set HYBRIDSIM_SINGLE_PROCESS=1") from None
         return LocalComm()
     comm = MPI.COMM_WORLD
     if comm.Get_size() != expected and expected > 1:
         raise RuntimeError(f"the launcher started {expected} processes but MPI connects "
                            f"{comm.Get_size()}: mpi4py's MPI library is not the launcher's "
-                           f"(`python -m mpi4py --mpi-library`), or srun lacks --mpi=pmi2/pmix")
+                           f"(`python -m mpi4py --mpi-library`), or srun lacks --mpi=pmi2/pmix; "
+                           f"for independent runs per task set HYBRIDSIM_SINGLE_PROCESS=1")
     if comm.Get_size() == 1:
         return LocalComm()
     return MPIComm(comm)
@@ -307,6 +312,8 @@ class ProgressWatchdog:
         self.rank, self.stall_seconds, self.grace_seconds = rank, stall_seconds, grace_seconds
         self.signals = {int(s) for s in signals}
         self.last_beat = time.monotonic()
+        self.beats = 0  # before the first, the start-up (kernel compiles, loads) may take longer
+        self.stop_handled = False  # the loop acted on a stop: only the stall limit applies now
         self.what = "starting"
         self._stop = threading.Event()
         self._read_fd = self._write_fd = None
@@ -326,8 +333,14 @@ class ProgressWatchdog:
 
     def beat(self, what: str = "") -> None:
         self.last_beat = time.monotonic()
+        self.beats += 1
         if what:
             self.what = what
+
+    def stop_acknowledged(self) -> None:
+        """The loop saw the stop and is finishing (final checkpoint, logs): from now on only
+        the stall limit applies, however long finishing takes."""
+        self.stop_handled = True
 
     def close(self) -> None:
         self._stop.set()
@@ -353,11 +366,15 @@ class ProgressWatchdog:
         while not self._stop.is_set():
             if self._signalled(1.0) and signalled_at is None:
                 signalled_at = time.monotonic()
+            if self.stall_seconds <= 0:
+                continue  # the watchdog is off
             now = time.monotonic()
-            if signalled_at is not None and now - max(signalled_at, self.last_beat) > self.grace_seconds:
+            limit = self.stall_seconds * (3 if self.beats == 0 else 1)
+            if (signalled_at is not None and not self.stop_handled
+                    and now - max(signalled_at, self.last_beat) > self.grace_seconds):
                 self._abort(f"a stop signal came {now - signalled_at:.0f} s ago and training has not "
                             f"moved since (last: {self.what})")
-            elif self.stall_seconds > 0 and now - self.last_beat > self.stall_seconds:
+            elif now - self.last_beat > limit:
                 self._abort(f"no training progress for {now - self.last_beat:.0f} s (last: {self.what})")
 
     def _abort(self, why: str) -> None:

@@ -126,7 +126,7 @@ class TrainConfig:
     sync_check_every: int = 100
     """Updates between checks that all MPI ranks hold identical parameters."""
     stall_timeout: float = 600.0
-    """MPI: end the job when training makes no progress for this many seconds (a hung or stopped rank blocks the others in a collective); 0 turns the check off. A stop signal that cannot be honoured within 60 s ends it too."""
+    """MPI: end the job when training makes no progress for this many seconds (a hung or stopped rank blocks the others in a collective; three times as long before the first update, for start-up); a stop signal that cannot be acted on within 60 s ends it too. 0 turns both off."""
     allreduce: str = "mpi"
     """Gradient averaging across ranks: mpi (mpi4py, staged through host memory), nccl or gloo (torch.distributed bootstrapped from the MPI ranks; MPI if it cannot start), auto (nccl for a CUDA learner, else mpi)."""
     disk_reserve: bool = True
@@ -205,6 +205,8 @@ RESUME_MUST_MATCH = ("game", "model", "obs_normalization", "optimizer", "schedul
                      "max_episode_frames", "reward_clip", "seed", "lr", "lr_decay", "rmsprop_alpha",
                      "eps", "max_grad_norm", "entropy_coef", "value_coef", "gamma", "clip_rho",
                      "clip_pg_rho", "vtrace_lambda")
+# Settings that may differ between the ranks of one job (each rank's own hardware).
+PER_RANK_SETTINGS = ("num_threads", "torch_threads", "device", "fallback_dir")
 # Files of a run: a fresh run refuses a directory holding any of them.
 RUN_FILES = ("checkpoint.pt", "metrics.csv", "trajectories.h5", "traj_rank*.h5")
 
@@ -367,6 +369,7 @@ class EpisodeTracker:
 
 
 class Trainer:
+    watchdog: dist.ProgressWatchdog | None = None  # under MPI, while train() runs
     def __init__(self, cfg: TrainConfig, comm=None):
         cfg.validate()
         self.cfg = cfg
@@ -379,7 +382,8 @@ class Trainer:
         configs = self.comm.gather(dataclasses.asdict(cfg))
         mismatch = None
         if rank == 0:
-            differ = sorted({k for other in configs[1:] for k, v in other.items() if configs[0].get(k) != v})
+            differ = sorted({k for other in configs[1:] for k, v in other.items()
+                             if configs[0].get(k) != v and k not in PER_RANK_SETTINGS})
             if differ:
                 mismatch = (f"the ranks were started with different settings ({', '.join(differ)}); "
                             f"every rank must run the same command line")
@@ -736,7 +740,6 @@ class Trainer:
     def train(self):
         """Train to the budget (or a stop); under MPI a watchdog ends the job if the ranks
         stop making progress together (dist.ProgressWatchdog)."""
-        self.watchdog = None
         if self.world_size > 1:
             self.watchdog = dist.ProgressWatchdog(self.rank, self.cfg.stall_timeout).start()
         try:
@@ -782,11 +785,10 @@ class Trainer:
                 self.frames += int(frames)
                 self.local_frames = 0
                 self._beat(f"{self.frames:,} frames")
-                if failed:
-                    self.stop_reason = "storage"
-                    break
-                if stops:
-                    self.stop_reason = "signal"
+                if failed or stops:
+                    self.stop_reason = "storage" if failed else "signal"
+                    if self.watchdog is not None:
+                        self.watchdog.stop_acknowledged()
                     break
                 self._flush_episodes()
                 now = time.perf_counter()
@@ -794,6 +796,7 @@ class Trainer:
                     self._log_metrics(start_time, start_frames)
                     last_log = now
                 if self.frames >= next_checkpoint:
+                    self._beat(f"checkpoint at {self.frames:,} frames")
                     self._gather_rank_states()
                     try:
                         self.save_checkpoint()
@@ -907,6 +910,7 @@ class Trainer:
 
     def _finish(self, start_time, start_frames) -> dict:
         """Final metrics, checkpoint and closed files; after a failed write, as much as fits."""
+        self._beat(f"finishing at {self.frames:,} frames")
         if self.stop_reason == "storage" and self.reserve is not None:
             freed = self.reserve.release()  # room for the checkpoint and the buffered rows
             if freed:

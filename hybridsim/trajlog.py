@@ -212,7 +212,8 @@ class TrajectoryWriter:
 
     def _reopen(self, last_frame: int):
         _check_superblock(self.path)
-        clear_stale_write_flags(self.path)  # the writer of a killed or aborted job
+        # the writer of a killed or aborted job; it flushed at least every flush_seconds
+        clear_stale_write_flags(self.path, idle_seconds=2 * (self.flush_seconds or 30.0) + 5.0)
         try:
             self.file = h5py.File(self.path, "a", libver="latest")
         except OSError as exc:
@@ -634,38 +635,55 @@ def hdf5_checksum(data: bytes) -> int:
     return c
 
 
-def clear_stale_write_flags(path: pathlib.Path) -> bool:
-    """What `h5clear -s` does, for a file whose writer is gone: zero the superblock's
-    file-consistency flags (HDF5 sets them while a writer has the file open and a killed
+SUPER_WRITE_ACCESS, SUPER_SWMR_WRITE_ACCESS = 0x01, 0x04  # superblock v3 consistency flags
+
+
+def clear_stale_write_flags(path: pathlib.Path, idle_seconds: float = 65.0) -> bool:
+    """What `h5clear -s` does, for a file whose SWMR writer is gone: zero the superblock's
+    file-consistency flags (HDF5 sets them while a writer has the file open; a killed
     writer never clears them, so the file cannot be opened for writing again) and rewrite
-    the superblock checksum. Refused while a live TrajectoryWriter holds its lock on the
-    file (_hold_alive; the kernel drops a dead process's locks). Returns whether the flags
-    were set."""
+    the superblock checksum. Returns whether there were flags to clear.
+
+    The writer must be gone, and two signs must agree: no process holds the shared flock a
+    TrajectoryWriter keeps on its file (the kernel drops a dead process's locks), and the
+    file has not changed for `idle_seconds` (a live writer flushes at least every
+    log_flush_seconds; this also covers a writer on another node, where flock is local).
+    A file last modified more recently is watched until it has been idle that long."""
     import fcntl
     with open(path, "r+b") as fh:
         head = fh.read(64)
         if not head.startswith(HDF5_SIGNATURE) or head[8] not in (2, 3) or head[11] == 0:
             return False  # older superblocks keep no flags; 0: nothing to clear
+        if head[11] & ~(SUPER_WRITE_ACCESS | SUPER_SWMR_WRITE_ACCESS) or not head[11] & SUPER_SWMR_WRITE_ACCESS:
+            raise TrajectoryLogError(f"{path}: left open by a writer that was not in SWMR mode "
+                                     f"(flags {head[11]:#x}); its last writes may be incomplete")
         size = 12 + 4 * head[9]  # signature, versions, sizes, flags, four addresses
         if len(head) < size + 4 or hdf5_checksum(head[:size]) != int.from_bytes(head[size:size + 4], "little"):
             raise TrajectoryLogError(f"{path}: damaged HDF5 superblock (its checksum does not match)")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            locked = True
         except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):  # a live writer's shared lock
-                raise TrajectoryLogError(f"{path}: another process is writing this file (it holds "
-                                         f"the file's lock); stop that job before resuming") from None
-            locked = False  # no flock on this file system: the scheduler keeps jobs apart
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise TrajectoryLogError(f"{path}: another process has this file open (a running "
+                                         f"job's writer, or a reader such as hybridsim analyze); "
+                                         f"close it before resuming") from None
+            raise TrajectoryLogError(f"{path}: left open by a writer, and this file system has no "
+                                     f"flock to tell whether it is gone ({exc}); once it is, "
+                                     f"run `h5clear -s {path}` and resume") from None
         try:
+            deadline = time.monotonic() + idle_seconds
+            while (idle := time.time() - os.fstat(fh.fileno()).st_mtime) < idle_seconds:
+                if time.monotonic() > deadline:  # still being written
+                    raise TrajectoryLogError(f"{path}: modified {idle:.0f} s ago; a writer (maybe "
+                                             f"on another node) still has it open: stop that job first")
+                time.sleep(min(1.0, idle_seconds - idle))
             fixed = head[:11] + b"\0" + head[12:size]
             fh.seek(0)
             fh.write(fixed + hdf5_checksum(fixed).to_bytes(4, "little"))
             fh.flush()
             os.fsync(fh.fileno())
         finally:
-            if locked:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+            fcntl.flock(fh, fcntl.LOCK_UN)
     return True
 
 

@@ -257,14 +257,15 @@ def test_a_stalled_rank_ends_the_job_within_the_stall_timeout(tmp_path, mode):
                              str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
     output = result.stdout + result.stderr
     assert result.returncode != 0 and time.monotonic() - start < 90, output[-2000:]
-    assert "no training progress for" in output, output[-2000:]
+    import re
+    assert re.search(r"no training progress for \d+ s \(last: [1-9][\d,]* frames\)", output), output[-2000:]
 
 
 WATCHDOG_SCRIPT = textwrap.dedent("""
     import os, signal, sys
     from hybridsim import dist
     signal.signal(signal.SIGUSR1, lambda *_: None)  # as hybridsim train installs request_stop
-    dog = dist.ProgressWatchdog(rank=0, stall_seconds=0, grace_seconds=2.0).start()
+    dog = dist.ProgressWatchdog(rank=0, stall_seconds=3600, grace_seconds=2.0).start()
     print("ready", flush=True)
     r, w = os.pipe()
     os.read(r, 1)  # blocked in C for good, as a rank waiting in a collective is
@@ -281,10 +282,8 @@ def test_a_stop_signal_that_cannot_be_honoured_is_noticed(tmp_path):
         assert proc.stdout.readline().strip() == "ready"
         time.sleep(0.5)
         proc.send_signal(signal.SIGUSR1)
-        deadline = time.monotonic() + 30
-        line = proc.stderr.readline()
-        assert time.monotonic() < deadline
-        assert "a stop signal came" in line and "has not moved since" in line, line
+        time.sleep(6.0)  # grace 2 s, checked every second
     finally:
         proc.kill()
-        proc.wait()
+        _, err = proc.communicate(timeout=30)
+    assert "a stop signal came" in err and "has not moved since" in err, err

@@ -237,7 +237,7 @@ def test_resume_after_kill_9(tmp_path):
         h5py.File(tmp_path / "traj_rank00000.h5", "a", libver="latest")
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["frames"]
     summary = Trainer(tiny_config(tmp_path, total_frames=saved + 800, resume=True,
-                                  checkpoint_every=400)).train()
+                                  checkpoint_every=400, log_flush_seconds=0.5)).train()
     assert summary["frames"] >= saved + 800
     frames = trajlog.read_steps(tmp_path / "traj_rank00000.h5", fields=["global_frame"])["global_frame"][:, 0]
     assert (np.diff(frames) > 0).all() and frames[-1] == summary["frames"]

@@ -149,17 +149,40 @@ def test_a_killed_writers_file_reopens_to_resume_but_a_live_ones_does_not(tmp_pa
     flushed = 0
     while flushed < 100:
         flushed = int(proc.stdout.readline())
-    with pytest.raises(trajlog.TrajectoryLogError, match="another process is writing"):
+    with pytest.raises(trajlog.TrajectoryLogError, match="another process has this file open"):
         trajlog.clear_stale_write_flags(path)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     with pytest.raises(OSError, match="already open for write"):
         h5py.File(path, "a", libver="latest")
-    w = trajlog.TrajectoryWriter(path, batch_size=4, num_actions=6, resume_after_frame=50)
+    start = time.monotonic()
+    w = trajlog.TrajectoryWriter(path, batch_size=4, num_actions=6, resume_after_frame=50,
+                                 flush_seconds=0.5)
     w.close()
+    assert time.monotonic() - start >= 5.0  # waited until idle 2 x 0.5 + 5 s since the last write
     frames = trajlog.read_steps(path, fields=["global_frame"])["global_frame"][:, 0]
     np.testing.assert_array_equal(frames, np.arange(51))
     assert not trajlog.clear_stale_write_flags(path)  # closed cleanly: nothing to clear
+    # a file another writer keeps changing (on another node, where flock is local) is refused
+    import threading
+    blob = bytearray(path.read_bytes())
+    blob[11] = trajlog.SUPER_SWMR_WRITE_ACCESS | trajlog.SUPER_WRITE_ACCESS
+    size = 12 + 4 * blob[9]
+    blob[size:size + 4] = trajlog.hdf5_checksum(bytes(blob[:size])).to_bytes(4, "little")
+    path.write_bytes(bytes(blob))
+    stop = threading.Event()
+
+    def touch():
+        while not stop.wait(0.2):
+            os.utime(path)
+    toucher = threading.Thread(target=touch)
+    toucher.start()
+    try:
+        with pytest.raises(trajlog.TrajectoryLogError, match="still has it open"):
+            trajlog.clear_stale_write_flags(path, idle_seconds=2.0)
+    finally:
+        stop.set()
+        toucher.join()
 
 
 def test_hdf5_checksum_matches_the_library():
