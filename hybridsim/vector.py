@@ -46,11 +46,11 @@ BACKENDS = ("cpu", "gpu", "hybrid")
 STATE_MAGIC = b"HSVEC2"  # format 2: a digest of the payload follows the fingerprint
 _STATE_MAGIC_V1 = b"HSVEC1"
 _DIGEST_BYTES = 32  # blake2b-128, hex
+_SEED_LIMIT = 2**31  # ale-py passes seeds through a C++ int
 
 
 def _digest(payload: bytes) -> bytes:
     return hashlib.blake2b(payload, digest_size=_DIGEST_BYTES // 2).hexdigest().encode()
-_SEED_LIMIT = 2**31  # ale-py passes seeds through a C++ int
 
 
 def resolve_num_threads(num_threads: int, batch_size: int) -> int:
