@@ -18,9 +18,7 @@ and hold every logged step; free space and run again with --resume."""
 
 def _cmd_bench(args) -> int:
     from hybridsim import bench
-    for name, low in (("frames", 1), ("num_envs", 1), ("threads", 0), ("steps", 1), ("rounds", 1)):
-        if getattr(args, name) < low:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
+    _require_at_least(args, frames=1, num_envs=1, threads=0, steps=1, rounds=1)
     if args.single:
         import ale_py
         from hybridsim.ale import ALEInterface
@@ -38,6 +36,14 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _require_at_least(args, **lows) -> None:
+    """Numeric options below their least sensible value are errors (zero frames would
+    report success having checked or timed nothing)."""
+    for name, low in lows.items():
+        if getattr(args, name) < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
+
+
 def _cmd_verify(args) -> int:
     import ale_py
     from hybridsim import games_table, roms, verify
@@ -51,9 +57,7 @@ def _cmd_verify(args) -> int:
         raise ValueError("name games with --games a,b or pass --all")
     if not names:
         raise ValueError(f"--games {args.games!r} names no game")
-    for name, low in (("frames", 1), ("screen_every", 1), ("reset_every", 0), ("seed", 0)):
-        if getattr(args, name) < low:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
+    _require_at_least(args, frames=1, screen_every=1, reset_every=0, seed=0)
     names = [roms.snake_case(n) for n in names]  # Pong, SpaceInvaders: as train --game takes them
     for name in names:
         if not games_table.by_name(name).get("ale_settings", True):

@@ -97,9 +97,9 @@ def check_field_types(cls, values: dict, source) -> None:
     truncated floats for ints (integral ones such as 5e7 are taken; ints are fine for floats)."""
     hints = typing.get_type_hints(cls)
     for name, value in list(values.items()):
-        if hints[name] is int and isinstance(value, float) and value.is_integer():
-            values[name] = value = int(value)  # total_frames = 5e7 in TOML is a float
         kind = hints[name]
+        if kind is int and isinstance(value, float) and value.is_integer():
+            values[name] = value = int(value)  # total_frames = 5e7 in TOML is a float
         if kind not in (int, float, str, bool):
             continue  # optional or composite fields: the dataclass's own checks apply
         if kind is float:

@@ -314,7 +314,7 @@ class ProgressWatchdog:
         self.last_beat = time.monotonic()
         self.beats = 0  # before the first, the start-up (kernel compiles, loads) may take longer
         self.stop_handled = False  # the loop acted on a stop: only the stall limit applies now
-        self.what = "starting"
+        self.frames, self.what = 0, ""  # where the last beat was
         self._stop = threading.Event()
         self._read_fd = self._write_fd = None
         self._old_wakeup = -1
@@ -331,11 +331,16 @@ class ProgressWatchdog:
         self._thread.start()
         return self
 
-    def beat(self, what: str = "") -> None:
+    def beat(self, frames: int, what: str = "") -> None:
+        """Progress at `frames` (formatted only if the job is ended: this runs every iteration)."""
         self.last_beat = time.monotonic()
         self.beats += 1
-        if what:
-            self.what = what
+        self.frames, self.what = frames, what
+
+    def _last(self) -> str:
+        if self.beats == 0:
+            return "starting"
+        return f"{self.what} at {self.frames:,} frames" if self.what else f"{self.frames:,} frames"
 
     def stop_acknowledged(self) -> None:
         """The loop saw the stop and is finishing (final checkpoint, logs): from now on only
@@ -373,9 +378,9 @@ class ProgressWatchdog:
             if (signalled_at is not None and not self.stop_handled
                     and now - max(signalled_at, self.last_beat) > self.grace_seconds):
                 self._abort(f"a stop signal came {now - signalled_at:.0f} s ago and training has not "
-                            f"moved since (last: {self.what})")
+                            f"moved since (last: {self._last()})")
             elif now - self.last_beat > limit:
-                self._abort(f"no training progress for {now - self.last_beat:.0f} s (last: {self.what})")
+                self._abort(f"no training progress for {now - self.last_beat:.0f} s (last: {self._last()})")
 
     def _abort(self, why: str) -> None:
         if self._stop.is_set():

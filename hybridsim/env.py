@@ -32,8 +32,8 @@ class AtariEnv(ale_py.env.AtariEnv):
     def step(self, action):
         """ale-py's step, after checking a discrete action (ale-py would index its action
         set with it: -1 silently picks the last action)."""
-        if not self.continuous:
-            index = np.asarray(action)
+        if not self.continuous and not (type(action) is int and 0 <= action < len(self._action_set)):
+            index = np.asarray(action)  # numpy ints, 0-d arrays; everything else is refused
             if index.shape != () or index.dtype.kind not in "iu":
                 raise TypeError(f"action must be an int index into the action set, got {action!r}")
             if not 0 <= int(index) < len(self._action_set):

@@ -370,6 +370,7 @@ class EpisodeTracker:
 
 class Trainer:
     watchdog: dist.ProgressWatchdog | None = None  # under MPI, while train() runs
+
     def __init__(self, cfg: TrainConfig, comm=None):
         cfg.validate()
         self.cfg = cfg
@@ -659,7 +660,7 @@ class Trainer:
         if self.rank != 0:
             return None
         path = pathlib.Path(path) if path is not None else self.checkpoint_path()
-        self._beat(f"writing {path.name} at {self.frames:,} frames")
+        self._beat(f"writing {path.name}")
         state = self._checkpoint_state()
         try:
             storage.atomic_write(path, lambda fh: torch.save(state, fh))
@@ -748,9 +749,9 @@ class Trainer:
             if self.watchdog is not None:
                 self.watchdog.close()
 
-    def _beat(self, what: str) -> None:
-        if getattr(self, "watchdog", None) is not None:
-            self.watchdog.beat(what)
+    def _beat(self, what: str = "") -> None:
+        if self.watchdog is not None:
+            self.watchdog.beat(self.frames, what)
 
     def _train(self):
         cfg = self.cfg
@@ -784,7 +785,7 @@ class Trainer:
                               int(self.storage_failure is not None)], dtype=np.int64))
                 self.frames += int(frames)
                 self.local_frames = 0
-                self._beat(f"{self.frames:,} frames")
+                self._beat()
                 if failed or stops:
                     self.stop_reason = "storage" if failed else "signal"
                     if self.watchdog is not None:
@@ -796,7 +797,7 @@ class Trainer:
                     self._log_metrics(start_time, start_frames)
                     last_log = now
                 if self.frames >= next_checkpoint:
-                    self._beat(f"checkpoint at {self.frames:,} frames")
+                    self._beat("checkpoint")
                     self._gather_rank_states()
                     try:
                         self.save_checkpoint()
@@ -910,7 +911,7 @@ class Trainer:
 
     def _finish(self, start_time, start_frames) -> dict:
         """Final metrics, checkpoint and closed files; after a failed write, as much as fits."""
-        self._beat(f"finishing at {self.frames:,} frames")
+        self._beat("finishing")
         if self.stop_reason == "storage" and self.reserve is not None:
             freed = self.reserve.release()  # room for the checkpoint and the buffered rows
             if freed:

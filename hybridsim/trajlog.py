@@ -609,30 +609,22 @@ def hdf5_checksum(data: bytes) -> int:
     """HDF5's metadata checksum: Bob Jenkins' lookup3 hashlittle with initial value 0
     (HDF5 file format spec, "Appendix C: Jenkins' lookup3 Hash Function")."""
     a = b = c = (0xDEADBEEF + len(data)) & _MASK32
-    words = data + bytes(-len(data) % 12)  # the tail, zero-padded: the same sums
-    blocks = max(0, (len(data) - 1) // 12)  # whole blocks before the last (non-empty) one
-    for k in range(blocks):
-        x, y, z = (int.from_bytes(words[12 * k + 4 * i:12 * k + 4 * i + 4], "little") for i in range(3))
-        a, b, c = (a + x) & _MASK32, (b + y) & _MASK32, (c + z) & _MASK32
-        a = (a - c) & _MASK32; a ^= _rotate(c, 4); c = (c + b) & _MASK32  # noqa: E702
-        b = (b - a) & _MASK32; b ^= _rotate(a, 6); a = (a + c) & _MASK32  # noqa: E702
-        c = (c - b) & _MASK32; c ^= _rotate(b, 8); b = (b + a) & _MASK32  # noqa: E702
-        a = (a - c) & _MASK32; a ^= _rotate(c, 16); c = (c + b) & _MASK32  # noqa: E702
-        b = (b - a) & _MASK32; b ^= _rotate(a, 19); a = (a + c) & _MASK32  # noqa: E702
-        c = (c - b) & _MASK32; c ^= _rotate(b, 4); b = (b + a) & _MASK32  # noqa: E702
     if not data:
         return c
-    k = 12 * blocks
-    x, y, z = (int.from_bytes(words[k + 4 * i:k + 4 * i + 4], "little") for i in range(3))
-    a, b, c = (a + x) & _MASK32, (b + y) & _MASK32, (c + z) & _MASK32
-    c ^= b; c = (c - _rotate(b, 14)) & _MASK32  # noqa: E702
-    a ^= c; a = (a - _rotate(c, 11)) & _MASK32  # noqa: E702
-    b ^= a; b = (b - _rotate(a, 25)) & _MASK32  # noqa: E702
-    c ^= b; c = (c - _rotate(b, 16)) & _MASK32  # noqa: E702
-    a ^= c; a = (a - _rotate(c, 4)) & _MASK32  # noqa: E702
-    b ^= a; b = (b - _rotate(a, 14)) & _MASK32  # noqa: E702
-    c ^= b; c = (c - _rotate(b, 24)) & _MASK32  # noqa: E702
-    return c
+    words = data + bytes(-len(data) % 12)  # the tail, zero-padded: the same sums
+    for k in range(0, len(words), 12):
+        x, y, z = (int.from_bytes(words[k + i:k + i + 4], "little") for i in (0, 4, 8))
+        a, b, c = (a + x) & _MASK32, (b + y) & _MASK32, (c + z) & _MASK32
+        if k + 12 == len(words):
+            break  # the last block goes to the final mix
+        for r in (4, 6, 8, 16, 19, 4):  # mix(): each step is "a -= c; a ^= rot(c); c += b"
+            a = ((a - c) & _MASK32) ^ _rotate(c, r)  # on the next rotation of (a, b, c)
+            c = (c + b) & _MASK32
+            a, b, c = b, c, a
+    for r in (14, 11, 25, 16, 4, 14, 24):  # final(): "c ^= b; c -= rot(b)", rotating (c, b, a)
+        c = ((c ^ b) - _rotate(b, r)) & _MASK32
+        a, b, c = b, c, a
+    return b  # seven rotations of three names: final()'s c is in b
 
 
 SUPER_WRITE_ACCESS, SUPER_SWMR_WRITE_ACCESS = 0x01, 0x04  # superblock v3 consistency flags
