@@ -239,9 +239,10 @@ def with_gradient_backend(comm, requested: str, device: torch.device):
 
 def launched_ranks() -> int:
     """How many processes the launcher says it started (1 when it says nothing): mpiexec's
-    PMI_SIZE (MPICH, Intel MPI) or OMPI_COMM_WORLD_SIZE (Open MPI), else the tasks of an
-    srun step (not of the batch script, which runs once)."""
-    for key in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"):
+    PMI_SIZE (MPICH, Intel MPI), OMPI_COMM_WORLD_SIZE (Open MPI) or MV2_COMM_WORLD_SIZE
+    (MVAPICH's mpirun_rsh), else the tasks of an srun step (not of the batch script, which
+    runs once)."""
+    for key in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
         if os.environ.get(key, "").isdigit():
             return int(os.environ[key])
     step = os.environ.get("SLURM_STEP_ID", "")
@@ -259,7 +260,8 @@ def init_comm():
     if os.environ.get("HYBRIDSIM_SINGLE_PROCESS") == "1":
         return LocalComm()
     launched = any(k in os.environ for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK",
-                                              "MPI_LOCALRANKID", "SLURM_PROCID"))
+                                              "MV2_COMM_WORLD_RANK", "MPI_LOCALRANKID",
+                                              "SLURM_PROCID"))
     if not launched:
         return LocalComm()
     expected = launched_ranks()
@@ -391,11 +393,21 @@ class ProgressWatchdog:
         self._stop.set()  # not under MPI with other ranks: nothing to end
 
 
+# MPICH/Intel MPI (hydra), Open MPI, MVAPICH, Cray PMI, then srun: under mpiexec inside a
+# batch job every rank inherits the batch step's SLURM_LOCALID=0, so it comes last (the
+# same order as mpi_launch/rank_env.sh)
+LOCAL_RANK_VARIABLES = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK",
+                        "MV2_COMM_WORLD_LOCAL_RANK", "PMI_LOCAL_RANK", "SLURM_LOCALID")
+
+
 def local_rank() -> int:
     """Rank within the node (GPU selection), from the launcher's environment."""
-    for key in ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "PMI_LOCAL_RANK"):
-        if key in os.environ:
-            return int(os.environ[key])
+    for key in LOCAL_RANK_VARIABLES:
+        value = os.environ.get(key, "")
+        if value:
+            if not value.isdigit():
+                raise RuntimeError(f"{key}={value!r} from the MPI launcher is not a local rank")
+            return int(value)
     return 0
 
 

@@ -104,7 +104,7 @@ class TrainConfig:
     max_episode_frames: int = 108_000
     """Truncate episodes after this many emulator frames."""
     device: str = "auto"
-    """Torch device for the learner: auto, cpu, cuda or cuda:K."""
+    """Torch device for the learner: auto, cpu, cuda or cuda:K (auto and cuda: with several GPUs visible, local rank L takes GPU L mod count)."""
     gpu_emulate: bool = False
     """gpu and hybrid backends: run the CUDA kernels as host code, one thread at a time (no GPU needed; slow, for checking a setup)."""
     num_threads: int = 0
@@ -319,9 +319,12 @@ def _host(array) -> np.ndarray:
     return array.cpu().numpy() if torch.is_tensor(array) else np.asarray(array)
 
 
-def pick_device(name: str) -> torch.device:
+def pick_device(name: str, local_rank: int = 0) -> torch.device:
+    """The learner's device. `auto` and a bare `cuda` take GPU local_rank mod count, so the
+    ranks of a node spread over its visible GPUs (NCCL refuses two ranks on one GPU); a
+    launcher that already gave each rank one GPU (mpi_launch/rank_env.sh) leaves count 1."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(name)
     except RuntimeError as exc:
@@ -330,8 +333,12 @@ def pick_device(name: str) -> torch.device:
         if not torch.cuda.is_available():
             raise ValueError(f"device {name!r}: this torch build sees no CUDA device "
                              f"(torch {torch.__version__}, CUDA {torch.version.cuda}); use cpu or auto")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
+        count = torch.cuda.device_count()
+        if device.index is None:
+            device = torch.device("cuda", local_rank % count)
+        elif device.index >= count:
+            raise ValueError(f"device {name!r}: only {count} CUDA device(s) visible")
+        torch.cuda.set_device(device)  # kernels and NCCL without an explicit index use it too
     return device
 
 
@@ -411,7 +418,7 @@ class Trainer:
             raise
 
     def _setup(self, cfg: TrainConfig, rank: int):
-        self.device = pick_device(cfg.device)
+        self.device = pick_device(cfg.device, dist.local_rank() if self.world_size > 1 else 0)
         self.comm = dist.with_gradient_backend(self.comm, cfg.allreduce, self.device)
         if rank == 0 and self.world_size > 1:
             print(f"{self.world_size} ranks; gradients averaged by {self.comm.gradient_path}",

@@ -224,6 +224,54 @@ def test_processes_that_mpi_does_not_connect_are_refused(monkeypatch):
     assert dist.launched_ranks() == 1
 
 
+def test_mvapich_mpirun_rsh_is_recognised(monkeypatch):
+    """MVAPICH's mpirun_rsh says MV2_COMM_WORLD_*, not PMI_*: seen as a launch of 3."""
+    for key in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_ID", "HYBRIDSIM_SINGLE_PROCESS"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MV2_COMM_WORLD_RANK", "0")
+    monkeypatch.setenv("MV2_COMM_WORLD_SIZE", "3")
+    assert dist.launched_ranks() == 3
+    pytest.importorskip("mpi4py")
+    with pytest.raises(RuntimeError, match="started 3 processes but MPI connects 1"):
+        dist.init_comm()
+
+
+def test_local_rank_prefers_the_mpi_launchers_variable_over_slurms(monkeypatch):
+    """Under mpiexec in a batch job every rank inherits SLURM_LOCALID=0 from the batch
+    step; the MPI launcher's own variable must win (the order of rank_env.sh)."""
+    for key in dist.LOCAL_RANK_VARIABLES:
+        monkeypatch.delenv(key, raising=False)
+    assert dist.local_rank() == 0
+    monkeypatch.setenv("SLURM_LOCALID", "0")
+    monkeypatch.setenv("PMI_LOCAL_RANK", "3")
+    assert dist.local_rank() == 3
+    monkeypatch.setenv("MV2_COMM_WORLD_LOCAL_RANK", "2")
+    assert dist.local_rank() == 2
+    monkeypatch.setenv("MPI_LOCALRANKID", "1")
+    assert dist.local_rank() == 1
+    monkeypatch.setenv("MPI_LOCALRANKID", "one")
+    with pytest.raises(RuntimeError, match="MPI_LOCALRANKID='one'.*not a local rank"):
+        dist.local_rank()
+
+
+def test_ranks_of_a_node_spread_over_its_visible_gpus(monkeypatch):
+    """auto/cuda: local rank L takes GPU L mod count (NCCL refuses two ranks on one GPU);
+    an explicit index is kept; the chosen GPU becomes torch's current device."""
+    from hybridsim.train import pick_device
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: chosen.append(torch.device(device)))
+    assert pick_device("auto", local_rank=6) == torch.device("cuda", 2)
+    assert pick_device("cuda", local_rank=3) == torch.device("cuda", 3)
+    assert pick_device("cuda:1", local_rank=3) == torch.device("cuda", 1)
+    assert chosen == [torch.device("cuda", 2), torch.device("cuda", 3), torch.device("cuda", 1)]
+    with pytest.raises(ValueError, match="only 4 CUDA device"):
+        pick_device("cuda:4")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert pick_device("auto", local_rank=6) == torch.device("cpu")
+
+
 STALL_SCRIPT = textwrap.dedent("""
     import os, signal, sys, time
     from hybridsim.train import TrainConfig, Trainer
