@@ -323,6 +323,38 @@ def test_damaged_metadata_fails_at_once_without_swmr_retries(small_run, tmp_path
     assert time.monotonic() - start < 30
 
 
+def mark_open_for_writing(path):
+    """Set the superblock's SWMR-writer flags, as a killed writer leaves them."""
+    blob = bytearray(path.read_bytes())
+    blob[11] = trajlog.SUPER_SWMR_WRITE_ACCESS | trajlog.SUPER_WRITE_ACCESS
+    size = 12 + 4 * blob[9]
+    blob[size:size + 4] = trajlog.hdf5_checksum(bytes(blob[:size])).to_bytes(4, "little")
+    path.write_bytes(bytes(blob))
+
+
+@pytest.mark.parametrize("name", ["steps", "steps/action"])
+def test_damaged_metadata_of_a_killed_writers_file_fails_in_seconds(small_run, tmp_path, name):
+    """A file still marked open for writing must be read in SWMR mode, where HDF5 retries a
+    failed metadata checksum with doubling waits: with its default attempts this open had
+    not failed after 10 minutes (HDF5 2.0). The attempts are bounded: an error in seconds."""
+    src = trajlog.rank_file(small_run, 0)
+    marked = tmp_path / "marked" / src.name
+    marked.parent.mkdir()
+    marked.write_bytes(src.read_bytes())
+    mark_open_for_writing(marked)
+    with trajlog.open_trajectory_file(marked) as f:  # undamaged: read as before, in SWMR mode
+        assert f.swmr_mode and f.mode == "r"
+        assert f["steps/action"].shape == h5py.File(src, "r")["steps/action"].shape
+    path = damage_header(src, tmp_path / src.name, name)
+    mark_open_for_writing(path)
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", TRY_OPEN, str(path)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.startswith(f"{path}: damaged trajectory file"), out.stdout + out.stderr
+    assert "after all read attempts" in out.stdout
+    assert time.monotonic() - start < 30
+
+
 def test_damage_found_at_open_or_on_a_read_names_the_file(small_run, tmp_path):
     src = trajlog.rank_file(small_run, 0)
     # offset 48: the root group's object header ("Can't deserialize object header prefix")
