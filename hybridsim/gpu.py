@@ -24,6 +24,7 @@ Designs of a step (GpuEngine(design=...), measured by benchmarks/gpu_bench.py):
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -31,8 +32,10 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
+import time
 
 import numpy as np
 
@@ -115,6 +118,41 @@ def part_defines(part: str) -> tuple:
     return tuple(f"-D{m}" for p, m in _PART_MACROS.items() if p != part)
 
 
+SLOW_BUILD_NOTICE_SECONDS = 10.0
+
+
+@contextlib.contextmanager
+def announce_if_slow(what: str, after: float | None = None, stream=None):
+    """Say on stderr that `what` is running once it has taken `after` seconds, and how long
+    it took when it ends, so that a first NVRTC build of the emulator (minutes: ptxas
+    optimises the inlined 6502 interpreter) does not look like a hang; a cached build
+    (well under a second) says nothing."""
+    stream = stream or sys.stderr
+    after = SLOW_BUILD_NOTICE_SECONDS if after is None else after
+    start = time.monotonic()
+    lock = threading.Lock()
+    state = {"announced": False, "finished": False}
+
+    def announce():
+        with lock:
+            if not state["finished"]:
+                state["announced"] = True
+                print(f"hybridsim: {what} ...", file=stream, flush=True)
+
+    timer = threading.Timer(after, announce)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        with lock:
+            state["finished"] = True
+            if state["announced"]:
+                print(f"hybridsim: {what}: done after {time.monotonic() - start:.0f} s",
+                      file=stream, flush=True)
+
+
 @functools.lru_cache(maxsize=None)
 def _cupy_module(device_id: int, options: tuple, include_dir: str, cubin: str | None, part: str = "base"):
     """A RawModule on a device: the cubin (every kernel), or NVRTC's build of one part,
@@ -125,16 +163,20 @@ def _cupy_module(device_id: int, options: tuple, include_dir: str, cubin: str | 
             return cupy.RawModule(path=cubin)
         code = f'#include "{KERNEL_SOURCE}"\n'
         opts = tuple(options) + part_defines(part) + (f"--include-path={include_dir}",)
-        try:
-            mod = cupy.RawModule(code=code, options=opts, backend="nvrtc")
-            mod.compile()
-        except Exception:
-            if "--split-compile=0" not in opts:
-                raise
-            # an NVRTC without --split-compile: the same build on one core
-            opts = tuple(o for o in opts if o != "--split-compile=0")
-            mod = cupy.RawModule(code=code, options=opts, backend="nvrtc")
-            mod.compile()
+        cache = os.environ.get("CUPY_CACHE_DIR") or "~/.cupy/kernel_cache"
+        what = (f"compiling the CUDA kernels ({part}) with NVRTC for device {device_id}; a "
+                f"first build takes minutes, later runs load it from CuPy's cache ({cache})")
+        with announce_if_slow(what):
+            try:
+                mod = cupy.RawModule(code=code, options=opts, backend="nvrtc")
+                mod.compile()
+            except Exception:
+                if "--split-compile=0" not in opts:
+                    raise
+                # an NVRTC without --split-compile: the same build on one core
+                opts = tuple(o for o in opts if o != "--split-compile=0")
+                mod = cupy.RawModule(code=code, options=opts, backend="nvrtc")
+                mod.compile()
         return mod
 
 
@@ -296,7 +338,9 @@ def build_emulation_library(cache_dir: str | os.PathLike | None = None, opt: str
             # 6507's dispatch table holds addresses inside its own library's code).
             cmd = [cxx, "-std=c++17", opt, "-fPIC", "-shared", "-fvisibility=hidden", "-fno-strict-aliasing",
                    "-Wall", "-Wno-unused-function", "-I", include, str(cpp), "-o", str(out)]
-            result = subprocess.run(cmd, capture_output=True, text=True)
+            with announce_if_slow(f"compiling the host-emulated CUDA kernels with {cxx} "
+                                  f"(once per source version, kept in {base})"):
+                result = subprocess.run(cmd, capture_output=True, text=True)
             if result.returncode != 0:
                 raise RuntimeError(f"host emulation build failed:\n{' '.join(cmd)}\n{result.stderr[-4000:]}")
             os.replace(out, lib)

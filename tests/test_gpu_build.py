@@ -2,6 +2,7 @@
 NVRTC library (what CuPy's RawModule runs) through ctypes; the host-emulation build
 (g++ with the thread-index shim) compiles warning-free; the kernel list in
 hybridsim/gpu.py matches the kernels in the source."""
+import contextlib
 import pathlib
 import re
 import shutil
@@ -107,3 +108,41 @@ def test_module_parts_hold_their_kernels(part):
     for kernel in gpu.KERNELS:
         here = gpu.KERNEL_PART.get(kernel, "base") == part or (part != "base" and kernel not in gpu.KERNEL_PART)
         assert (b".entry " + kernel.encode() + b"(" in ptx) == here, (part, kernel)
+
+
+def test_a_slow_kernel_build_says_so_and_a_fast_one_says_nothing(monkeypatch, capsys):
+    """A first NVRTC build takes minutes: after SLOW_BUILD_NOTICE_SECONDS the user is told
+    what is compiling and where it will be cached, then how long it took; a build loaded
+    from CuPy's cache prints nothing. CuPy is stood in for by a fake RawModule."""
+    import sys
+    import time
+    import types
+    delays = []
+
+    class FakeRawModule:
+        def __init__(self, code, options, backend):
+            self.options = options
+
+        def compile(self):
+            time.sleep(delays.pop(0))
+
+    fake = types.SimpleNamespace(RawModule=FakeRawModule,
+                                 cuda=types.SimpleNamespace(Device=lambda k: contextlib.nullcontext()))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(gpu, "SLOW_BUILD_NOTICE_SECONDS", 0.2)
+    monkeypatch.setenv("CUPY_CACHE_DIR", "/scratch/cupy-cache")
+    gpu._cupy_module.cache_clear()
+    try:
+        delays.append(0.0)
+        gpu._cupy_module(0, gpu.NVRTC_OPTIONS, "/inc", None, "base")
+        assert capsys.readouterr().err == ""
+        delays.append(0.6)
+        mod = gpu._cupy_module(0, gpu.NVRTC_OPTIONS, "/inc", None, "split")
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 2, err
+        assert err[0].startswith("hybridsim: compiling the CUDA kernels (split) with NVRTC for device 0")
+        assert "/scratch/cupy-cache" in err[0] and err[0].endswith("...")
+        assert err[1].endswith("done after 1 s") or err[1].endswith("done after 0 s"), err[1]
+        assert "-DHS_VEC_NO_FUSED" in mod.options
+    finally:
+        gpu._cupy_module.cache_clear()
