@@ -109,6 +109,7 @@ ALL_PARTS = ("base", "fused", "split", "materialize")
 _PART_MACROS = {"fused": "HS_VEC_NO_FUSED", "split": "HS_VEC_NO_SPLIT", "materialize": "HS_VEC_NO_MATERIALIZE"}
 KERNEL_PART = {"hs_vec_execute_fused": "fused", "hs_vec_execute_deferred": "split",
                "hs_vec_materialize": "materialize"}
+EXECUTE_KERNEL = {"fused": "hs_vec_execute_fused", "split": "hs_vec_execute_deferred"}
 
 
 def part_defines(part: str) -> tuple:
@@ -223,6 +224,10 @@ class CupyDevice:
         if f is None:
             f = self._fns[name] = self.module_for(KERNEL_PART.get(name, "base")).get_function(name)
         return f
+
+    def load(self, name: str) -> None:
+        """Compile (or load from the caches) the module holding kernel `name` now."""
+        self._fn(name)
 
     def launch(self, name: str, threads: int, block: int, args) -> None:
         if threads <= 0:
@@ -369,11 +374,17 @@ class HostEmulatedDevice:
             else:
                 vals.append(_CTYPES[kind](a))
         argv = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
+        self._fn(name)(ctypes.c_uint((threads + block - 1) // block), ctypes.c_uint(block), argv)
+
+    def load(self, name: str) -> None:
+        self._fn(name)
+
+    def _fn(self, name):
         fn = self._fns.get(name)
         if fn is None:
             fn = self._fns[name] = getattr(self.lib, f"emu_{name}")
             fn.restype = None
-        fn(ctypes.c_uint((threads + block - 1) // block), ctypes.c_uint(block), argv)
+        return fn
 
     def asarray(self, a, dtype=None):
         return np.ascontiguousarray(a, dtype=dtype)
@@ -494,6 +505,9 @@ class GpuEngine:
         self.bufs = d.zeros((n, self.sizes["bufs"]), np.uint8)
         d.launch("hs_vec_bind", n, self.block, (self.bufs, self.frame_mem, self.replay_mem, self.raw_mem,
                                                 self.stack_mem, self.raw_size, self.obs_bytes, n))
+        # The emulator kernel's first build takes minutes: here, where it is expected (and
+        # before training's stall watchdog starts), not inside the first step.
+        d.load(EXECUTE_KERNEL[design])
         self._id_cache = (None, None)
         self._force_cache = {}
 
@@ -553,8 +567,7 @@ class GpuEngine:
         for name, a in (("obs", obs), ("reward", reward), ("terminated", terminated)):
             if a.shape[0] < n:
                 raise ValueError(f"{name} must have at least {n} rows")
-        kernel = "hs_vec_execute_deferred" if self.design == "split" else "hs_vec_execute_fused"
-        d.launch(kernel, n, self.block,
+        d.launch(EXECUTE_KERNEL[self.design], n, self.block,
                  (self.cfg, self.plan, self.rom, self.env_mem, self.state_mem, self.bufs, ids, force, acts, st,
                   obs, final_obs, reward, terminated, truncated, lives, frame_number, episode_frame_number,
                   has_final, self.obs_bytes, n))
