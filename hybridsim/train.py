@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from hybridsim import dist, storage, vtrace
 from hybridsim.models import OBS_NORMALIZATIONS, RunningObservationNorm, build_model
 from hybridsim.optim import RMSpropTF
+from hybridsim.runlock import RunDirectoryBusy, RunLock
 
 OPTIMIZERS = ("rmsprop_tf", "rmsprop", "adam")
 from hybridsim.storage import StorageError
@@ -274,6 +275,10 @@ def _fresh_run_decision(log_dir: pathlib.Path):
                      f"starts afresh")
 
 
+def _note(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def _remove_empty_dirs(path: pathlib.Path, top: pathlib.Path | None) -> None:
     """Remove `path` and its parents up to `top` (the first one this run created), while
     empty; another rank may have removed them already."""
@@ -377,6 +382,7 @@ class EpisodeTracker:
 
 class Trainer:
     watchdog: dist.ProgressWatchdog | None = None  # under MPI, while train() runs
+    run_lock: RunLock | None = None  # rank 0's hold on the run directory (hybridsim.runlock)
 
     def __init__(self, cfg: TrainConfig, comm=None):
         cfg.validate()
@@ -401,21 +407,41 @@ class Trainer:
         if cfg.seed + self.world_size * cfg.num_envs > 2**31:
             raise ValueError(f"seed {cfg.seed} + {self.world_size} ranks x {cfg.num_envs} environments "
                              f"must stay within 2**31 (environment seeds are C ints)")
-        # Rank 0 looks at the directory and decides for every rank (the bcast also keeps the
-        # others from looking after rank 0 has moved files).
-        decision = self.comm.bcast(_fresh_run_decision(self.log_dir) if rank == 0 and not cfg.resume
-                                   else None)
-        if decision and decision[0] == "refuse":
-            raise FileExistsError(decision[1])
-        if decision and decision[0] == "moved" and rank == 0:
-            print(decision[1], file=sys.stderr, flush=True)
         first_new = next((p for p in reversed([self.log_dir, *self.log_dir.parents]) if not p.exists()), None)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        # Rank 0 takes the run directory (one job per directory), looks at it and decides
+        # for every rank (the bcast also keeps the others from looking after rank 0 has
+        # moved files).
+        self.run_lock = None
+        decision = None
+        if rank == 0:
+            try:
+                self.log_dir.mkdir(parents=True, exist_ok=True)
+                self.run_lock = RunLock(self.log_dir, notice=_note).acquire()
+                decision = None if cfg.resume else _fresh_run_decision(self.log_dir)
+            except (RunDirectoryBusy, OSError) as exc:
+                decision = ("busy", str(exc) if isinstance(exc, RunDirectoryBusy)
+                            else f"{self.log_dir}: cannot take the run directory: {exc}")
+        decision = self.comm.bcast(decision)
         try:
+            if decision and decision[0] == "busy":
+                raise RunDirectoryBusy(decision[1])
+            if decision and decision[0] == "refuse":
+                raise FileExistsError(decision[1])
+            if decision and decision[0] == "moved" and rank == 0:
+                print(decision[1], file=sys.stderr, flush=True)
+            self.log_dir.mkdir(parents=True, exist_ok=True)
             self._setup(cfg, rank)
         except BaseException:
+            self.close()
             _remove_empty_dirs(self.log_dir, first_new)  # a run that never started leaves none
             raise
+
+    def close(self) -> None:
+        """Give up the run directory (train() does at its end; a Trainer that is not
+        trained holds it until this, or until the process exits)."""
+        if self.run_lock is not None:
+            self.run_lock.release()
+            self.run_lock = None
 
     def _setup(self, cfg: TrainConfig, rank: int):
         self.device = pick_device(cfg.device, dist.local_rank() if self.world_size > 1 else 0)
@@ -755,6 +781,7 @@ class Trainer:
         finally:
             if self.watchdog is not None:
                 self.watchdog.close()
+            self.close()
 
     def _beat(self, what: str = "") -> None:
         if self.watchdog is not None:
