@@ -444,7 +444,8 @@ class Trainer:
             self.run_lock = None
 
     def _setup(self, cfg: TrainConfig, rank: int):
-        self.device = pick_device(cfg.device, dist.local_rank() if self.world_size > 1 else 0)
+        # the local rank also spreads independent tasks (HYBRIDSIM_SINGLE_PROCESS) over GPUs
+        self.device = pick_device(cfg.device, dist.local_rank())
         self.comm = dist.with_gradient_backend(self.comm, cfg.allreduce, self.device)
         if rank == 0 and self.world_size > 1:
             print(f"{self.world_size} ranks; gradients averaged by {self.comm.gradient_path}",
