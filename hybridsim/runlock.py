@@ -26,7 +26,7 @@ import threading
 import time
 
 LOCK_NAME = ".hybridsim-train.lock"
-RECORD_BYTES = 512  # the record is rewritten in place at this fixed size (no torn length)
+RECORD_BYTES = 1024  # the record is rewritten in place at this fixed size (no torn length)
 BEAT_SECONDS = 10.0
 STALE_SECONDS = 60.0
 
