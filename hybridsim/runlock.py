@@ -116,8 +116,8 @@ class RunLock:
                             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "beat": 0}
             self._write()
         except BaseException:
-            if self._fd is None:
-                os.close(fd)
+            self._fd = None
+            os.close(fd)
             raise
         self._thread = threading.Thread(target=self._beat_loop, name="hybridsim-runlock", daemon=True)
         self._thread.start()
@@ -134,12 +134,24 @@ class RunLock:
         deadline = time.monotonic() + self.stale_seconds
         while time.monotonic() < deadline:
             time.sleep(min(1.0, self.beat_seconds / 4))
-            now = _read(fd)
+            now = self._read_fresh()
             if now != holder:
                 raise RunDirectoryBusy(self._busy_message(now or holder, "its heartbeat is moving"))
         self.notice(f"note: {self.path}: the training job that held the run directory "
                     f"({_describe(holder)}) wrote no heartbeat for {self.stale_seconds:.0f} s; "
                     f"taking it over")
+
+    def _read_fresh(self) -> dict | None:
+        """The record as the file server has it now: NFS revalidates cached data when a
+        file is opened (close-to-open consistency), not on reads of a descriptor kept open."""
+        try:
+            fresh = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None  # removed: its holder released it
+        try:
+            return _read(fresh)
+        finally:
+            os.close(fresh)
 
     def _busy_message(self, holder: dict, how: str) -> str:
         log_dir = os.path.dirname(self.path)
