@@ -109,7 +109,7 @@ class RunLock:
         try:
             holder = _read(fd)
             if holder is not None:
-                self._check_previous(fd, holder, have_flock)
+                self._check_previous(holder, have_flock)
             self._fd = fd
             self._record = {"host": socket.gethostname(), "pid": os.getpid(),
                             "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
@@ -123,7 +123,7 @@ class RunLock:
         self._thread.start()
         return self
 
-    def _check_previous(self, fd: int, holder: dict, have_flock: bool) -> None:
+    def _check_previous(self, holder: dict, have_flock: bool) -> None:
         """A record is left: its job died without releasing, or runs on a node whose
         flock this one does not see. Refuse while its heartbeat moves."""
         if holder.get("host") == socket.gethostname() and (have_flock or _process_gone(holder.get("pid"))):
