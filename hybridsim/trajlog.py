@@ -536,9 +536,10 @@ def _find_read_attempts_setter():
             paths = {line.split()[-1] for line in maps if "/libhdf5" in line}
     except OSError:
         return None
+    # libhdf5-<hash> in h5py's wheels, libhdf5_serial or libhdf5_openmpi from a distribution;
+    # the symbol looked up through libhdf5_hl resolves in the libhdf5 it depends on
     for path in sorted(paths):
-        name = os.path.basename(path)
-        if name.startswith("libhdf5_") or ".so" not in name:  # libhdf5_hl, ...
+        if ".so" not in os.path.basename(path):
             continue
         try:
             function = ctypes.CDLL(path).H5Pset_metadata_read_attempts  # the loaded copy
