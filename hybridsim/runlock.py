@@ -61,11 +61,11 @@ def _process_gone(pid) -> bool:
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # PermissionError: alive, another user's
     except ProcessLookupError:
         return True
-    except PermissionError:  # alive, another user's
-        return False
+    except PermissionError:
+        pass
     return False
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import json
 import os
 import pathlib
@@ -509,7 +510,6 @@ def _open_h5(path: pathlib.Path, swmr: bool = False) -> TrajectoryFile:
 # 1.1 s, 35 in 34 s, and its default of 100 had not failed after 10 minutes. A writer's
 # half-written block is whole again within microseconds, so 30 leaves plenty.
 SWMR_READ_ATTEMPTS = 30
-_READ_ATTEMPTS_SETTER: list = []  # memo: [the ctypes function, or None where not found]
 
 
 def _swmr_file_access():
@@ -517,9 +517,7 @@ def _swmr_file_access():
     None where HDF5's H5Pset_metadata_read_attempts cannot be reached (h5py does not wrap
     it; it is called through ctypes in the HDF5 library h5py loaded, found in
     /proc/self/maps, so on Linux)."""
-    if not _READ_ATTEMPTS_SETTER:
-        _READ_ATTEMPTS_SETTER.append(_find_read_attempts_setter())
-    setter = _READ_ATTEMPTS_SETTER[0]
+    setter = _find_read_attempts_setter()
     if setter is None:
         return None
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
@@ -529,6 +527,7 @@ def _swmr_file_access():
     return fapl
 
 
+@functools.lru_cache(maxsize=1)
 def _find_read_attempts_setter():
     import ctypes
     try:
