@@ -277,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("games", help="the supported games and their properties")
     p.set_defaults(func=_cmd_games)
     from hybridsim.config import add_dataclass_arguments
-    from hybridsim.train import TrainConfig
+    from hybridsim.train_config import TrainConfig  # without torch: other commands start fast
     p = sub.add_parser("train", help="train an agent with V-trace (A2C+V-trace or IMPALA-style)",
                        epilog=TRAIN_EXIT_CODES)
     add_dataclass_arguments(p, TrainConfig)

@@ -30,6 +30,8 @@ import zlib
 import numpy as np
 import torch
 
+from hybridsim.train_config import ALLREDUCE_CHOICES
+
 
 def _scatter_gradients(model, grads, averaged) -> None:
     """Copy the averaged flat buffer back into each parameter's .grad, in order."""
@@ -186,9 +188,6 @@ class TorchDistComm(MPIComm):
     def close(self):
         if self._tdist.is_initialized():
             self._tdist.destroy_process_group()
-
-
-ALLREDUCE_CHOICES = ("auto", "mpi", "nccl", "gloo")
 
 
 def gradient_backend(requested: str, device: torch.device) -> str:

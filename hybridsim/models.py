@@ -9,8 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
-OBS_NORMALIZATIONS = ("scale", "running")
+from hybridsim.train_config import OBS_NORMALIZATIONS
 
 
 class ScaleObservations(nn.Module):

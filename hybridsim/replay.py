@@ -117,7 +117,7 @@ def replay(path, episode: int, *, env: str = "run", make_env=None) -> ReplayResu
 
 
 def _make_env(cfg: dict, seed: int):
-    from hybridsim.train import TrainConfig, make_vector_env
+    from hybridsim.train_config import TrainConfig, make_vector_env
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     train_cfg = TrainConfig(**{k: v for k, v in cfg.items() if k in fields})
     train_cfg.num_envs = 1

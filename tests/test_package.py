@@ -25,6 +25,23 @@ def test_cli_bench_cpu_runs(tmp_path):
     assert "checksum (built in)" in result.stdout
 
 
+def test_commands_other_than_train_and_eval_start_without_torch():
+    # Importing torch takes 2-3 s: `hybridsim games`, `analyze`, `verify` and `replay` and the
+    # parser (built from TrainConfig) must not pay for it.
+    code = ("import sys\n"
+            "from hybridsim import analyze, cli, replay, verify\n"
+            "parser = cli.build_parser()\n"
+            "parser.parse_args(['train', '--game', 'breakout', '--num-envs', '8'])\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", result.stdout
+    result = subprocess.run([sys.executable, "-m", "hybridsim", "games"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "pong" in result.stdout
+
+
 def test_run_flat_rejects_bad_memory():
     with pytest.raises(ValueError, match="65536"):
         cpu.run_flat(np.zeros(100, dtype=np.uint8), 0)

@@ -1,0 +1,204 @@
+"""`hybridsim train`'s settings and its environments, without torch.
+
+The command line is built from TrainConfig, so this module imports nothing heavy: `hybridsim
+games`, `analyze`, `verify` and `replay` start without loading torch (about 2.5 s).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+OPTIMIZERS = ("rmsprop_tf", "rmsprop", "adam")
+OBS_NORMALIZATIONS = ("scale", "running")
+ALLREDUCE_CHOICES = ("auto", "mpi", "nccl", "gloo")
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    game: str = "pong"
+    """Game to train on: an ale-py ROM name such as pong, breakout or space_invaders."""
+    backend: str = "cpu"
+    """Environment backend: cpu (hybridsim's batched engine), gpu, hybrid, or ale-py (ale-py's AtariVectorEnv, a reference)."""
+    num_envs: int = 16
+    """Number of environments stepped together (per rank)."""
+    total_frames: int = 2_000_000
+    """Training budget in emulator frames (agent steps x frame_skip), summed over environments."""
+    log_dir: str = "runs/pong"
+    """Run directory: checkpoints, metrics.csv, TensorBoard events, learning_curve.png, trajectories."""
+    seed: int = 1
+    """Seed of the model, the action sampler and the environments (environment i gets seed + i)."""
+    config: str = ""
+    """Optional TOML or JSON file with any of these settings, or a shipped recipe's name (quickstart, pong-cpu, pong-h200); the command line overrides it."""
+    resume: bool = False
+    """Continue from log_dir/checkpoint.pt (same config) instead of starting afresh."""
+    schedule: str = "a2c"
+    """a2c (synchronous, minibatches of environments updated in turn) or impala (asynchronous)."""
+    model: str = "nature"
+    """Network: nature (Mnih et al. 2015) or impala (Espeholt et al. 2018 ResNet)."""
+    obs_normalization: str = "scale"
+    """Network input: scale (frames / 255) or running (per-pixel running mean and variance, clipped to +-10: Baselines' VecNormalize, CuLE's --normalize; the statistics learn from every update's batch, summed over ranks)."""
+    num_steps: int = 5
+    """Rollout length T per update (a2c) or trajectory length (impala)."""
+    num_minibatches: int = 1
+    """a2c: groups of environments updated one after another from one rollout (CuLE's schedule; later groups learn from a slightly stale policy, corrected by V-trace). 1 is Baselines' A2C, one update of all num_envs x num_steps transitions."""
+    env_batch_size: int = 0
+    """impala: environments returned per asynchronous step (0 = num_envs / 2)."""
+    learner_batch: int = 8
+    """impala: trajectories per learner update."""
+    optimizer: str = "rmsprop_tf"
+    """rmsprop_tf (RMSprop as TensorFlow 1 and Baselines' A2C: mean square starting at 1, eps inside the root; hybridsim/optim.py says why), rmsprop (torch.optim.RMSprop) or adam."""
+    lr: float = 0.00065
+    """Initial learning rate (CuLE's A2C default), decayed linearly to 0 when lr_decay is on."""
+    lr_decay: bool = True
+    """Decay the learning rate linearly to zero over total_frames."""
+    rmsprop_alpha: float = 0.99
+    """RMSprop smoothing constant."""
+    eps: float = 1e-5
+    """Optimizer epsilon."""
+    max_grad_norm: float = 0.5
+    """Clip the global gradient norm to this value."""
+    entropy_coef: float = 0.01
+    """Weight of the entropy bonus."""
+    value_coef: float = 0.5
+    """Weight of the baseline loss 0.5 (vs - V)^2."""
+    gamma: float = 0.99
+    """Discount factor."""
+    clip_rho: float = 1.0
+    """V-trace rho-bar (truncation of the temporal-difference importance weight)."""
+    clip_pg_rho: float = 1.0
+    """V-trace truncation of the policy-gradient importance weight."""
+    vtrace_lambda: float = 1.0
+    """V-trace lambda (trace cutting)."""
+    reward_clip: bool = True
+    """Clip rewards to [-1, 1] for learning (logged returns stay raw)."""
+    frame_skip: int = 4
+    """Emulator frames per agent step."""
+    repeat_action_probability: float = 0.0
+    """Sticky-action probability (ALE's v5 environments use 0.25)."""
+    noop_max: int = 30
+    """Up to this many no-op actions after each reset."""
+    episodic_life: bool = False
+    """End an episode, for learning, when a life is lost."""
+    max_episode_frames: int = 108_000
+    """Truncate episodes after this many emulator frames."""
+    device: str = "auto"
+    """Torch device for the learner: auto, cpu, cuda or cuda:K (auto and cuda: with several GPUs visible, local rank L takes GPU L mod count)."""
+    gpu_emulate: bool = False
+    """gpu and hybrid backends: run the CUDA kernels as host code, one thread at a time (no GPU needed; slow, for checking a setup)."""
+    num_threads: int = 0
+    """Environment worker threads (0 = all cores available to this process)."""
+    torch_threads: int = 0
+    """Threads for the learner's CPU math (0 = the cores available to this process)."""
+    checkpoint_every: int = 500_000
+    """Write a checkpoint every this many frames (and always at the end)."""
+    log_every: float = 5.0
+    """Seconds between progress lines and metric rows."""
+    log_trajectories: bool = True
+    """Write per-step HDF5 trajectory logs (actions, rewards, values, logits) into log_dir."""
+    log_observations: bool = False
+    """Also log observations (every obs_stride steps, for env 0) into the trajectory files."""
+    obs_stride: int = 100
+    """Step interval between logged observations."""
+    log_flush_seconds: float = 30.0
+    """Longest time trajectory rows wait in memory (a kill -9 loses at most this much of the log); they are appended sooner, at most every 2 s, whenever a whole chunk of 256 steps is ready."""
+    sync_check_every: int = 100
+    """Updates between checks that all MPI ranks hold identical parameters."""
+    stall_timeout: float = 600.0
+    """MPI: end the job when training makes no progress for this many seconds (a hung or stopped rank blocks the others in a collective; three times as long before the first update, for start-up); a stop signal that cannot be acted on within 60 s ends it too. 0 turns both off."""
+    allreduce: str = "mpi"
+    """Gradient averaging across ranks: mpi (mpi4py, staged through host memory), nccl or gloo (torch.distributed bootstrapped from the MPI ranks; MPI if it cannot start), auto (nccl for a CUDA learner, else mpi)."""
+    disk_reserve: bool = True
+    """Hold a file the size of a checkpoint in log_dir and delete it when the disk fills, so the final checkpoint and the last trajectory rows still fit."""
+    fallback_dir: str = ""
+    """Where the final checkpoint goes when log_dir's file system is full (default: the system temporary directory, if it is on another file system)."""
+
+    def validate(self):
+        checks = [
+            (self.num_envs >= 1, f"num_envs must be >= 1, got {self.num_envs}"),
+            (self.total_frames >= 1, f"total_frames must be >= 1, got {self.total_frames}"),
+            (self.schedule in ("a2c", "impala"), f"schedule must be a2c or impala, got {self.schedule!r}"),
+            (self.num_steps >= 1, f"num_steps must be >= 1, got {self.num_steps}"),
+            (self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"),
+            (self.obs_normalization in OBS_NORMALIZATIONS,
+             f"obs_normalization must be one of {', '.join(OBS_NORMALIZATIONS)}, got {self.obs_normalization!r}"),
+            (self.backend in ("cpu", "gpu", "hybrid", "ale-py"),
+             f"backend must be cpu, gpu, hybrid or ale-py, got {self.backend!r}"),
+            (self.backend not in ("gpu", "hybrid") or self.schedule == "a2c",
+             f"backend {self.backend!r} steps all environments together: use schedule a2c"),
+            (self.frame_skip >= 1, f"frame_skip must be >= 1, got {self.frame_skip}"),
+            (self.allreduce in ALLREDUCE_CHOICES,
+             f"allreduce must be one of {', '.join(ALLREDUCE_CHOICES)}, got {self.allreduce!r}"),
+        ]
+        finite = math.isfinite
+        checks += [
+            (finite(self.lr) and self.lr > 0, f"lr must be a finite number > 0, got {self.lr}"),
+            (finite(self.eps) and self.eps > 0, f"eps must be a finite number > 0, got {self.eps}"),
+            (0 <= self.rmsprop_alpha < 1, f"rmsprop_alpha must be in [0, 1), got {self.rmsprop_alpha}"),
+            (self.max_grad_norm > 0, f"max_grad_norm must be > 0 (inf: no clipping), got {self.max_grad_norm}"),
+            (finite(self.entropy_coef) and self.entropy_coef >= 0,
+             f"entropy_coef must be a finite number >= 0, got {self.entropy_coef}"),
+            (finite(self.value_coef) and self.value_coef >= 0,
+             f"value_coef must be a finite number >= 0, got {self.value_coef}"),
+            (0 <= self.gamma <= 1, f"gamma must be in [0, 1], got {self.gamma}"),
+            (self.clip_rho > 0, f"clip_rho must be > 0 (inf: no clipping), got {self.clip_rho}"),
+            (self.clip_pg_rho > 0, f"clip_pg_rho must be > 0 (inf: no clipping), got {self.clip_pg_rho}"),
+            (0 <= self.vtrace_lambda <= 1, f"vtrace_lambda must be in [0, 1], got {self.vtrace_lambda}"),
+            (0 <= self.repeat_action_probability <= 1,
+             f"repeat_action_probability must be in [0, 1], got {self.repeat_action_probability}"),
+            (self.noop_max >= 0, f"noop_max must be >= 0, got {self.noop_max}"),
+            (self.max_episode_frames >= 0, f"max_episode_frames must be >= 0, got {self.max_episode_frames}"),
+            (self.num_minibatches >= 1, f"num_minibatches must be >= 1, got {self.num_minibatches}"),
+            (self.learner_batch >= 1, f"learner_batch must be >= 1, got {self.learner_batch}"),
+            (self.env_batch_size >= 0, f"env_batch_size must be >= 0 (0: num_envs / 2), got {self.env_batch_size}"),
+            (self.checkpoint_every >= 1, f"checkpoint_every must be >= 1 frame, got {self.checkpoint_every}"),
+            (finite(self.log_every) and self.log_every >= 0,
+             f"log_every must be a finite number of seconds >= 0 (0: every update), got {self.log_every}"),
+            (finite(self.log_flush_seconds) and self.log_flush_seconds > 0,
+             f"log_flush_seconds must be a finite number > 0, got {self.log_flush_seconds}"),
+            (self.obs_stride >= 1, f"obs_stride must be >= 1, got {self.obs_stride}"),
+            (self.sync_check_every >= 1, f"sync_check_every must be >= 1, got {self.sync_check_every}"),
+            (self.stall_timeout >= 0, f"stall_timeout must be >= 0 seconds (0: off), got {self.stall_timeout}"),
+            (self.num_threads >= 0, f"num_threads must be >= 0 (0: all cores), got {self.num_threads}"),
+            (self.torch_threads >= 0, f"torch_threads must be >= 0 (0: all cores), got {self.torch_threads}"),
+            (self.num_envs < 2**20, f"num_envs must be < 2**20 per rank, got {self.num_envs}"),
+            (0 <= self.seed and self.seed + self.num_envs <= 2**31,
+             f"seed must be in [0, 2**31 - num_envs] (environment i gets seed + i, a C int), got {self.seed}"),
+        ]
+        if self.schedule == "a2c" and self.num_minibatches >= 1:
+            checks.append((self.num_envs % self.num_minibatches == 0,
+                           f"num_envs ({self.num_envs}) must be divisible by num_minibatches "
+                           f"({self.num_minibatches})"))
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        from hybridsim.roms import rom_path
+        rom_path(self.game)  # an unknown game: FileNotFoundError listing the installed ROMs
+
+
+def make_vector_env(cfg: TrainConfig, seed: int, batch_size: int = 0, learner_device=None):
+    """The vector environment for a backend; all speak gymnasium's VectorEnv API plus send/recv.
+    The gpu and hybrid backends hand a CUDA learner their batches as torch tensors on the
+    device (DLPack, no copy), and a CPU learner numpy arrays."""
+    kwargs = dict(game=cfg.game, num_envs=cfg.num_envs, batch_size=batch_size,
+                  frameskip=cfg.frame_skip, repeat_action_probability=cfg.repeat_action_probability,
+                  noop_max=cfg.noop_max, episodic_life=bool(cfg.episodic_life), reward_clipping=False,
+                  max_num_frames_per_episode=cfg.max_episode_frames, num_threads=cfg.num_threads,
+                  autoreset_mode="SameStep")
+    if cfg.backend == "ale-py":
+        from ale_py.vector_env import AtariVectorEnv
+        return AtariVectorEnv(**kwargs)
+    try:
+        from hybridsim.vector import AtariVectorEnv  # the batched engine
+    except ImportError:
+        raise ValueError(f"backend {cfg.backend!r} needs hybridsim's batched engine, which this "
+                         f"build does not have yet; use --backend ale-py") from None
+    if cfg.backend in ("gpu", "hybrid"):
+        on_gpu = learner_device is not None and learner_device.type == "cuda" and not cfg.gpu_emulate
+        kwargs["gpu_options"] = {"output": "torch" if on_gpu else "numpy", "emulate": cfg.gpu_emulate}
+        if on_gpu:
+            index = learner_device.index
+            if index is None:
+                import torch  # a CUDA learner has imported it already
+                index = torch.cuda.current_device()
+            kwargs["device"] = index
+    return AtariVectorEnv(backend=cfg.backend, **kwargs)
