@@ -1,12 +1,14 @@
 """Time one gradient Allreduce of the model's size across MPI ranks.
 
     mpiexec -n 2 python benchmarks/allreduce.py [--model nature] [--repeats 50] [--allreduce mpi|gloo|nccl]
+        [--json OUT]
 
 Uses the same path as training (hybridsim.dist.MPIComm.allreduce_gradients: flatten,
 stage through host memory, one MPI Allreduce, average) and prints the median time and
 the effective bus bandwidth 2 (P-1)/P * bytes / time (the ring-allreduce volume).
 """
 import argparse
+import json
 import time
 
 import numpy as np
@@ -21,6 +23,7 @@ def main():
     parser.add_argument("--model", default="nature")
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--allreduce", default="mpi", choices=["mpi", "gloo", "nccl"])
+    parser.add_argument("--json", help="rank 0 also writes the result here")
     args = parser.parse_args()
     device = torch.device("cuda", dist.local_rank() % max(1, torch.cuda.device_count())) \
         if args.allreduce == "nccl" else torch.device("cpu")
@@ -43,6 +46,12 @@ def main():
         print(f"{args.model}: {n:,} parameters ({n * 4 / 1e6:.1f} MB), {comm.size} ranks, "
               f"{comm.gradient_path}: "
               f"allreduce median {median * 1e3:.2f} ms, bus bandwidth {volume / median / 1e9:.2f} GB/s")
+        if args.json:  # gradient_path says what ran: a failed NCCL or gloo set-up falls back to MPI
+            result = dict(model=args.model, parameters=n, ranks=comm.size, requested=args.allreduce,
+                          gradient_path=comm.gradient_path, device=str(device), median_ms=median * 1e3,
+                          bus_bandwidth_GBps=volume / median / 1e9, repeats=args.repeats)
+            with open(args.json, "w") as fh:
+                json.dump(result, fh, indent=1)
 
 
 if __name__ == "__main__":

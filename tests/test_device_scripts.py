@@ -1,0 +1,47 @@
+"""The prepared device commands (docs/GPU.md, "Device session") in their --dry-run form, so
+they still run when a session is finally lent a GPU machine: every phase must end ok."""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def mpiexec_beside_python():
+    return (shutil.which("mpiexec", path=str(pathlib.Path(sys.executable).parent))
+            or shutil.which("mpiexec"))
+
+
+def run_script(name, out, timeout):
+    env = {**os.environ, "PYTHON": sys.executable}
+    result = subprocess.run(["bash", str(REPO / "scripts" / name), str(out), "--dry-run"], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def test_device_check_dry_run(tmp_path):
+    run_script("device_check.sh", tmp_path, 400)
+    report = json.loads((tmp_path / "report.json").read_text())
+    bad = {k: v for k, v in report["summary"].items() if v not in ("ok", True)}
+    assert not bad, (bad, (tmp_path / "check.log").read_text()[-4000:])
+    assert report["summary"]["gpu_equals_cpu"] is True
+
+
+def test_device_scaling_dry_run(tmp_path):
+    pytest.importorskip("mpi4py")
+    if mpiexec_beside_python() is None:
+        pytest.skip("no mpiexec")
+    run_script("device_scaling.sh", tmp_path, 400)
+    report = json.loads((tmp_path / "scaling.json").read_text())
+    bad = {k: v for k, v in report["summary"].items() if v != "ok"}
+    assert not bad, (bad, (tmp_path / "scaling.log").read_text()[-4000:])
+    rows = report["phases"]["weak_scaling"]["rows"]
+    assert [r["ranks"] for r in rows] == [1, 2] and all(r["fps"] > 0 for r in rows)
+    assert report["phases"]["allreduce_gloo"]["gradient_path"].startswith("gloo")
+    assert report["phases"]["allreduce_mpi"]["median_ms"] > 0
