@@ -40,7 +40,7 @@ def run(ranks: int, args, log_dir: pathlib.Path) -> float:
 def table(results: dict) -> list[dict]:
     """Median frames/s per rank count, and the efficiency fps(K) / (K fps(first K))."""
     counts = [k for k, runs in results.items() if runs]
-    base = np.median(results[counts[0]]) / counts[0] if counts else 0.0
+    base = np.median(results[counts[0]]) / counts[0]
     rows = []
     for k in counts:
         fps = float(np.median(results[k]))

@@ -61,10 +61,10 @@ def _process_gone(pid) -> bool:
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
-        os.kill(pid, 0)  # PermissionError: alive, another user's
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    except PermissionError:
+    except PermissionError:  # alive, another user's
         pass
     return False
 

@@ -32,7 +32,7 @@ from hybridsim.models import RunningObservationNorm, build_model
 from hybridsim.optim import RMSpropTF
 from hybridsim.runlock import RunDirectoryBusy, RunLock
 from hybridsim.storage import StorageError
-from hybridsim.train_config import OPTIMIZERS, TrainConfig, make_vector_env  # noqa: F401 (re-exported)
+from hybridsim.train_config import TrainConfig, make_vector_env
 
 CHECKPOINT_KEYS = ("model", "optimizer", "frames", "updates", "config", "num_actions", "obs_shape")
 # Settings that define what is learned: a resumed run must keep the checkpoint's values

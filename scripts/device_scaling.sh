@@ -35,7 +35,8 @@ if [ "$DRY" != "--dry-run" ] && ls wheels/mpi/*.whl >/dev/null 2>&1; then
   export LD_LIBRARY_PATH="$MPI_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export MPIEXEC="$MPI_PREFIX/bin/mpiexec"
 else
-  MPIEXEC=$(command -v "$(dirname "$(command -v "$PY")")/mpiexec" || command -v mpiexec || echo mpiexec)
+  MPIEXEC=$(dirname "$(command -v "$PY")")/mpiexec  # pip's mpich puts it beside Python
+  [ -x "$MPIEXEC" ] || MPIEXEC=mpiexec
   export MPIEXEC
 fi
 log "mpiexec: $MPIEXEC"

@@ -3,18 +3,13 @@ they still run when a session is finally lent a GPU machine: every phase must en
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 
 import pytest
+from mpi_util import mpiexec_or_skip
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-
-
-def mpiexec_beside_python():
-    return (shutil.which("mpiexec", path=str(pathlib.Path(sys.executable).parent))
-            or shutil.which("mpiexec"))
 
 
 def run_script(name, out, timeout):
@@ -35,8 +30,7 @@ def test_device_check_dry_run(tmp_path):
 
 def test_device_scaling_dry_run(tmp_path):
     pytest.importorskip("mpi4py")
-    if mpiexec_beside_python() is None:
-        pytest.skip("no mpiexec")
+    mpiexec_or_skip()
     run_script("device_scaling.sh", tmp_path, 400)
     report = json.loads((tmp_path / "scaling.json").read_text())
     bad = {k: v for k, v in report["summary"].items() if v != "ok"}

@@ -1,7 +1,6 @@
 """Data-parallel training over MPI ranks (mpiexec from the pip mpich, or a system MPI)."""
 import os
 import pathlib
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,14 +13,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("ale_py")
 from hybridsim import dist  # noqa: E402
+from mpi_util import mpiexec_or_skip  # noqa: E402
 
 
 def mpiexec():
     pytest.importorskip("mpi4py")
-    exe = shutil.which("mpiexec", path=str(pathlib.Path(sys.executable).parent)) or shutil.which("mpiexec")
-    if exe is None:
-        pytest.skip("no mpiexec (pip install mpi4py mpich)")
-    return exe
+    return mpiexec_or_skip()
 
 
 def test_counter_uniforms_depend_only_on_seed_env_and_counter():

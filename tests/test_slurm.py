@@ -16,6 +16,7 @@ pytest.importorskip("torch")
 pytest.importorskip("ale_py")
 pytest.importorskip("mpi4py")
 
+from mpi_util import mpiexec_or_skip  # noqa: E402
 from slurm_cluster import SlurmCluster, missing_requirements  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -24,16 +25,8 @@ WRAPPER = LAUNCH / "hybridsim-mpirun"
 TINY = "--num-minibatches 1 --log-every 0 --noop-max 5"
 
 
-def find_mpiexec():
-    exe = (shutil.which("mpiexec", path=str(pathlib.Path(sys.executable).parent))
-           or shutil.which("mpiexec"))
-    if exe is None:
-        pytest.skip("no mpiexec (pip install mpi4py mpich)")
-    return exe
-
-
 def hydra_mpiexec():
-    exe = find_mpiexec()
+    exe = mpiexec_or_skip()
     version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
     if "HYDRA" not in version:
         pytest.skip(f"{exe} is not MPICH's hydra mpiexec")
@@ -50,7 +43,7 @@ def python_path():
 
 def job_env(**settings):
     """Environment for sbatch: the template settings plus this interpreter and MPI."""
-    env = {"PYTHON": sys.executable, "MPIEXEC": find_mpiexec(), "HYBRIDSIM_DIR": str(REPO),
+    env = {"PYTHON": sys.executable, "MPIEXEC": mpiexec_or_skip(), "HYBRIDSIM_DIR": str(REPO),
            "BACKEND": "ale-py", "NUM_ENVS": "2", "EXTRA_ARGS": TINY}
     env["PYTHONPATH"] = python_path()
     env.update({k: str(v) for k, v in settings.items()})
@@ -240,7 +233,7 @@ def test_wrapper_rejects_bad_arguments(args, message):
 
 
 def test_wrapper_runs_two_local_ranks(tmp_path):
-    exe = find_mpiexec()
+    exe = mpiexec_or_skip()
     env = dict(os.environ, HYBRIDSIM_RANK_ENV_VERBOSE="1",
                PYTHONPATH=python_path())
     proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1",
