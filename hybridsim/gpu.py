@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import functools
 import hashlib
 import os
@@ -154,6 +155,53 @@ def announce_if_slow(what: str, after: float | None = None, stream=None):
                       file=stream, flush=True)
 
 
+BUILD_WAIT_LIMIT_SECONDS = 1800.0
+
+
+@contextlib.contextmanager
+def build_lock(directory, key: str, what: str, wait_limit: float | None = None, poll: float = 0.25):
+    """Hold an exclusive flock on DIRECTORY/.build-KEY.lock around a build into that cache.
+
+    The ranks of a node (or tasks sharing a cache) would otherwise each run the same
+    minutes-long compile at once, on the same cores; with the lock one builds and the
+    others wait, then load its result from the cache. The lock file lives beside the
+    cache it guards, so a node-local cache serialises one node, a shared one the job.
+    The kernel drops a holder's lock when its process dies. A file system without flock,
+    or a wait past `wait_limit` seconds (a holder that hangs), builds without the lock:
+    a duplicate build, never a stall. Yields whether the lock is held.
+    """
+    limit = BUILD_WAIT_LIMIT_SECONDS if wait_limit is None else wait_limit
+    path = pathlib.Path(directory) / f".build-{key}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:  # a read-only cache: the build itself will say what is wrong
+        yield False
+        return
+    try:
+        held = _flock_waiting(fd, limit, poll, f"waiting for another process's {what} (lock {path})")
+        yield held
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def _flock_waiting(fd: int, limit: float, poll: float, waiting: str) -> bool:
+    deadline = time.monotonic() + limit
+    with announce_if_slow(waiting):
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    print(f"hybridsim: still {waiting} after {limit:.0f} s; building without it",
+                          file=sys.stderr, flush=True)
+                    return False
+                time.sleep(poll)
+            except OSError:  # ENOLCK, EOPNOTSUPP: this file system has no flock
+                return False
+
+
 @functools.lru_cache(maxsize=None)
 def _cupy_module(device_id: int, options: tuple, include_dir: str, cubin: str | None, part: str = "base"):
     """A RawModule on a device: the cubin (every kernel), or NVRTC's build of one part,
@@ -167,7 +215,13 @@ def _cupy_module(device_id: int, options: tuple, include_dir: str, cubin: str | 
         cache = os.environ.get("CUPY_CACHE_DIR") or "~/.cupy/kernel_cache"
         what = (f"compiling the CUDA kernels ({part}) with NVRTC for device {device_id}; a "
                 f"first build takes minutes, later runs load it from CuPy's cache ({cache})")
-        with announce_if_slow(what):
+        arch = cupy.cuda.Device(device_id).compute_capability
+        key = hashlib.md5(repr((kernel_source_hash(include_dir), opts, arch)).encode()).hexdigest()[:16]
+        # CUPY_CACHE_IN_MEMORY=1: no shared cache for the waiters to find the build in
+        shared = os.environ.get("CUPY_CACHE_IN_MEMORY") != "1"
+        lock = build_lock(os.path.expanduser(cache), key, f"NVRTC build ({part})") \
+            if shared else contextlib.nullcontext()
+        with lock, announce_if_slow(what):
             try:
                 mod = cupy.RawModule(code=code, options=opts, backend="nvrtc")
                 mod.compile()
@@ -330,10 +384,12 @@ def build_emulation_library(cache_dir: str | os.PathLike | None = None, opt: str
     base = pathlib.Path(cache_dir or os.environ.get("HYBRIDSIM_CACHE")
                         or pathlib.Path.home() / ".cache" / "hybridsim")
     lib = base / f"gpu_emulation_{key}.so"
-    with _emu_lock:
-        if lib.is_file():
+    if lib.is_file():
+        return lib
+    base.mkdir(parents=True, exist_ok=True)
+    with _emu_lock, build_lock(base, key, "host-emulation build"):
+        if lib.is_file():  # another thread or process built it while this one waited
             return lib
-        base.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=base) as tmp:
             cpp = pathlib.Path(tmp, "emu.cpp")
             cpp.write_text(src)

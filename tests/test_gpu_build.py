@@ -2,11 +2,17 @@
 NVRTC library (what CuPy's RawModule runs) through ctypes; the host-emulation build
 (g++ with the thread-index shim) compiles warning-free; the kernel list in
 hybridsim/gpu.py matches the kernels in the source."""
+import concurrent.futures
 import contextlib
+import errno
+import hashlib
+import os
 import pathlib
 import re
 import shutil
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -110,39 +116,142 @@ def test_module_parts_hold_their_kernels(part):
         assert (b".entry " + kernel.encode() + b"(" in ptx) == here, (part, kernel)
 
 
-def test_a_slow_kernel_build_says_so_and_a_fast_one_says_nothing(monkeypatch, capsys):
+class _FakeCupy:
+    """CuPy stood in for: RawModule.compile sleeps `delay` seconds and writes an entry into
+    $CUPY_CACHE_DIR the first time an (options) build is asked for, and finds it there
+    afterwards, as CuPy's disk cache does; `compiles` records the slow builds."""
+
+    def __init__(self, delays):
+        import types
+        self.delays = delays
+        self.compiles = []
+        fake = self
+
+        class RawModule:
+            def __init__(self, code, options, backend):
+                self.options = options
+
+            def compile(self):
+                entry = pathlib.Path(os.environ["CUPY_CACHE_DIR"],
+                                     hashlib.md5(repr(self.options).encode()).hexdigest())
+                if entry.exists():
+                    return
+                fake.compiles.append(self.options)
+                time.sleep(fake.delays.pop(0))
+                entry.write_text("cubin")
+
+        class Device(contextlib.nullcontext):
+            compute_capability = "90"
+
+        self.RawModule = RawModule
+        self.cuda = types.SimpleNamespace(Device=Device)
+
+
+def _fake_cupy(monkeypatch, tmp_path, delays):
+    fake = _FakeCupy(delays)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("CUPY_CACHE_IN_MEMORY", raising=False)
+    gpu._cupy_module.cache_clear()
+    return fake
+
+
+def test_a_slow_kernel_build_says_so_and_a_fast_one_says_nothing(monkeypatch, capsys, tmp_path):
     """A first NVRTC build takes minutes: after SLOW_BUILD_NOTICE_SECONDS the user is told
     what is compiling and where it will be cached, then how long it took; a build loaded
-    from CuPy's cache prints nothing. CuPy is stood in for by a fake RawModule."""
-    import sys
-    import time
-    import types
-    delays = []
-
-    class FakeRawModule:
-        def __init__(self, code, options, backend):
-            self.options = options
-
-        def compile(self):
-            time.sleep(delays.pop(0))
-
-    fake = types.SimpleNamespace(RawModule=FakeRawModule,
-                                 cuda=types.SimpleNamespace(Device=lambda k: contextlib.nullcontext()))
-    monkeypatch.setitem(sys.modules, "cupy", fake)
+    from CuPy's cache prints nothing."""
+    include = hybridsim.core_include_dir()
+    fake = _fake_cupy(monkeypatch, tmp_path, [0.0, 0.6])
     monkeypatch.setattr(gpu, "SLOW_BUILD_NOTICE_SECONDS", 0.2)
-    monkeypatch.setenv("CUPY_CACHE_DIR", "/scratch/cupy-cache")
-    gpu._cupy_module.cache_clear()
     try:
-        delays.append(0.0)
-        gpu._cupy_module(0, gpu.NVRTC_OPTIONS, "/inc", None, "base")
+        gpu._cupy_module(0, gpu.NVRTC_OPTIONS, include, None, "base")
         assert capsys.readouterr().err == ""
-        delays.append(0.6)
-        mod = gpu._cupy_module(0, gpu.NVRTC_OPTIONS, "/inc", None, "split")
+        mod = gpu._cupy_module(0, gpu.NVRTC_OPTIONS, include, None, "split")
         err = capsys.readouterr().err.splitlines()
         assert len(err) == 2, err
         assert err[0].startswith("hybridsim: compiling the CUDA kernels (split) with NVRTC for device 0")
-        assert "/scratch/cupy-cache" in err[0] and err[0].endswith("...")
+        assert str(tmp_path) in err[0] and err[0].endswith("...")
         assert err[1].endswith("done after 1 s") or err[1].endswith("done after 0 s"), err[1]
         assert "-DHS_VEC_NO_FUSED" in mod.options
+        assert len(fake.compiles) == 2
     finally:
         gpu._cupy_module.cache_clear()
+
+
+def test_ranks_sharing_a_kernel_cache_compile_once(monkeypatch, tmp_path):
+    """Two ranks of a node (here two threads, devices 0 and 1 of one arch) asking for the
+    same cold module: one compiles while the other waits on the cache's build lock, then
+    loads the build from the cache, instead of both compiling at once."""
+    include = hybridsim.core_include_dir()
+    fake = _fake_cupy(monkeypatch, tmp_path, [1.0, 1.0])
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda d: gpu._cupy_module(d, gpu.NVRTC_OPTIONS, include, None, "fused"), (0, 1)))
+        assert len(fake.compiles) == 1
+        assert list(tmp_path.glob(".build-*.lock"))
+        # without the shared disk cache each process must build its own: no lock taken
+        monkeypatch.setenv("CUPY_CACHE_IN_MEMORY", "1")
+        monkeypatch.setattr(gpu, "build_lock", None)  # would raise if called
+        gpu._cupy_module(2, gpu.NVRTC_OPTIONS, include, None, "fused")
+    finally:
+        gpu._cupy_module.cache_clear()
+
+
+def test_build_lock_waits_for_its_holder_then_gives_up_after_the_limit(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(gpu, "SLOW_BUILD_NOTICE_SECONDS", 0.1)
+    with gpu.build_lock(tmp_path, "k", "test build") as held:
+        assert held
+        start = time.monotonic()
+        with gpu.build_lock(tmp_path, "k", "test build", wait_limit=0.5) as second:
+            waited = time.monotonic() - start
+            assert not second
+        with gpu.build_lock(tmp_path, "other", "test build", wait_limit=0.5) as other:
+            assert other  # another key is another build
+    assert 0.5 <= waited < 5
+    err = capsys.readouterr().err
+    assert "waiting for another process's test build (lock " in err
+    assert "after 0 s; building without it" in err or "after 1 s; building without it" in err
+    with gpu.build_lock(tmp_path, "k", "test build", wait_limit=0.0) as again:
+        assert again  # released when its holder's block ended
+
+
+def test_build_lock_without_flock_builds_anyway(tmp_path, monkeypatch):
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+    monkeypatch.setattr(gpu.fcntl, "flock", no_flock)
+    with gpu.build_lock(tmp_path, "k", "test build", wait_limit=60) as held:
+        assert not held
+    monkeypatch.undo()
+    (tmp_path / "file").write_text("")  # a cache directory that cannot be made
+    with gpu.build_lock(tmp_path / "file" / "below", "k", "test build") as held:
+        assert not held
+
+
+_FAKE_CXX = """#!/bin/sh
+# stands in for g++: logs the call, takes a second, writes the -o file
+echo "$$" >> "{log}"
+sleep 1
+while [ $# -gt 0 ]; do
+  if [ "$1" = "-o" ]; then printf fake > "$2"; fi
+  shift
+done
+"""
+
+
+def test_processes_sharing_a_cache_build_the_emulation_library_once(tmp_path):
+    """Two processes asking for the host-emulation library of a cold cache: the compiler
+    runs once, and both get the same library."""
+    log = tmp_path / "cxx.log"
+    cxx = tmp_path / "fake-cxx"
+    cxx.write_text(_FAKE_CXX.format(log=log))
+    cxx.chmod(0o755)
+    env = dict(os.environ, CXX=str(cxx))
+    code = ("import sys; from hybridsim import gpu; "
+            "print(gpu.build_emulation_library(cache_dir=sys.argv[1]))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "cache")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert len({out.strip() for out, _ in outs}) == 1
+    assert len(log.read_text().split()) == 1
