@@ -6,6 +6,8 @@ import json
 import os
 
 import hybridsim
+from hybridsim import roms
+from hybridsim.roms import snake_case
 
 
 @functools.lru_cache(maxsize=1)
@@ -37,4 +39,6 @@ def by_name(name: str) -> dict:
     try:
         return _by_name()[name]
     except KeyError:
-        raise ValueError(f"unknown game {name!r}; supported: {', '.join(sorted(_by_name()))}") from None
+        known = sorted(_by_name())
+        raise ValueError(f"unknown game {name!r}{roms.did_you_mean(snake_case(name), known)}; "
+                         f"supported: {', '.join(known)}") from None

@@ -1,6 +1,7 @@
 """ROMs come from the installed ale-py package (or $ALE_ROMS_DIR); none ship with hybridsim."""
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import pathlib
@@ -34,9 +35,15 @@ def rom_path(game: str) -> pathlib.Path:
     path = roms_dir() / f"{stem}.bin"
     if not path.is_file():
         known = sorted(p.stem for p in roms_dir().glob("*.bin"))
-        raise FileNotFoundError(f"no ROM for game {game!r} (looked for {path}); "
-                                f"installed ROMs: {', '.join(known)}")
+        raise FileNotFoundError(f"no ROM for game {game!r}{did_you_mean(stem, known)}; looked for "
+                                f"{path}; installed ROMs: {', '.join(known)}")
     return path
+
+
+def did_you_mean(name: str, known) -> str:
+    """" (did you mean 'pong'?)" for a misspelt name close to known ones, else ""."""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.75)
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
 def read_rom(path: str | os.PathLike) -> bytes:

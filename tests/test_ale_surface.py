@@ -46,8 +46,14 @@ def test_rom_lookup_and_errors(tmp_path):
     path = roms.rom_path("SpaceInvaders")
     assert path.name == "space_invaders.bin"
     assert len(roms.read_rom(path)) == 4096
-    with pytest.raises(FileNotFoundError, match="no ROM for game 'not_a_game'"):
+    with pytest.raises(FileNotFoundError, match="no ROM for game 'not_a_game'; looked for"):
         roms.rom_path("not_a_game")
+    with pytest.raises(FileNotFoundError, match=r"no ROM for game 'SpaceInvader' \(did you mean "
+                                                r"'space_invaders'\?\); looked for .*space_invader.bin"):
+        roms.rom_path("SpaceInvader")
+    from hybridsim import games_table
+    with pytest.raises(ValueError, match=r"unknown game 'breakot' \(did you mean 'breakout'\?\); supported: "):
+        games_table.by_name("breakot")
     with pytest.raises(FileNotFoundError, match="ROM file not found"):
         roms.read_rom(tmp_path / "missing.bin")
     odd = tmp_path / "odd.bin"
