@@ -133,12 +133,14 @@ def _cmd_games(args) -> int:
 
 
 def _cmd_info(args) -> int:
-    import hybridsim
-    from hybridsim import _core
-    print(f"hybridsim {hybridsim.__version__}")
-    print(f"core headers: {hybridsim.core_include_dir()}")
-    print(f"OpenMP: {'on' if _core.openmp_enabled() else 'OFF'} "
-          f"(max threads {_core.openmp_max_threads()})")
+    import json
+    from hybridsim import sysinfo
+    sections = [n.strip() for n in args.sections.split(",") if n.strip()] if args.sections else None
+    unknown = sorted(set(sections or ()) - set(sysinfo.SECTIONS))
+    if unknown:
+        raise ValueError(f"--sections: unknown {', '.join(unknown)}; choose from {', '.join(sysinfo.SECTIONS)}")
+    report = sysinfo.collect(sections)
+    print(json.dumps(report, indent=2) if args.json else sysinfo.format_report(report))
     return 0
 
 
@@ -282,7 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=TRAIN_EXIT_CODES)
     add_dataclass_arguments(p, TrainConfig)
     p.set_defaults(func=_cmd_train)
-    p = sub.add_parser("info", help="build and install information")
+    p = sub.add_parser("info", help="what this process sees: build, cores and threads, packages, "
+                                    "ROMs, MPI launcher, torch, GPUs")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--sections", default="",
+                   help="comma-separated subset of hybridsim,host,packages,roms,launcher,torch,gpu")
     p.set_defaults(func=_cmd_info)
     return parser
 

@@ -69,7 +69,13 @@ extensions() {
 }
 export -f extensions
 
-# setup_python: the phases `wheels` and `extensions`; PYTHONPATH puts the wheels first.
+# What the machine and this Python show hybridsim (`hybridsim info`): the report's "node".
+node_info() {
+  "$PY" -m hybridsim info --json >"$WORK/node.json"
+}
+export -f node_info
+
+# setup_python: the phases `wheels`, `extensions` and `node`; PYTHONPATH puts the wheels first.
 setup_python() {
   if [ "$DRY" != "--dry-run" ]; then
     phase wheels 60 install_wheels
@@ -78,4 +84,5 @@ setup_python() {
     export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
   fi
   phase extensions 240 extensions
+  phase node 60 node_info
 }

@@ -26,6 +26,8 @@ def test_device_check_dry_run(tmp_path):
     bad = {k: v for k, v in report["summary"].items() if v not in ("ok", True)}
     assert not bad, (bad, (tmp_path / "check.log").read_text()[-4000:])
     assert report["summary"]["gpu_equals_cpu"] is True
+    node = report["phases"]["node"]  # hybridsim info --json of the machine
+    assert node["host"]["cpus_usable"] == len(os.sched_getaffinity(0)) and "gpu" in node
 
 
 def test_device_scaling_dry_run(tmp_path):
@@ -39,3 +41,4 @@ def test_device_scaling_dry_run(tmp_path):
     assert [r["ranks"] for r in rows] == [1, 2] and all(r["fps"] > 0 for r in rows)
     assert report["phases"]["allreduce_gloo"]["gradient_path"].startswith("gloo")
     assert report["phases"]["allreduce_mpi"]["median_ms"] > 0
+    assert report["phases"]["node"]["launcher"]["mpi4py"]

@@ -1,0 +1,159 @@
+"""`hybridsim info`: what this process sees, for checking a node before a job runs on it.
+
+Each section is gathered on its own; one that fails (a library that will not load, a
+driver that refuses) is reported with its error instead of ending the report. Nothing
+here starts MPI (mpi4py.MPI is not imported: outside a launcher that can hang on some
+clusters) or compiles kernels.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import pathlib
+import platform
+import socket
+import sys
+
+ORACLE_ALE_PY = "0.12.1"  # the ale-py release hybridsim is bit-exact with
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "OMP_WAIT_POLICY")
+SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS", "SLURM_CPUS_PER_TASK",
+                   "SLURM_PROCID", "SLURM_LOCALID", "SLURM_GPUS_ON_NODE")
+GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HYBRIDSIM_GPU_CUBIN", "CUPY_CACHE_DIR", "CUPY_CACHE_IN_MEMORY")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _env(names) -> dict:
+    return {k: os.environ[k] for k in names if k in os.environ}
+
+
+def hybridsim_section() -> dict:
+    import hybridsim
+    from hybridsim import _core
+    from hybridsim.gpu import kernel_source_hash
+    return {"version": hybridsim.__version__,
+            "package": str(pathlib.Path(hybridsim.__file__).parent),
+            "core_headers": hybridsim.core_include_dir(),
+            "core_source_hash": kernel_source_hash(),
+            "openmp": bool(_core.openmp_enabled()),
+            "cache": str(pathlib.Path(os.environ.get("HYBRIDSIM_CACHE")
+                                      or pathlib.Path.home() / ".cache" / "hybridsim"))}
+
+
+def host_section() -> dict:
+    from hybridsim import _core
+    from hybridsim.vector import resolve_num_threads
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        usable = None
+    return {"hostname": socket.gethostname(), "platform": platform.platform(),
+            "python": sys.version.split()[0], "executable": sys.executable,
+            "cpus": os.cpu_count(), "cpus_usable": usable,
+            "default_env_threads": resolve_num_threads(0, 1 << 30),
+            "openmp_max_threads": _core.openmp_max_threads(),
+            "thread_variables": _env(THREAD_VARIABLES)}
+
+
+def packages_section() -> dict:
+    names = ("numpy", "ale-py", "gymnasium", "h5py", "torch", "mpi4py", "mpich", "openmpi",
+             "cupy", "cupy-cuda12x", "cupy-cuda13x", "envpool")
+    return {name: _version(name) for name in names}
+
+
+def roms_section() -> dict:
+    from hybridsim import roms
+    ale_py = _version("ale-py")
+    out = {"ale_py": ale_py, "oracle": ORACLE_ALE_PY}
+    if ale_py is not None and ale_py != ORACLE_ALE_PY:
+        out["warning"] = (f"ale-py {ale_py} is installed; hybridsim is exact with {ORACLE_ALE_PY} "
+                          f"(its ROMs and settings), pip install ale-py=={ORACLE_ALE_PY}")
+    where = roms.roms_dir()
+    out["dir"] = str(where)
+    out["count"] = len(list(where.glob("*.bin")))
+    return out
+
+
+def launcher_section() -> dict:
+    from hybridsim import dist
+    return {"ranks_launched": dist.launched_ranks(), "local_rank": dist.local_rank(),
+            "single_process": os.environ.get("HYBRIDSIM_SINGLE_PROCESS") == "1",
+            "mpi4py": _version("mpi4py"), "slurm": _env(SLURM_VARIABLES)}
+
+
+def torch_section() -> dict:
+    import torch
+    import torch.distributed
+    out = {"version": torch.__version__, "cuda_build": torch.version.cuda,
+           "cuda_available": torch.cuda.is_available(),
+           "gloo": torch.distributed.is_available() and torch.distributed.is_gloo_available(),
+           "nccl": torch.distributed.is_available() and torch.distributed.is_nccl_available()}
+    if out["cuda_available"]:
+        out["devices"] = [torch.cuda.get_device_name(k) for k in range(torch.cuda.device_count())]
+    return out
+
+
+def gpu_section() -> dict:
+    from hybridsim import gpu
+    out = {"variables": _env(GPU_VARIABLES)}
+    reason = gpu.cupy_unavailable_reason()
+    if reason:
+        out["available"] = False
+        out["reason"] = reason
+        return out
+    import cupy
+    out["available"] = True
+    out["cupy"] = cupy.__version__
+    out["devices"] = []
+    for k in range(cupy.cuda.runtime.getDeviceCount()):
+        props = cupy.cuda.runtime.getDeviceProperties(k)
+        name = props["name"]
+        out["devices"].append({"id": k, "name": name.decode() if isinstance(name, bytes) else name,
+                               "compute_capability": f"{props['major']}{props['minor']}",
+                               "memory_gib": round(props["totalGlobalMem"] / 2**30, 1),
+                               "multiprocessors": props["multiProcessorCount"]})
+    cubin = os.environ.get("HYBRIDSIM_GPU_CUBIN")
+    if cubin:
+        recorded = pathlib.Path(cubin + ".hash")
+        out["cubin_matches_sources"] = (recorded.is_file()
+                                        and recorded.read_text().strip() == gpu.kernel_source_hash())
+    return out
+
+
+SECTIONS = {"hybridsim": hybridsim_section, "host": host_section, "packages": packages_section,
+            "roms": roms_section, "launcher": launcher_section, "torch": torch_section,
+            "gpu": gpu_section}
+
+
+def collect(sections=None) -> dict:
+    """{section: facts}, or {section: {"error": "..."}} for a section that failed."""
+    report = {}
+    for name in sections or SECTIONS:
+        try:
+            report[name] = SECTIONS[name]()
+        except Exception as exc:  # the report goes on: say what failed and why
+            report[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    return report
+
+
+def _plain(value, missing: str = "-") -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+    if isinstance(value, list):
+        return "; ".join(_plain(v) for v in value) or "-"
+    return missing if value is None else str(value)
+
+
+def format_report(report: dict) -> str:
+    lines = []
+    for section, facts in report.items():
+        lines.append(f"[{section}]")
+        missing = "not installed" if section == "packages" else "-"
+        for key, value in facts.items():
+            lines.append(f"  {key:22s} {_plain(value, missing)}")
+    return "\n".join(lines)

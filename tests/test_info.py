@@ -1,0 +1,98 @@
+"""`hybridsim info`: each fact checked against the library or variable it comes from, in a
+child process with a known environment."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hybridsim import gpu, sysinfo
+from hybridsim.cli import main
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _info_child(extra_env, code):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "PMI_", "OMPI_", "MPI_LOCALRANK", "OMP_"))}
+    env.update(extra_env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_info_reports_what_the_process_sees():
+    code = ("import json, sys; from hybridsim.cli import main; main(['info', '--json'])\n"
+            "print(json.dumps('mpi4py.MPI' in sys.modules))")
+    out = _info_child({"OMP_NUM_THREADS": "1", "SLURM_JOB_ID": "4242", "PMI_SIZE": "3",
+                       "MPI_LOCALRANKID": "2"}, code)
+    text, mpi_started = out.rsplit("\n", 2)[:2]
+    report = json.loads(text)
+    assert json.loads(mpi_started) is False  # info must not start MPI
+    assert set(report) == set(sysinfo.SECTIONS)
+    assert not [name for name, facts in report.items() if "error" in facts]
+    assert report["packages"]["numpy"] == np.__version__
+    assert report["hybridsim"]["core_source_hash"] == gpu.kernel_source_hash()
+    host = report["host"]
+    assert host["cpus_usable"] == len(os.sched_getaffinity(0))
+    assert host["default_env_threads"] == len(os.sched_getaffinity(0))
+    assert host["openmp_max_threads"] == 1 and host["thread_variables"] == {"OMP_NUM_THREADS": "1"}
+    import ale_py.roms
+    roms = report["roms"]
+    assert roms["count"] == len(list(pathlib.Path(ale_py.roms.__file__).parent.glob("*.bin")))
+    assert roms["ale_py"] == ale_py.__version__ and "warning" not in roms
+    launcher = report["launcher"]
+    assert launcher["ranks_launched"] == 3 and launcher["local_rank"] == 2
+    assert launcher["slurm"] == {"SLURM_JOB_ID": "4242"}
+    import torch
+    assert report["torch"]["version"] == torch.__version__
+    assert report["torch"]["cuda_available"] == torch.cuda.is_available()
+    reason = gpu.cupy_unavailable_reason()
+    assert report["gpu"]["available"] == (reason is None)
+    if reason:
+        assert report["gpu"]["reason"] == reason
+
+
+def test_a_failing_section_is_reported_and_the_rest_goes_on(monkeypatch):
+    def broken():
+        raise OSError("no such file: /gone/roms")
+    monkeypatch.setitem(sysinfo.SECTIONS, "roms", broken)
+    report = sysinfo.collect(["hybridsim", "roms", "packages"])
+    assert report["roms"] == {"error": "OSError: no such file: /gone/roms"}
+    assert report["packages"]["numpy"] == np.__version__
+    text = sysinfo.format_report(report)
+    assert "[roms]\n  error                  OSError: no such file: /gone/roms" in text
+
+
+def test_another_ale_py_release_is_flagged(monkeypatch):
+    real = sysinfo._version
+    monkeypatch.setattr(sysinfo, "_version", lambda d: "0.11.2" if d == "ale-py" else real(d))
+    roms = sysinfo.roms_section()
+    assert roms["ale_py"] == "0.11.2"
+    assert "hybridsim is exact with 0.12.1" in roms["warning"]
+
+
+def test_info_text_and_section_choice(capsys):
+    assert main(["info", "--sections", "host,packages"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("[host]\n") and "\n[packages]\n" in out and "[torch]" not in out
+    assert f"  numpy                  {np.__version__}\n" in out
+    assert main(["info", "--sections", "host,gpus"]) == 2
+    assert "--sections: unknown gpus; choose from hybridsim, host," in capsys.readouterr().err
+
+
+def test_prebuilt_cubin_is_checked_against_the_sources(monkeypatch, tmp_path):
+    if gpu.cupy_unavailable_reason():
+        pytest.skip(f"needs CuPy and a device: {gpu.cupy_unavailable_reason()}")
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(b"")
+    monkeypatch.setenv("HYBRIDSIM_GPU_CUBIN", str(cubin))
+    (tmp_path / "k.cubin.hash").write_text(gpu.kernel_source_hash() + "\n")
+    assert sysinfo.gpu_section()["cubin_matches_sources"] is True
+    (tmp_path / "k.cubin.hash").write_text("0" * 32)
+    assert sysinfo.gpu_section()["cubin_matches_sources"] is False
