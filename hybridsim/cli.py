@@ -139,6 +139,9 @@ def _cmd_info(args) -> int:
     unknown = sorted(set(sections or ()) - set(sysinfo.SECTIONS))
     if unknown:
         raise ValueError(f"--sections: unknown {', '.join(unknown)}; choose from {', '.join(sysinfo.SECTIONS)}")
+    if args.brief:
+        print(sysinfo.brief(), flush=True)
+        return 0
     report = sysinfo.collect(sections)
     print(json.dumps(report, indent=2) if args.json else sysinfo.format_report(report))
     return 0
@@ -287,6 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="what this process sees: build, cores and threads, packages, "
                                     "ROMs, MPI launcher, torch, GPUs")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--brief", action="store_true",
+                   help="one line: rank, host, usable cores, threads, GPUs (hybridsim-mpirun --check)")
     p.add_argument("--sections", default="",
                    help="comma-separated subset of hybridsim,host,packages,roms,launcher,torch,gpu")
     p.set_defaults(func=_cmd_info)

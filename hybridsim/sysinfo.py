@@ -79,9 +79,22 @@ def roms_section() -> dict:
     return out
 
 
+# the launcher's global rank of this process: MPICH/Intel MPI, Open MPI, PMIx, MVAPICH, srun
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
+
+
+def launcher_rank() -> int | None:
+    """This process's rank as its launcher numbered it (None: not launched by one)."""
+    for key in RANK_VARIABLES:
+        value = os.environ.get(key, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
 def launcher_section() -> dict:
     from hybridsim import dist
-    return {"ranks_launched": dist.launched_ranks(), "local_rank": dist.local_rank(),
+    return {"ranks_launched": dist.launched_ranks(), "rank": launcher_rank(), "local_rank": dist.local_rank(),
             "single_process": os.environ.get("HYBRIDSIM_SINGLE_PROCESS") == "1",
             "mpi4py": _version("mpi4py"), "slurm": _env(SLURM_VARIABLES)}
 
@@ -123,6 +136,43 @@ def gpu_section() -> dict:
         out["cubin_matches_sources"] = (recorded.is_file()
                                         and recorded.read_text().strip() == gpu.kernel_source_hash())
     return out
+
+
+def cpu_list(cpus) -> str:
+    """[0, 1, 2, 5] -> '0-2,5' (the form of /proc's Cpus_allowed_list)."""
+    runs = []
+    for c in sorted(cpus):
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
+
+
+def brief() -> str:
+    """One line per process, for checking where a launcher put each rank (hybridsim-mpirun
+    --check): rank, host, the cores it may run on, its threads, its GPUs."""
+    from hybridsim import dist, gpu
+    from hybridsim.vector import resolve_num_threads
+    rank = launcher_rank()
+    ranks = dist.launched_ranks()
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    reason = gpu.cupy_unavailable_reason()
+    if reason is None:
+        import cupy
+        names = []
+        for k in range(cupy.cuda.runtime.getDeviceCount()):
+            name = cupy.cuda.runtime.getDeviceProperties(k)["name"]
+            names.append(name.decode() if isinstance(name, bytes) else str(name))
+        gpus = f"{len(names)} ({', '.join(names)})"
+    else:
+        gpus = f"none ({reason.split(' (')[0]})"
+    return (f"rank {'-' if rank is None else rank}/{ranks} local {dist.local_rank()} "
+            f"host {socket.gethostname()} cores {cpu_list(cores)} ({len(cores)}) "
+            f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '<unset>')} "
+            f"engine threads {resolve_num_threads(0, 1 << 30)} "
+            f"CUDA_VISIBLE_DEVICES={'<unset>' if visible is None else visible} GPUs {gpus}")
 
 
 SECTIONS = {"hybridsim": hybridsim_section, "host": host_section, "packages": packages_section,

@@ -96,3 +96,15 @@ def test_prebuilt_cubin_is_checked_against_the_sources(monkeypatch, tmp_path):
     assert sysinfo.gpu_section()["cubin_matches_sources"] is True
     (tmp_path / "k.cubin.hash").write_text("0" * 32)
     assert sysinfo.gpu_section()["cubin_matches_sources"] is False
+
+
+def test_brief_line_names_rank_cores_threads_and_gpus():
+    code = "from hybridsim import sysinfo; print(sysinfo.brief())"
+    line = _info_child({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
+                        "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMP_NUM_THREADS": "3",
+                        "CUDA_VISIBLE_DEVICES": "2"}, code).strip()
+    cores = sorted(os.sched_getaffinity(0))
+    assert line.startswith("rank 5/8 local 1 host ")
+    assert f" cores {sysinfo.cpu_list(cores)} ({len(cores)}) OMP_NUM_THREADS=3 engine threads {len(cores)} " in line
+    assert " CUDA_VISIBLE_DEVICES=2 GPUs " in line
+    assert sysinfo.cpu_list([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8" and sysinfo.cpu_list([3]) == "3"

@@ -253,6 +253,26 @@ def test_wrapper_runs_two_local_ranks(tmp_path):
         assert len(set(cpus)) == 2 and all(c.isdigit() for c in cpus), ranks
 
 
+def test_wrapper_check_shows_where_each_rank_lands():
+    """--check launches the ranks with the placement a training run gets, each printing
+    `hybridsim info --brief`, in rank order: different cores, one thread each, GPUs hidden."""
+    exe = mpiexec_or_skip()
+    env = dict(os.environ, PYTHONPATH=python_path())
+    proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1",
+                           "--gpus-per-node", "0", "--mpiexec", exe, "--python", sys.executable, "--check"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert [line.split()[:4] for line in lines] == [["rank", "0/2", "local", "0"], ["rank", "1/2", "local", "1"]]
+    assert all("OMP_NUM_THREADS=1 engine threads 1 CUDA_VISIBLE_DEVICES= GPUs " in line for line in lines)
+    if len(os.sched_getaffinity(0)) >= 2:  # bound to one core each, different cores
+        cores = [line.split(" cores ")[1].split()[0] for line in lines]
+        assert len(set(cores)) == 2 and all(c.isdigit() for c in cores), lines
+    bad = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--mpiexec", exe, "--python",
+                          "/bin/false", "--check"], capture_output=True, text=True, timeout=120, env=env)
+    assert bad.returncode != 0 and "the check's launch failed" in bad.stderr, bad.stderr
+
+
 def test_wrapper_dry_run_for_open_mpi():
     proc = subprocess.run([str(WRAPPER), "--hosts", "n1,n2", "--ranks-per-node", "4",
                            "--threads-per-rank", "8", "--gpus-per-node", "4", "--mpi-flavor", "openmpi",
