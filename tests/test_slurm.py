@@ -99,6 +99,18 @@ def test_single_node_template_trains_to_the_budget(cluster, tmp_path):
     import torch
     assert torch.load(log_dir / "checkpoint.pt", weights_only=False)["frames"] >= 2000
     assert "resuming" not in read(out)
+    assert_placement_logged(read(out), ranks=2)
+
+
+def assert_placement_logged(text, ranks):
+    """The template logged hybridsim-mpirun --check: one line per rank, one core each
+    (--cpus-per-task=1), different cores where the machine has them."""
+    lines = [line.strip() for line in text.splitlines() if line.startswith("  rank ")]
+    assert [line.split()[1] for line in lines] == [f"{r}/{ranks}" for r in range(ranks)], text
+    assert all(" OMP_NUM_THREADS=1 engine threads 1 " in line for line in lines), lines
+    if len(os.sched_getaffinity(0)) >= ranks:
+        cores = [line.split(" cores ")[1].split()[0] for line in lines]
+        assert len(set(cores)) == ranks and all(c.isdigit() for c in cores), lines
 
 
 def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path):
@@ -160,6 +172,7 @@ def test_multi_node_template_on_one_node(cluster, tmp_path):
     info = cluster.wait_job(job, timeout=170)
     assert info["JobState"] == "COMPLETED", read(out)
     assert "1 nodes x 2 ranks" in read(out)
+    assert_placement_logged(read(out), ranks=2)
     assert (log_dir / "traj_rank00001.h5").is_file() and metrics_frames(log_dir)[-1] >= 1000
 
 

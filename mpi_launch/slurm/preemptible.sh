@@ -1,4 +1,5 @@
 # Sourced by the batch scripts in this folder (bash). Defines:
+#   hybridsim_check_placement LAUNCH...   logs where each rank of LAUNCH would run
 #   hybridsim_resume_flag LOG_DIR   prints --resume when LOG_DIR/checkpoint.pt exists
 #   hybridsim_budget              prints TOTAL_FRAMES, or the number in $TOTAL_FRAMES_FILE
 #   run_preemptible CMD...        runs CMD in the background; on SIGUSR1 to the batch shell
@@ -28,6 +29,19 @@ trap '_hybridsim_early_signal=1' USR1
 export HYDRA_LAUNCHER_EXTRA_ARGS="${HYDRA_LAUNCHER_EXTRA_ARGS---cpu-bind=none}"
 
 hybridsim_log() { echo "[$(date -u +%FT%TZ) job ${SLURM_JOB_ID:-?}] $*"; }
+
+# hybridsim_check_placement LAUNCH...: the launch's --check first (hybridsim-mpirun), one line
+# per rank (host, cores it may use, threads, GPUs) in the job's output, so a run's log
+# shows where its ranks ran. A failed check is only logged: the training's own launch then
+# says what is wrong. CHECK_PLACEMENT=0 skips it.
+hybridsim_check_placement() {
+  [ "${CHECK_PLACEMENT:-1}" = 0 ] && return 0
+  hybridsim_log "where the ranks run (hybridsim-mpirun --check):"
+  timeout 120 "$@" --check 2>&1 | sed 's/^/  /'
+  local status=${PIPESTATUS[0]}
+  [ "$status" = 0 ] || hybridsim_log "placement check failed (exit status $status); training anyway"
+  return 0
+}
 
 hybridsim_resume_flag() {
   if [ -f "$1/checkpoint.pt" ]; then
