@@ -155,6 +155,16 @@ def announce_if_slow(what: str, after: float | None = None, stream=None):
                       file=stream, flush=True)
 
 
+def cupy_cache_dir() -> str:
+    """Where CuPy keeps compiled kernels on disk (its default, or $CUPY_CACHE_DIR)."""
+    return os.path.expanduser(os.environ.get("CUPY_CACHE_DIR") or "~/.cupy/kernel_cache")
+
+
+def hybridsim_cache_dir() -> pathlib.Path:
+    """Where the host-emulation library is built ($HYBRIDSIM_CACHE, else ~/.cache/hybridsim)."""
+    return pathlib.Path(os.environ.get("HYBRIDSIM_CACHE") or pathlib.Path.home() / ".cache" / "hybridsim")
+
+
 BUILD_WAIT_LIMIT_SECONDS = 1800.0
 
 
@@ -212,14 +222,14 @@ def _cupy_module(device_id: int, options: tuple, include_dir: str, cubin: str | 
             return cupy.RawModule(path=cubin)
         code = f'#include "{KERNEL_SOURCE}"\n'
         opts = tuple(options) + part_defines(part) + (f"--include-path={include_dir}",)
-        cache = os.environ.get("CUPY_CACHE_DIR") or "~/.cupy/kernel_cache"
+        cache = cupy_cache_dir()
         what = (f"compiling the CUDA kernels ({part}) with NVRTC for device {device_id}; a "
                 f"first build takes minutes, later runs load it from CuPy's cache ({cache})")
         arch = cupy.cuda.Device(device_id).compute_capability
         key = hashlib.md5(repr((kernel_source_hash(include_dir), opts, arch)).encode()).hexdigest()[:16]
         # CUPY_CACHE_IN_MEMORY=1: no shared cache for the waiters to find the build in
         shared = os.environ.get("CUPY_CACHE_IN_MEMORY") != "1"
-        lock = build_lock(os.path.expanduser(cache), key, f"NVRTC build ({part})") \
+        lock = build_lock(cache, key, f"NVRTC build ({part})") \
             if shared else contextlib.nullcontext()
         with lock, announce_if_slow(what):
             try:
@@ -381,8 +391,7 @@ def build_emulation_library(cache_dir: str | os.PathLike | None = None, opt: str
     include = hybridsim.core_include_dir()
     src = emulation_source()
     key = hashlib.md5((kernel_source_hash(include) + src + opt).encode()).hexdigest()[:16]
-    base = pathlib.Path(cache_dir or os.environ.get("HYBRIDSIM_CACHE")
-                        or pathlib.Path.home() / ".cache" / "hybridsim")
+    base = pathlib.Path(cache_dir or hybridsim_cache_dir())
     lib = base / f"gpu_emulation_{key}.so"
     if lib.is_file():
         return lib

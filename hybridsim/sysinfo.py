@@ -35,14 +35,13 @@ def _env(names) -> dict:
 def hybridsim_section() -> dict:
     import hybridsim
     from hybridsim import _core
-    from hybridsim.gpu import kernel_source_hash
+    from hybridsim.gpu import hybridsim_cache_dir, kernel_source_hash
     return {"version": hybridsim.__version__,
             "package": str(pathlib.Path(hybridsim.__file__).parent),
             "core_headers": hybridsim.core_include_dir(),
             "core_source_hash": kernel_source_hash(),
             "openmp": bool(_core.openmp_enabled()),
-            "cache": str(pathlib.Path(os.environ.get("HYBRIDSIM_CACHE")
-                                      or pathlib.Path.home() / ".cache" / "hybridsim"))}
+            "cache": str(hybridsim_cache_dir())}
 
 
 def host_section() -> dict:
@@ -113,7 +112,7 @@ def torch_section() -> dict:
 
 def gpu_section() -> dict:
     from hybridsim import gpu
-    out = {"variables": _env(GPU_VARIABLES)}
+    out = {"variables": _env(GPU_VARIABLES), "kernel_cache": gpu.cupy_cache_dir()}
     reason = gpu.cupy_unavailable_reason()
     if reason:
         out["available"] = False

@@ -30,7 +30,8 @@ def test_info_reports_what_the_process_sees():
     code = ("import json, sys; from hybridsim.cli import main; main(['info', '--json'])\n"
             "print(json.dumps('mpi4py.MPI' in sys.modules))")
     out = _info_child({"OMP_NUM_THREADS": "1", "SLURM_JOB_ID": "4242", "PMI_SIZE": "3",
-                       "MPI_LOCALRANKID": "2"}, code)
+                       "MPI_LOCALRANKID": "2", "PMI_RANK": "1", "CUPY_CACHE_DIR": "/scratch/cupy",
+                       "HYBRIDSIM_CACHE": "/scratch/hs"}, code)
     text, mpi_started = out.rsplit("\n", 2)[:2]
     report = json.loads(text)
     assert json.loads(mpi_started) is False  # info must not start MPI
@@ -47,7 +48,8 @@ def test_info_reports_what_the_process_sees():
     assert roms["count"] == len(list(pathlib.Path(ale_py.roms.__file__).parent.glob("*.bin")))
     assert roms["ale_py"] == ale_py.__version__ and "warning" not in roms
     launcher = report["launcher"]
-    assert launcher["ranks_launched"] == 3 and launcher["local_rank"] == 2
+    assert launcher["ranks_launched"] == 3 and launcher["rank"] == 1 and launcher["local_rank"] == 2
+    assert report["gpu"]["kernel_cache"] == "/scratch/cupy" and report["hybridsim"]["cache"] == "/scratch/hs"
     assert launcher["slurm"] == {"SLURM_JOB_ID": "4242"}
     import torch
     assert report["torch"]["version"] == torch.__version__
