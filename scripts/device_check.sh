@@ -84,7 +84,8 @@ run_tests() {
 }
 export -f run_tests
 phase tests 120 run_tests
-bench exact 75 --games pong breakout ms_pacman space_invaders --nvrtc-marker "$WORK/nvrtc_ready"
+bench exact 90 --games pong breakout ms_pacman space_invaders road_runner klax elevator_action \
+  montezuma_revenge robotank pitfall2 --nvrtc-marker "$WORK/nvrtc_ready"
 bench throughput 100 --games pong breakout ms_pacman
 bench designs 35 --games breakout
 

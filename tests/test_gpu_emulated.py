@@ -86,6 +86,29 @@ def test_emulated_gpu_equals_cpu(emulation_library, game, kw, design):
     assert ends >= 2, f"only {ends} episode ends: the run does not cover resets"
 
 
+# One game for each cartridge mapper GAMES leaves out (they have 2K and F8), so the device
+# layout of every mapper's bank state and cartridge RAM and of the larger ROM images (DPC's
+# 10,495 bytes) goes through the kernels; klax is also a PAL game.
+MAPPER_GAMES = {"4K": "space_invaders", "F6": "road_runner", "F6SC": "klax", "F8SC": "elevator_action",
+                "E0": "montezuma_revenge", "FE": "robotank", "DPC": "pitfall2"}
+
+
+def test_mapper_games_have_those_mappers():
+    from hybridsim import games_table
+    assert {m: games_table.by_name(g)["mapper"] for m, g in MAPPER_GAMES.items()} == \
+        {m: m for m in MAPPER_GAMES}
+    covered = set(MAPPER_GAMES) | {games_table.by_name(g)["mapper"] for g, _ in GAMES}
+    assert covered >= {g["mapper"] for g in games_table.games() if g.get("ale_settings", True)}
+
+
+@pytest.mark.parametrize("game", MAPPER_GAMES.values())
+def test_emulated_gpu_equals_cpu_on_every_mapper(emulation_library, game):
+    cpu, gpu = _pair(game, 4, "gpu", dict(block=2), repeat_action_probability=0.25, noop_max=30,
+                     max_num_frames_per_episode=400)
+    ends = _compare(cpu, gpu, steps=250)
+    assert ends >= 4, f"only {ends} episode ends: the run does not cover resets"
+
+
 @pytest.mark.parametrize("design", ["split", "fused"])
 def test_emulated_gpu_same_step_autoreset_rgb(emulation_library, design):
     """SAME_STEP (final_obs, a reset inside the step; split design processes the ending

@@ -1,5 +1,4 @@
 """The side-by-side verifier itself: exact on identical emulators, precise on a planted fault."""
-import numpy as np
 import pytest
 
 from hybridsim import roms, verify
