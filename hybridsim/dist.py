@@ -236,6 +236,19 @@ def with_gradient_backend(comm, requested: str, device: torch.device):
     return comm
 
 
+# the launcher's global rank of this process: MPICH/Intel MPI, Open MPI, PMIx, MVAPICH, srun
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
+
+
+def launcher_rank() -> int | None:
+    """This process's rank as its launcher numbered it, without starting MPI (None: no launcher)."""
+    for key in RANK_VARIABLES:
+        value = os.environ.get(key, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
 def launched_ranks() -> int:
     """How many processes the launcher says it started (1 when it says nothing): mpiexec's
     PMI_SIZE (MPICH, Intel MPI), OMPI_COMM_WORLD_SIZE (Open MPI) or MV2_COMM_WORLD_SIZE
@@ -258,9 +271,7 @@ def init_comm():
     says that is meant (independent runs per task, each with its own --log-dir)."""
     if os.environ.get("HYBRIDSIM_SINGLE_PROCESS") == "1":
         return LocalComm()
-    launched = any(k in os.environ for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK",
-                                              "MV2_COMM_WORLD_RANK", "MPI_LOCALRANKID",
-                                              "SLURM_PROCID"))
+    launched = any(k in os.environ for k in RANK_VARIABLES + ("MPI_LOCALRANKID",))
     if not launched:
         return LocalComm()
     expected = launched_ranks()

@@ -44,16 +44,21 @@ def hybridsim_section() -> dict:
             "cache": str(hybridsim_cache_dir())}
 
 
+def _usable_cores() -> set | None:
+    """The cores this process may run on (its affinity); None where the OS does not say."""
+    try:
+        return os.sched_getaffinity(0)
+    except AttributeError:  # not Linux
+        return None
+
+
 def host_section() -> dict:
     from hybridsim import _core
     from hybridsim.vector import resolve_num_threads
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        usable = None
+    usable = _usable_cores()
     return {"hostname": socket.gethostname(), "platform": platform.platform(),
             "python": sys.version.split()[0], "executable": sys.executable,
-            "cpus": os.cpu_count(), "cpus_usable": usable,
+            "cpus": os.cpu_count(), "cpus_usable": None if usable is None else len(usable),
             "default_env_threads": resolve_num_threads(0, 1 << 30),
             "openmp_max_threads": _core.openmp_max_threads(),
             "thread_variables": _env(THREAD_VARIABLES)}
@@ -78,22 +83,9 @@ def roms_section() -> dict:
     return out
 
 
-# the launcher's global rank of this process: MPICH/Intel MPI, Open MPI, PMIx, MVAPICH, srun
-RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
-
-
-def launcher_rank() -> int | None:
-    """This process's rank as its launcher numbered it (None: not launched by one)."""
-    for key in RANK_VARIABLES:
-        value = os.environ.get(key, "")
-        if value.isdigit():
-            return int(value)
-    return None
-
-
 def launcher_section() -> dict:
     from hybridsim import dist
-    return {"ranks_launched": dist.launched_ranks(), "rank": launcher_rank(), "local_rank": dist.local_rank(),
+    return {"ranks_launched": dist.launched_ranks(), "rank": dist.launcher_rank(), "local_rank": dist.local_rank(),
             "single_process": os.environ.get("HYBRIDSIM_SINGLE_PROCESS") == "1",
             "mpi4py": _version("mpi4py"), "slurm": _env(SLURM_VARIABLES)}
 
@@ -110,6 +102,20 @@ def torch_section() -> dict:
     return out
 
 
+def _cupy_devices() -> list[dict]:
+    """CuPy's view of each visible device (CuPy must see one: gpu.cupy_unavailable_reason())."""
+    import cupy
+    devices = []
+    for k in range(cupy.cuda.runtime.getDeviceCount()):
+        props = cupy.cuda.runtime.getDeviceProperties(k)
+        name = props["name"]
+        devices.append({"id": k, "name": name.decode() if isinstance(name, bytes) else str(name),
+                        "compute_capability": f"{props['major']}{props['minor']}",
+                        "memory_gib": round(props["totalGlobalMem"] / 2**30, 1),
+                        "multiprocessors": props["multiProcessorCount"]})
+    return devices
+
+
 def gpu_section() -> dict:
     from hybridsim import gpu
     out = {"variables": _env(GPU_VARIABLES), "kernel_cache": gpu.cupy_cache_dir()}
@@ -121,14 +127,7 @@ def gpu_section() -> dict:
     import cupy
     out["available"] = True
     out["cupy"] = cupy.__version__
-    out["devices"] = []
-    for k in range(cupy.cuda.runtime.getDeviceCount()):
-        props = cupy.cuda.runtime.getDeviceProperties(k)
-        name = props["name"]
-        out["devices"].append({"id": k, "name": name.decode() if isinstance(name, bytes) else name,
-                               "compute_capability": f"{props['major']}{props['minor']}",
-                               "memory_gib": round(props["totalGlobalMem"] / 2**30, 1),
-                               "multiprocessors": props["multiProcessorCount"]})
+    out["devices"] = _cupy_devices()
     cubin = os.environ.get("HYBRIDSIM_GPU_CUBIN")
     if cubin:
         recorded = pathlib.Path(cubin + ".hash")
@@ -153,17 +152,13 @@ def brief() -> str:
     --check): rank, host, the cores it may run on, its threads, its GPUs."""
     from hybridsim import dist, gpu
     from hybridsim.vector import resolve_num_threads
-    rank = launcher_rank()
+    rank = dist.launcher_rank()
     ranks = dist.launched_ranks()
-    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    cores = _usable_cores() or range(os.cpu_count() or 1)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     reason = gpu.cupy_unavailable_reason()
     if reason is None:
-        import cupy
-        names = []
-        for k in range(cupy.cuda.runtime.getDeviceCount()):
-            name = cupy.cuda.runtime.getDeviceProperties(k)["name"]
-            names.append(name.decode() if isinstance(name, bytes) else str(name))
+        names = [d["name"] for d in _cupy_devices()]
         gpus = f"{len(names)} ({', '.join(names)})"
     else:
         gpus = f"none ({reason.split(' (')[0]})"
