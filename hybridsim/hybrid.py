@@ -196,6 +196,12 @@ class HybridEngine:
                     episode_frame_number=episode_frame_number, has_final=has_final)
         m = len(rc)
         prefix = m == 0 or (rc[0] == 0 and rc[-1] == m - 1)  # CPU rows first, GPU rows after
+        if m:
+            # The CPU part's inputs come to the host before the GPU launch: copying a device
+            # array out waits for the stream, which after the launch would wait for the
+            # GPU part's kernels and leave no overlap.
+            cpu_inputs = (self._host(force_reset, rc, np.uint8), self._host(actions, rc, np.int32),
+                          self._host(strengths, rc, np.float32))
         # GPU part first: its kernels run while the CPU part steps.
         if len(rg):
             gpu_ids = ids[rg] - self.cpu_envs
@@ -213,8 +219,7 @@ class HybridEngine:
                         outs[k][sel] = v
         if m:
             h = self._host_buffers(m, final_obs is not None)
-            self.cpu.run(ids[rc], self._host(force_reset, rc, np.uint8), self._host(actions, rc, np.int32),
-                         self._host(strengths, rc, np.float32), h["obs"], h.get("final_obs"), h["reward"],
+            self.cpu.run(ids[rc], *cpu_inputs, h["obs"], h.get("final_obs"), h["reward"],
                          h["terminated"], h["truncated"], h["lives"], h["frame_number"],
                          h["episode_frame_number"], h.get("has_final"))
             for k, v in h.items():

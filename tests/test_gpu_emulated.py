@@ -159,6 +159,72 @@ def test_emulated_hybrid_measures_its_split(emulation_library):
     assert "measured" in repr(hyb._engine)
 
 
+class _DeviceArray:
+    """Stands for a device array: not a numpy array, readable only through the device."""
+
+    def __init__(self, a):
+        self.a = np.asarray(a)
+        self.dtype, self.shape = self.a.dtype, self.a.shape
+
+    def __array__(self, dtype=None, copy=None):
+        return self.a if dtype is None else self.a.astype(dtype)
+
+
+def test_emulated_hybrid_cpu_part_overlaps_the_gpu_part(emulation_library):
+    """With device inputs (actions from a policy on the GPU), the CPU part's copies of them
+    are taken before the GPU kernels launch. On CUDA a device-to-host copy waits for the
+    stream, so taking it after the launch would run the two parts one after the other."""
+    from hybridsim.gpu import HostEmulatedDevice
+
+    events = []
+
+    class RecordingDevice(HostEmulatedDevice):
+        def launch(self, name, threads, block, args):
+            events.append(("launch", name))
+            super().launch(name, threads, block, args)
+
+        def to_host(self, a):
+            events.append(("to_host",))
+            return super().to_host(a)
+
+    cpu = AtariVectorEnv("pong", 4, backend="cpu", num_threads=1)
+    hyb = AtariVectorEnv("pong", 4, backend="hybrid", device=RecordingDevice(emulation_library),
+                         gpu_options=dict(cpu_envs=2, cpu_threads=1))
+    engine = hyb._engine
+
+    class RecordingCpuPart:
+        def __init__(self, part):
+            self.part = part
+
+        def run(self, *args):
+            events.append(("cpu_run",))
+            return self.part.run(*args)
+
+        def __getattr__(self, name):
+            return getattr(self.part, name)
+
+    engine.cpu = RecordingCpuPart(engine.cpu)
+    cpu.reset(seed=3)
+    hyb.reset(seed=3)
+    rng = np.random.default_rng(0)
+    n = 4
+    out = dict(obs=np.zeros((n, engine.obs_bytes), np.uint8), final_obs=None, reward=np.zeros(n, np.int32),
+               terminated=np.zeros(n, np.uint8), truncated=np.zeros(n, np.uint8), lives=np.zeros(n, np.int32),
+               frame_number=np.zeros(n, np.int32), episode_frame_number=np.zeros(n, np.int32), has_final=None)
+    for _ in range(3):
+        actions = rng.integers(0, hyb.single_action_space.n, n)
+        events.clear()
+        engine.run(np.arange(n, dtype=np.int32), _DeviceArray(np.zeros(n, np.uint8)),
+                   _DeviceArray(actions.astype(np.int32)), _DeviceArray(np.ones(n, np.float32)), *out.values())
+        first_launch = next(i for i, e in enumerate(events) if e[0] == "launch")
+        cpu_run = events.index(("cpu_run",))
+        assert first_launch < cpu_run, events
+        assert ("to_host",) not in events[first_launch:cpu_run], f"the CPU part waited for the GPU part: {events}"
+        assert events.count(("to_host",)) >= 1, events  # the device inputs did come to the host
+        expected = cpu.step(actions)[0]
+        _assert_same(expected.reshape(n, -1), out["obs"], "hybrid with device inputs vs cpu")
+
+
 def test_emulated_gpu_rejects_async_and_unknown_options(emulation_library):
     with pytest.raises(ValueError, match="synchronous"):
         AtariVectorEnv("pong", 4, batch_size=2, backend="gpu", gpu_options=dict(emulate=True))
