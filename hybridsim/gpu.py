@@ -220,13 +220,16 @@ def _cupy_module(device_id: int, options: tuple, include_dir: str, cubin: str | 
     with cupy.cuda.Device(device_id):
         if cubin:
             return cupy.RawModule(path=cubin)
-        code = f'#include "{KERNEL_SOURCE}"\n'
+        # CuPy's disk cache keys on this code string and the options, not on the headers
+        # it includes, so the sources' hash goes into the code: a changed core is a new build.
+        sources = kernel_source_hash(include_dir)
+        code = f'// hybridsim core sources md5 {sources}\n#include "{KERNEL_SOURCE}"\n'
         opts = tuple(options) + part_defines(part) + (f"--include-path={include_dir}",)
         cache = cupy_cache_dir()
         what = (f"compiling the CUDA kernels ({part}) with NVRTC for device {device_id}; a "
                 f"first build takes minutes, later runs load it from CuPy's cache ({cache})")
         arch = cupy.cuda.Device(device_id).compute_capability
-        key = hashlib.md5(repr((kernel_source_hash(include_dir), opts, arch)).encode()).hexdigest()[:16]
+        key = hashlib.md5(repr((sources, opts, arch)).encode()).hexdigest()[:16]
         # CUPY_CACHE_IN_MEMORY=1: no shared cache for the waiters to find the build in
         shared = os.environ.get("CUPY_CACHE_IN_MEMORY") != "1"
         lock = build_lock(cache, key, f"NVRTC build ({part})") \

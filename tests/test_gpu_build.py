@@ -118,8 +118,9 @@ def test_module_parts_hold_their_kernels(part):
 
 class _FakeCupy:
     """CuPy stood in for: RawModule.compile sleeps `delay` seconds and writes an entry into
-    $CUPY_CACHE_DIR the first time an (options) build is asked for, and finds it there
-    afterwards, as CuPy's disk cache does; `compiles` records the slow builds."""
+    $CUPY_CACHE_DIR the first time a (code, options) build is asked for, and finds it there
+    afterwards, as CuPy's disk cache does (which reads no included header); `compiles`
+    records the slow builds."""
 
     def __init__(self, delays):
         import types
@@ -129,11 +130,11 @@ class _FakeCupy:
 
         class RawModule:
             def __init__(self, code, options, backend):
-                self.options = options
+                self.code, self.options = code, options
 
             def compile(self):
                 entry = pathlib.Path(os.environ["CUPY_CACHE_DIR"],
-                                     hashlib.md5(repr(self.options).encode()).hexdigest())
+                                     hashlib.md5(repr((self.code, self.options)).encode()).hexdigest())
                 if entry.exists():
                     return
                 fake.compiles.append(self.options)
@@ -193,6 +194,28 @@ def test_ranks_sharing_a_kernel_cache_compile_once(monkeypatch, tmp_path):
         monkeypatch.setenv("CUPY_CACHE_IN_MEMORY", "1")
         monkeypatch.setattr(gpu, "build_lock", None)  # would raise if called
         gpu._cupy_module(2, gpu.NVRTC_OPTIONS, include, None, "fused")
+    finally:
+        gpu._cupy_module.cache_clear()
+
+
+def test_changed_core_sources_are_a_new_nvrtc_build(monkeypatch, tmp_path):
+    """CuPy's kernel cache keys on the code string and options, not on the headers the code
+    includes: after an edit under cuda/ (a kept ~/.cupy cache, a new hybridsim) the module
+    must be rebuilt, not loaded stale from the cache."""
+    include = tmp_path / "cuda"
+    shutil.copytree(hybridsim.core_include_dir(), include)
+    fake = _fake_cupy(monkeypatch, tmp_path / "cache", [0.0, 0.0, 0.0])
+    (tmp_path / "cache").mkdir()
+    try:
+        gpu._cupy_module(0, gpu.NVRTC_OPTIONS, str(include), None, "base")
+        gpu._cupy_module.cache_clear()
+        gpu._cupy_module(0, gpu.NVRTC_OPTIONS, str(include), None, "base")
+        assert len(fake.compiles) == 1  # unchanged sources: loaded from the cache
+        gpu._cupy_module.cache_clear()
+        header = include / "m6502.h"
+        header.write_text(header.read_text() + "\n// edited\n")
+        gpu._cupy_module(0, gpu.NVRTC_OPTIONS, str(include), None, "base")
+        assert len(fake.compiles) == 2
     finally:
         gpu._cupy_module.cache_clear()
 
