@@ -165,6 +165,18 @@ class TorchDistComm(MPIComm):
         tdist.init_process_group(backend, init_method=address, rank=self.rank, world_size=self.size,
                                  timeout=datetime.timedelta(seconds=timeout_s))
         self._tdist = tdist
+        # NCCL builds its communicator at the first collective, not in init_process_group: a
+        # setup it refuses must fail here, where the caller can still fall back to MPI.
+        try:
+            probe = torch.ones(1, device=self._tensor_device())
+            tdist.all_reduce(probe, op=tdist.ReduceOp.SUM)
+            total = float(probe.item())
+        except Exception as exc:
+            self.close()
+            raise RuntimeError(f"the first {backend} allreduce failed: {exc}") from exc
+        if total != self.size:
+            self.close()
+            raise RuntimeError(f"the first {backend} allreduce summed {total} over {self.size} ranks")
 
     def _tensor_device(self) -> torch.device:
         return self.device if self.backend == "nccl" else torch.device("cpu")
@@ -203,6 +215,26 @@ def gradient_backend(requested: str, device: torch.device) -> str:
     return "mpi"
 
 
+def _gpu_identity(device: torch.device):
+    """(host, GPU uuid) of a CUDA device, None for other devices."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    import socket
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    # without a uuid, the index as this process's CUDA_VISIBLE_DEVICES numbers it
+    return socket.gethostname(), str(uuid) if uuid else f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')}/{index}"
+
+
+def ranks_sharing_a_gpu(identities) -> list[list[int]]:
+    """Groups of ranks (by position in `identities`) whose (host, GPU) identity is the same."""
+    ranks: dict = {}
+    for rank, ident in enumerate(identities):
+        if ident is not None:
+            ranks.setdefault(tuple(ident), []).append(rank)
+    return [r for r in ranks.values() if len(r) > 1]
+
+
 def with_gradient_backend(comm, requested: str, device: torch.device):
     """`comm`, or a TorchDistComm over the same MPI ranks when nccl/gloo is asked for (or
     auto picks nccl); if torch.distributed cannot start, a warning and `comm` unchanged."""
@@ -218,6 +250,11 @@ def with_gradient_backend(comm, requested: str, device: torch.device):
         problem = "this torch build has no torch.distributed"
     elif backend == "nccl" and (device.type != "cuda" or not tdist.is_nccl_available()):
         problem = f"nccl needs a CUDA learner and a torch built with NCCL (device {device})"
+    if backend == "nccl":  # collective: every rank gathers, whatever it found above
+        shared = ranks_sharing_a_gpu(comm.comm.allgather(_gpu_identity(device)))
+        if shared and problem is None:
+            problem = (f"nccl needs a GPU per rank, and ranks {', '.join(map(str, shared[0]))} share one "
+                       f"(more ranks on a node than GPUs)")
     # every rank takes the same decision (init_process_group is collective: a rank that
     # skipped it would leave the others waiting)
     new = None

@@ -1,6 +1,7 @@
 """Data-parallel training over MPI ranks (mpiexec from the pip mpich, or a system MPI)."""
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -133,6 +134,55 @@ def test_gradient_backend_choice():
         dist.gradient_backend("ucx", cpu)
     local = dist.LocalComm()
     assert dist.with_gradient_backend(local, "nccl", cpu) is local  # one process: nothing to set up
+
+
+def test_ranks_sharing_a_gpu_are_found():
+    """NCCL refuses two ranks on one GPU (lazily, at the first collective): the ranks of a
+    node with fewer GPUs than ranks are found before it is tried."""
+    ids = [("n1", "GPU-a"), ("n1", "GPU-b"), ("n1", "GPU-a"), ("n2", "GPU-a"), None, None]
+    assert dist.ranks_sharing_a_gpu(ids) == [[0, 2]]
+    assert dist.ranks_sharing_a_gpu([("n1", "GPU-a"), ("n2", "GPU-a")]) == []
+    assert dist._gpu_identity(torch.device("cpu")) is None
+
+
+FIRST_ALLREDUCE_SCRIPT = textwrap.dedent("""
+    import sys
+    import torch, torch.distributed as tdist
+    from mpi4py import MPI
+    from hybridsim import dist
+    if sys.argv[1] == "fail":
+        def refused(*args, **kwargs):
+            raise RuntimeError("NCCL error: invalid usage (Duplicate GPU detected)")
+        tdist.all_reduce = refused
+    comm = dist.with_gradient_backend(dist.MPIComm(MPI.COMM_WORLD), "gloo", torch.device("cpu"))
+    print(f"rank {comm.rank}: {type(comm).__name__} initialized={tdist.is_initialized()}", flush=True)
+    if isinstance(comm, dist.TorchDistComm):
+        comm.close()
+""")
+
+
+@pytest.mark.parametrize("mode", ["ok", "fail"])
+def test_a_backend_failing_its_first_allreduce_falls_back_to_mpi(tmp_path, mode):
+    """A process group that starts but cannot reduce (NCCL with two ranks on one GPU fails
+    only at its first all_reduce) is found at setup, where every rank falls back to MPI,
+    instead of failing the first gradient step."""
+    exe = mpiexec()
+    import torch.distributed as tdist
+    if not tdist.is_available() or not tdist.is_gloo_available():
+        pytest.skip("this torch build has no gloo backend")
+    script = tmp_path / "first_allreduce.py"
+    script.write_text(FIRST_ALLREDUCE_SCRIPT)
+    r = subprocess.run([exe, "-n", "2", sys.executable, "-m", "mpi4py", str(script), mode],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    # the ranks' stdout reaches mpiexec interleaved, lines sometimes joined
+    lines = sorted(re.findall(r"rank \d: \w+ initialized=\w+?(?=rank|\s|$)", r.stdout))
+    if mode == "ok":
+        assert lines == [f"rank {k}: TorchDistComm initialized=True" for k in (0, 1)], r.stdout
+        assert "warning" not in r.stderr
+    else:
+        assert lines == [f"rank {k}: MPIComm initialized=False" for k in (0, 1)], r.stdout
+        assert "the first gloo allreduce failed" in r.stderr and "using MPI" in r.stderr, r.stderr[-2000:]
 
 
 FAULT_SCRIPT = textwrap.dedent("""
