@@ -5,8 +5,8 @@
 #
 # weak scaling of `hybridsim train` (CPU engine and learner, one core per rank) over
 # 1, 2, 4, 8, 16 ranks, as many as the machine has cores; then one gradient allreduce of the
-# Nature CNN between 2 ranks over MPI, gloo and NCCL (with one GPU both ranks share it,
-# which NCCL may refuse: the JSON's gradient_path says what ran). Writes OUTDIR/scaling.json
+# Nature CNN between 2 ranks over MPI, gloo and NCCL (NCCL needs a GPU per rank: with one
+# GPU it falls back to MPI, and the JSON's gradient_path says what ran). Writes OUTDIR/scaling.json
 # (+ scaling.log). Needs mpiexec and a matching mpi4py: the carried wheels/mpi/ (mpich and
 # mpi4py for cp312, scripts/fetch_device_wheels.sh), else what the machine has. Meant to
 # follow scripts/device_check.sh on the same machine; it installs and builds what is missing.
@@ -30,8 +30,10 @@ export -f install_mpi
 export MPI_PREFIX
 if [ "$DRY" != "--dry-run" ] && ls wheels/mpi/*.whl >/dev/null 2>&1; then
   phase mpi_wheels 60 install_mpi
-  SITE=$("$PY" -c 'import sys; print(f"python{sys.version_info[0]}.{sys.version_info[1]}")')
-  export PYTHONPATH="$MPI_PREFIX/lib/$SITE/site-packages:$PYTHONPATH"
+  # where pip put it under the prefix (lib/ or lib64/, site- or dist-packages, by distribution)
+  MPI4PY_INIT=$(find "$MPI_PREFIX" -path '*/mpi4py/__init__.py' -print -quit)
+  [ -n "$MPI4PY_INIT" ] && export PYTHONPATH="$(dirname "$(dirname "$MPI4PY_INIT")"):$PYTHONPATH"
+  log "mpi4py from: ${MPI4PY_INIT:-not found under $MPI_PREFIX}"
   export LD_LIBRARY_PATH="$MPI_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export MPIEXEC="$MPI_PREFIX/bin/mpiexec"
 else
