@@ -322,9 +322,14 @@ class CupyDevice:
         with self.device:
             return self.cp.empty(shape, dtype=dtype)
 
+    def scope(self):
+        """Context making this device CuPy's current one: CuPy allocates and runs on the
+        current device, which need not be this one (device=1 in a process left on 0)."""
+        return self.device
+
     def to_host(self, a) -> np.ndarray:
         self.stream.synchronize()
-        return self.cp.asnumpy(a)
+        return self.cp.asnumpy(self.cp.asarray(a))  # a cupy array, or a CUDA torch tensor
 
     def synchronize(self) -> None:
         self.stream.synchronize()
@@ -462,6 +467,9 @@ class HostEmulatedDevice:
 
     def empty(self, shape, dtype):
         return np.empty(shape, dtype=dtype)
+
+    def scope(self):
+        return contextlib.nullcontext()
 
     def to_host(self, a) -> np.ndarray:
         return np.asarray(a)
@@ -761,13 +769,14 @@ def make_vector_engine(backend: str, engine_args, engine_kwargs, *, device=0, op
     output = opts.get("output", "numpy" if dev.emulated else "torch")
     gpu_kw = dict(design=opts.get("design", DEFAULT_DESIGN), block=opts.get("block", DEFAULT_BLOCK),
                   pixel_block=opts.get("pixel_block", 256))
-    if backend == "gpu":
-        engine = GpuEngine(*engine_args, **engine_kwargs, device=dev, **gpu_kw)
-    elif backend == "hybrid":
-        from hybridsim.hybrid import HybridEngine
-        engine = HybridEngine(engine_args, engine_kwargs, device=dev, gpu_kwargs=gpu_kw,
-                              cpu_envs=opts.get("cpu_envs"), cpu_threads=opts.get("cpu_threads"),
-                              calibrate_steps=opts.get("calibrate_steps", 8))
-    else:
+    if backend not in ("gpu", "hybrid"):
         raise ValueError(f"backend must be 'gpu' or 'hybrid' here, got {backend!r}")
+    with dev.scope():
+        if backend == "gpu":
+            engine = GpuEngine(*engine_args, **engine_kwargs, device=dev, **gpu_kw)
+        else:
+            from hybridsim.hybrid import HybridEngine
+            engine = HybridEngine(engine_args, engine_kwargs, device=dev, gpu_kwargs=gpu_kw,
+                                  cpu_envs=opts.get("cpu_envs"), cpu_threads=opts.get("cpu_threads"),
+                                  calibrate_steps=opts.get("calibrate_steps", 8))
     return engine, dev.xp, make_deliver(output, dev)

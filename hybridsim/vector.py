@@ -30,6 +30,8 @@ frame stacks) as bytes, so a run resumes exactly.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -80,6 +82,16 @@ def check_action_indices(actions, n: int, num_actions: int) -> np.ndarray:
         raise ValueError(f"actions must be in 0..{num_actions - 1} (the action set has "
                          f"{num_actions} actions), got {bad}")
     return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _on_engine_device(method):
+    """Run `method` with the GPU engine's device current: CuPy allocates and launches on the
+    current device, which need not be the environment's (device=1 in a process left on 0)."""
+    @functools.wraps(method)
+    def run_on_device(self, *args, **kwargs):
+        with self._device_scope():
+            return method(self, *args, **kwargs)
+    return run_on_device
 
 
 def _check_flag(name: str, value) -> bool:
@@ -236,13 +248,16 @@ class AtariVectorEnv(VectorEnv):
         self.device = device
         self._xp = np
         self._deliver = None
+        self._device_scope = contextlib.nullcontext
         if backend == "cpu":
             self._engine = _vector.VectorEngine(*engine_args, **engine_kwargs)
         else:
             from hybridsim.gpu import make_vector_engine
             self._engine, self._xp, self._deliver = make_vector_engine(
                 backend, engine_args, engine_kwargs, device=device, options=gpu_options)
-        self._template_copyable = self._check_template(template)
+            self._device_scope = self._engine.dev.scope
+        with self._device_scope():
+            self._template_copyable = self._check_template(template)
 
         obs_shape = (int(stack_num), int(img_height), int(img_width)) + (() if grayscale else (3,))
         self.single_observation_space = Box(low=0, high=255, shape=obs_shape, dtype=np.uint8)
@@ -265,7 +280,8 @@ class AtariVectorEnv(VectorEnv):
         self._no_force = np.zeros(num_envs, dtype=np.uint8)
         # ale-py builds each environment with a random ALE seed; so do we (seed=None resets).
         entropy = np.random.SeedSequence().generate_state(num_envs, dtype=np.uint32) % _SEED_LIMIT
-        self._reseed(self._all_ids, entropy.astype(np.int64))
+        with self._device_scope():
+            self._reseed(self._all_ids, entropy.astype(np.int64))
         if self._async:
             self._engine.pool_start(self.num_threads)
 
@@ -374,6 +390,7 @@ class AtariVectorEnv(VectorEnv):
         return out
 
     # ----- gymnasium API -------------------------------------------------------------------
+    @_on_engine_device
     def reset(self, *, seed: int | np.ndarray | None = None, options: dict[str, Any] | None = None):
         """Reset the environments (all, or options["reset_mask"]); seed: an int gives
         environment k of those reset seed + k, an array one seed each, None keeps seeds."""
@@ -450,6 +467,8 @@ class AtariVectorEnv(VectorEnv):
     def _check_actions(self, actions, n: int):
         """(action indices int32[n], paddle strengths float32[n]) or a ValueError."""
         if self.continuous:
+            if self.backend != "cpu" and not isinstance(actions, (np.ndarray, list, tuple)):
+                actions = self._engine.dev.to_host(actions)  # (n, 3) floats: read on the host
             a = np.asarray(actions)
             if a.dtype != np.float32 or a.shape != (n, 3):
                 raise ValueError(f"continuous actions must be a float32 array of shape {(n, 3)}, "
@@ -473,6 +492,7 @@ class AtariVectorEnv(VectorEnv):
         self.send(actions)
         return self.recv()
 
+    @_on_engine_device
     def send(self, actions, env_ids=None) -> None:
         """Queue one step for env_ids (default: the environments of the last result)."""
         self._check_open("send")
@@ -507,6 +527,7 @@ class AtariVectorEnv(VectorEnv):
         self._engine.pool_submit(ids, self._no_force[: len(ids)], acts, strengths)
         self._in_flight[ids] = True
 
+    @_on_engine_device
     def recv(self):
         """The next batch_size results: (obs, rewards, terminations, truncations, info)."""
         self._check_open("recv")
@@ -565,6 +586,7 @@ class AtariVectorEnv(VectorEnv):
             (len(self._engine.template_state), self._engine.obs_bytes))
         return hashlib.md5(cfg.encode() + self._rom_bytes).hexdigest()
 
+    @_on_engine_device
     def get_state(self) -> bytes:
         """Every environment's state (consoles, RNGs, raw frames, frame stacks and, in async
         mode, results not yet received) as bytes. Async mode waits for running steps."""
@@ -591,6 +613,7 @@ class AtariVectorEnv(VectorEnv):
     _STAGE = ("stage_obs", "stage_final", "stage_reward", "stage_terminated", "stage_truncated",
               "stage_lives", "stage_frame", "stage_episode_frame", "stage_has_final")
 
+    @_on_engine_device
     def set_state(self, state: bytes):
         """Restore get_state()'s bytes (same game and settings). Returns (obs, info) of the
         last result's environments as they stand, to carry on with send()/step()."""

@@ -4,6 +4,7 @@ and backend="hybrid" driven by the same Python code that drives a CUDA device, o
 same seeds, must return the same observations, rewards, terminations, truncations and
 info as backend="cpu", bit for bit, across episode ends, sticky actions and noop starts.
 No GPU needed: this proves the kernels' logic and indexing before any device run."""
+import contextlib
 import shutil
 
 import numpy as np
@@ -223,6 +224,93 @@ def test_emulated_hybrid_cpu_part_overlaps_the_gpu_part(emulation_library):
         assert events.count(("to_host",)) >= 1, events  # the device inputs did come to the host
         expected = cpu.step(actions)[0]
         _assert_same(expected.reshape(n, -1), out["obs"], "hybrid with device inputs vs cpu")
+
+
+class _CupyLikeArray:
+    """A device array as host code sees CuPy's: numpy refuses to convert it implicitly
+    (CuPy raises TypeError), only the device's array module and to_host read it."""
+
+    def __init__(self, a):
+        self.data = np.asarray(a)
+        self.dtype, self.shape = self.data.dtype, self.data.shape
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("Implicit conversion to a NumPy array is not allowed (a device array)")
+
+
+def _strict_device(library):
+    """A host-emulated device that checks what a CUDA device needs of its callers: every
+    array-module call inside the device's scope (CuPy allocates and runs on the current
+    device, which a multi-GPU process may have left elsewhere), device arrays read only
+    through the array module or to_host."""
+    from hybridsim.gpu import HostEmulatedDevice
+
+    def unwrap(a):
+        return a.data if isinstance(a, _CupyLikeArray) else a
+
+    class ScopedNumpy:
+        def __init__(self, dev):
+            self.dev = dev
+
+        def __getattr__(self, name):
+            f = getattr(np, name)
+            if not callable(f) or isinstance(f, type):
+                return f
+
+            def checked(*args, **kwargs):
+                if self.dev.depth == 0:
+                    self.dev.outside.append(name)
+                return f(*[unwrap(a) for a in args], **kwargs)
+            return checked
+
+    class StrictDevice(HostEmulatedDevice):
+        def __init__(self, lib):
+            super().__init__(lib)
+            self.depth = 0
+            self.outside = []
+            self.xp = ScopedNumpy(self)
+
+        @contextlib.contextmanager
+        def scope(self):
+            self.depth += 1
+            try:
+                yield
+            finally:
+                self.depth -= 1
+
+        def asarray(self, a, dtype=None):
+            return super().asarray(unwrap(a), dtype)
+
+        def to_host(self, a):
+            return np.asarray(unwrap(a))
+
+    return StrictDevice(library)
+
+
+@pytest.mark.parametrize("backend,options", [("gpu", {}), ("hybrid", dict(cpu_envs=1, cpu_threads=1))])
+def test_emulated_engines_stay_on_their_device(emulation_library, backend, options):
+    """Every device-array call of the vector env and the engines happens inside the device's
+    scope, and device actions (discrete and continuous) are read without numpy's implicit
+    conversion; results equal the CPU backend's."""
+    for kw in (dict(repeat_action_probability=0.25), dict(continuous=True, noop_max=0)):
+        cpu = AtariVectorEnv("breakout", 3, backend="cpu", num_threads=1, **kw)
+        dev = _strict_device(emulation_library)
+        other = AtariVectorEnv("breakout", 3, backend=backend, device=dev, gpu_options=options, **kw)
+        _assert_same(cpu.reset(seed=5)[0], other.reset(seed=5)[0], "reset")
+        rng = np.random.default_rng(1)
+        for t in range(12):
+            if kw.get("continuous"):
+                a = rng.uniform([0, -np.pi, 0], [1, np.pi, 1], (3, 3)).astype(np.float32)
+            else:
+                a = rng.integers(0, cpu.single_action_space.n, 3)
+            rc, ro = cpu.step(a), other.step(_CupyLikeArray(a))
+            for name, x, y in zip(("obs", "reward", "terminated", "truncated"), rc[:4], ro[:4]):
+                _assert_same(x, y, f"{kw} step {t} {name}")
+            if t == 5:
+                state = other.get_state()
+                other.set_state(state)
+        other.reset(options=dict(reset_mask=np.array([True, False, True])))
+        assert dev.outside == [], f"{backend} {kw}: array calls outside the device scope: {sorted(set(dev.outside))}"
 
 
 def test_emulated_gpu_rejects_async_and_unknown_options(emulation_library):
