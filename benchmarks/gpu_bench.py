@@ -119,7 +119,8 @@ def phase_info(args, budget):
     rep["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
     rep["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
     props = cupy.cuda.runtime.getDeviceProperties(0)
-    rep["device"] = dict(name=props["name"].decode(), sm=f"{props['major']}{props['minor']}",
+    name = props["name"]  # bytes in CuPy's runtime API
+    rep["device"] = dict(name=name.decode() if isinstance(name, bytes) else str(name), sm=f"{props['major']}{props['minor']}",
                          multiprocessors=props["multiProcessorCount"], memory=props["totalGlobalMem"])
     free, total = cupy.cuda.runtime.memGetInfo()
     rep["memory_free"], rep["memory_total"] = free, total
