@@ -120,8 +120,9 @@ def test_kill_9_leaves_a_readable_file_up_to_the_last_flush(tmp_path):
         assert f.swmr_mode
         ds = f["steps/reward_raw"]
         seen = ds.shape[0]
-        proc.stdout.readline()
-        proc.stdout.readline()
+        # lines already in the pipe may predate `seen`: wait for a step past its next flush
+        while flushed < seen + 10 and time.monotonic() < deadline + 60:
+            flushed = int(proc.stdout.readline())
         ds.refresh()
         assert ds.shape[0] > seen > 0
     os.kill(proc.pid, signal.SIGKILL)
