@@ -28,7 +28,7 @@ def _scan_steps(f, num_actions: int) -> dict:
     action, frame, when, env = steps["action"], steps["global_frame"], steps["unix_time"], steps["env_id"]
     counts = np.zeros(num_actions, dtype=np.int64)
     samples = []
-    rows = action.shape[0]
+    rows = trajlog.common_rows(steps)
     for start in range(0, rows, BLOCK_ROWS):
         stop = min(rows, start + BLOCK_ROWS)
         a = action[start:stop]
@@ -55,7 +55,8 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
     per_rank, all_episodes, actions_total, curves = {}, [], None, []
     for path in files:
         with trajlog.open_trajectory_file(path) as f:
-            episodes = {k: f["episodes"][k][()] for k in trajlog.EPISODE_FIELDS}
+            n = trajlog.common_rows(f["episodes"])
+            episodes = {k: f["episodes"][k][:n] for k in trajlog.EPISODE_FIELDS}
             num_actions = f["steps"]["behavior_logits"].shape[2]
             scan = _scan_steps(f, num_actions)
         stats = _episode_stats(episodes)

@@ -55,11 +55,12 @@ def _config(f) -> dict:
 
 def _env_history(f, env_id: int) -> dict:
     steps = f["steps"]
-    env = steps["env_id"][()]
+    n = trajlog.common_rows(steps)
+    env = steps["env_id"][:n]
     rows, cols = np.nonzero(env == env_id)
-    order = np.argsort(steps["global_frame"][()][rows, cols], kind="stable")
+    order = np.argsort(steps["global_frame"][:n][rows, cols], kind="stable")
     rows, cols = rows[order], cols[order]
-    take = {name: steps[name][()][rows, cols] for name in
+    take = {name: steps[name][:n][rows, cols] for name in
             ("action", "reward_raw", "terminated", "truncated", "episode_id", "global_frame")}
     take["step_index"] = rows
     return take
@@ -75,7 +76,10 @@ def replay(path, episode: int, *, env: str = "run", make_env=None) -> ReplayResu
         raise ValueError(f"env {env!r}: expected one of {', '.join(REPLAY_ENVS)}")
     path = pathlib.Path(path)
     with trajlog.open_trajectory_file(path) as f:
-        episodes = {k: f["episodes"][k][()] for k in trajlog.EPISODE_FIELDS}
+        n_episodes = trajlog.common_rows(f["episodes"])
+        episodes = {k: f["episodes"][k][:n_episodes] for k in trajlog.EPISODE_FIELDS}
+        restarts = sorted(int(r) for r in trajlog.json_list_attr(f, "restarts"))
+        gaps = [(int(a), int(b)) for a, b in trajlog.json_list_attr(f, "gaps")]
         if not 0 <= episode < episodes["env_id"].size:
             raise ValueError(f"{path}: episode {episode} out of range; the file has "
                              f"{episodes['env_id'].size} finished episodes")
@@ -92,12 +96,29 @@ def replay(path, episode: int, *, env: str = "run", make_env=None) -> ReplayResu
     if upto.size == 0:
         raise ValueError(f"{path}: no logged steps for env {env_id} episode {episode_id}")
     last = int(upto[-1])
+    frame_of = history["global_frame"]
+    own = np.nonzero(history["episode_id"] == episode_id)[0]
+    if own.size == 0:
+        raise ValueError(f"{path}: no logged steps for env {env_id} episode {episode_id}")
+    # A resume that could not restore the environments restarted them from their seeds at
+    # a recorded frame: replay from the last restart before the episode, resetting there.
+    begin_frame = max((r for r in restarts if r < frame_of[own[0]]), default=None)
+    begin = 0 if begin_frame is None else int(np.searchsorted(frame_of, begin_frame, "right"))
+    for since, until in gaps:
+        if (begin_frame if begin_frame is not None else -1) <= since < frame_of[last]:
+            raise ValueError(
+                f"{path}: env {env_id} episode {episode_id} cannot be replayed: the step rows after "
+                f"frame {since} up to frame {until} were lost (the run was killed before they reached "
+                f"the file, then resumed; the file's `gaps` attribute), and the replay needs their actions")
     if REPLAY_ENVS[env] is not None:
         cfg = {**cfg, "backend": REPLAY_ENVS[env]}
-    vec = (make_env or _make_env)(cfg, seed=int(cfg["seed"]) + env_id)
-    obs, _ = vec.reset(seed=int(cfg["seed"]) + env_id)
+    seed = int(cfg["seed"]) + env_id
+    vec = (make_env or _make_env)(cfg, seed=seed)
+    obs, _ = vec.reset(seed=seed)
     mismatches, frames, total = [], [], 0.0
-    for k in range(last + 1):
+    for k in range(begin, last + 1):
+        if k > begin and any(frame_of[k - 1] <= r < frame_of[k] for r in restarts):
+            obs, _ = vec.reset(seed=seed)  # the run's environments restarted here
         obs, reward, terminated, truncated, _ = vec.step(np.array([history["action"][k]], np.int64))
         step = history["step_index"][k]
         if float(reward[0]) != float(history["reward_raw"][k]):
@@ -112,8 +133,18 @@ def replay(path, episode: int, *, env: str = "run", make_env=None) -> ReplayResu
         if len(mismatches) >= 10:
             break
     vec.close()
-    return ReplayResult(env_id, episode_id, int((history["episode_id"] == episode_id).sum()),
-                        total, mismatches, frames, backend=str(cfg["backend"]))
+    # the steps and the episodes table must tell the same story
+    if not mismatches:
+        if own.size != int(episodes["length"][episode]):
+            mismatches.append(f"episode {episode_id}: {own.size} steps logged, the episodes table says "
+                              f"{int(episodes['length'][episode])}")
+        if total != float(episodes["return"][episode]):
+            mismatches.append(f"episode {episode_id}: return {total} replayed, the episodes table says "
+                              f"{float(episodes['return'][episode])}")
+        if not (history["terminated"][own[-1]] or history["truncated"][own[-1]]):
+            mismatches.append(f"episode {episode_id}: its last logged step does not end it")
+    return ReplayResult(env_id, episode_id, int(own.size), total, mismatches, frames,
+                        backend=str(cfg["backend"]))
 
 
 def _make_env(cfg: dict, seed: int):

@@ -301,6 +301,10 @@ class Trainer:
         self.reserve: storage.DiskReserve | None = None
         self.last_losses: dict[str, float] = {}
         self.traj = None
+        # on resume: this rank's trajectory rows at the checkpoint, and whether its
+        # environments restart from their seeds (trajlog records a gap or a restart)
+        self._resume_traj_rows = None
+        self._resume_restarts_envs = False
         self.tb = None
         self.metrics_file = None
 
@@ -407,6 +411,7 @@ class Trainer:
                 flush_every=1 << 20, flush_seconds=self.cfg.log_flush_seconds,  # 4 MB caps the rows
                 min_flush_seconds=min(2.0, self.cfg.log_flush_seconds),
                 resume_after_frame=self.frames if self.cfg.resume else None,
+                resume_expected_rows=self._resume_traj_rows, resume_restarts_envs=self._resume_restarts_envs,
                 num_actions=self.num_actions, observations=obs,
                 attrs={"game": self.cfg.game, "rank": self.rank, "world_size": self.world_size,
                        "config": dataclasses.asdict(self.cfg), "seed": self.cfg.seed,
@@ -474,6 +479,14 @@ class Trainer:
             # iteration and the stop retries them once the disk reserve is released
             self._note_storage_failure(exc)
 
+    def _flush_trajectories(self):
+        """This rank's buffered trajectory rows into its file (a failed write is noted)."""
+        if self.traj is not None:
+            try:
+                self.traj.flush()
+            except StorageError as exc:
+                self._note_storage_failure(exc)
+
     def _flush_episodes(self):
         if self.traj is not None:
             for env, episode, ret, length, start, end in self.episodes.finished[self._episodes_logged:]:
@@ -521,7 +534,8 @@ class Trainer:
         the backend cannot snapshot them) and its episodes in progress."""
         getter = getattr(self.env, "get_state", None)
         return {"env_state": None if getter is None else getter(),
-                "episode_tracker": self.episodes.state()}
+                "episode_tracker": self.episodes.state(),
+                "traj_rows": None if self.traj is None else self.traj.steps_logged}
 
     def _gather_rank_states(self):
         """Collective before rank 0 writes a checkpoint: every rank's _rank_state on rank 0."""
@@ -565,6 +579,7 @@ class Trainer:
             self.episodes.load(mine["episode_tracker"])
         else:
             self._skip_unknown_episode_starts()
+        self._resume_traj_rows = mine.get("traj_rows")
         return mine.get("env_state")
 
     def _skip_unknown_episode_starts(self):
@@ -601,17 +616,21 @@ class Trainer:
     def _train(self):
         cfg = self.cfg
         env_state = self.load_checkpoint() if cfg.resume else None
+        restore = env_state is not None and hasattr(self.env, "set_state")
+        self._resume_restarts_envs = bool(cfg.resume and not restore)
         self._open_logs()
         self._episodes_logged = self._episodes_merged = 0
         try:  # from the disk reserve on: an error anywhere below releases it
             self._hold_reserve()
-            if env_state is not None and hasattr(self.env, "set_state"):
+            if restore:
                 obs, state_info = self.env.set_state(env_state)
             else:
                 if cfg.resume:
                     if not hasattr(self.env, "set_state"):
                         print("note: this backend cannot restore environment states; environments "
                               "restart", file=sys.stderr)
+                    # the interrupted episodes end unfinished; the restarted ones get new ids
+                    self.episodes.episode_ids[self.episodes.lengths > 0] += 1
                     self.episodes.returns[:] = self.episodes.lengths[:] = 0  # fresh episodes
                     self.episodes.start_frames[:] = self.frames
                 obs, state_info = self.env.reset(seed=self.env_seed)
@@ -643,11 +662,15 @@ class Trainer:
                     last_log = now
                 if self.frames >= next_checkpoint:
                     self._beat("checkpoint")
-                    self._gather_rank_states()
-                    try:
-                        self.save_checkpoint()
-                    except StorageError as exc:
-                        self._note_storage_failure(exc)  # stops at the next iteration
+                    # every rank's rows up to this frame reach its file before a checkpoint
+                    # that a resume would continue from: a kill after it leaves no hole
+                    self._flush_trajectories()
+                    if not self.comm.allreduce_sum(np.array([int(self.storage_failure is not None)]))[0]:
+                        self._gather_rank_states()
+                        try:
+                            self.save_checkpoint()
+                        except StorageError as exc:
+                            self._note_storage_failure(exc)  # stops at the next iteration
                     next_checkpoint += cfg.checkpoint_every
         except BaseException:
             # No collectives here: other ranks may be elsewhere. Keep what this rank has
@@ -763,6 +786,7 @@ class Trainer:
                 self.storage_notes.append(f"released the {freed / 1e6:.1f} MB disk reserve "
                                           f"{self.reserve.path}")
         self._flush_episodes()
+        self._flush_trajectories()  # before the checkpoint counts this rank's rows
         self._log_metrics(start_time, start_frames)
         self._gather_rank_states()
         if self.rank == 0:

@@ -21,6 +21,7 @@ import functools
 import json
 import os
 import pathlib
+import sys
 import time
 
 import h5py
@@ -110,13 +111,20 @@ class TrajectoryWriter:
                  resume_after_frame: int | None = None,
                  min_free_bytes: int | None = DEFAULT_MIN_FREE_BYTES,
                  flush_seconds: float | None = None, flush_bytes: int = DEFAULT_FLUSH_BYTES,
-                 min_flush_seconds: float | None = None):
+                 min_flush_seconds: float | None = None, resume_expected_rows: int | None = None,
+                 resume_restarts_envs: bool = False):
         """Create the file, or with `resume_after_frame` reopen an existing one and drop the
         rows logged after that global frame (they will be produced again by the resumed run).
 
         Before each flush the writer checks that the file system keeps `min_free_bytes`
         free beyond what the flush adds, and raises TrajectoryWriteError (ENOSPC) without
-        writing if not, so HDF5 never sees a half-done write (None: no check)."""
+        writing if not, so HDF5 never sees a half-done write (None: no check).
+
+        On resume, `resume_expected_rows` is the row count the file had when the checkpoint
+        was written (the trainer flushes first): fewer rows up to that frame mean rows were
+        lost (a kill before they reached the file), recorded as a gap in the root attribute
+        `gaps`; `resume_restarts_envs` says the environments restart from their seeds at
+        this frame (a backend without snapshots), recorded in `restarts`. Replay reads both."""
         if batch_size < 1 or num_actions < 1:
             raise ValueError(f"batch_size and num_actions must be >= 1, got {batch_size}, {num_actions}")
         self.path = pathlib.Path(path)
@@ -142,10 +150,10 @@ class TrajectoryWriter:
         self._new_buffers(self.flush_every)
         self._pending_episodes: list[tuple] = []
         self._pending_obs: list[tuple] = []
-        kw = _dataset_kwargs(compression)
+        kw = self._dataset_kw = _dataset_kwargs(compression)
         self._alive = None  # a shared lock on the file while this writer lives (see _hold_alive)
         if resume_after_frame is not None and self.path.exists():
-            self._reopen(resume_after_frame)
+            self._reopen(resume_after_frame, resume_expected_rows, resume_restarts_envs)
             self._open_datasets()
             self._hold_alive()
             return
@@ -170,17 +178,20 @@ class TrajectoryWriter:
             episodes.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dtype,
                                     chunks=(1024,), **kw)
         if observations is not None:
-            obs = f.create_group("observations")
-            obs.attrs["stride"] = observations.stride
-            obs.attrs["env_ids"] = np.asarray(observations.env_ids, dtype=np.int32)
-            shape = tuple(observations.shape)
-            obs.create_dataset("frames", shape=(0, *shape), maxshape=(None, *shape), dtype=np.uint8,
-                               chunks=(1, *shape), **kw)
-            obs.create_dataset("index", shape=(0, 3), maxshape=(None, 3), dtype=np.int64,
-                               chunks=(1024, 3))
+            self._create_observations(f, observations, kw)
         f.swmr_mode = True  # every dataset exists now; readers may attach while we append
         self._open_datasets()
         self._hold_alive()
+
+    @staticmethod
+    def _create_observations(f, observations: ObservationLogging, kw: dict):
+        obs = f.create_group("observations")
+        obs.attrs["stride"] = observations.stride
+        obs.attrs["env_ids"] = np.asarray(observations.env_ids, dtype=np.int32)
+        shape = tuple(observations.shape)
+        obs.create_dataset("frames", shape=(0, *shape), maxshape=(None, *shape), dtype=np.uint8,
+                           chunks=(1, *shape), **kw)
+        obs.create_dataset("index", shape=(0, 3), maxshape=(None, 3), dtype=np.int64, chunks=(1024, 3))
 
     def _hold_alive(self):
         """Hold a shared flock on the file while writing: HDF5 drops its own lock once SWMR
@@ -211,7 +222,7 @@ class TrajectoryWriter:
         self._buffers["behavior_logits"] = np.empty((rows, b, a), np.float32)
         self._buffered = 0
 
-    def _reopen(self, last_frame: int):
+    def _reopen(self, last_frame: int, expected_rows: int | None, restarts_envs: bool):
         _check_superblock(self.path)
         # the writer of a killed or aborted job; it flushed at least every flush_seconds
         clear_stale_write_flags(self.path, idle_seconds=2 * (self.flush_seconds or 30.0) + 5.0)
@@ -219,26 +230,55 @@ class TrajectoryWriter:
             self.file = h5py.File(self.path, "a", libver="latest")
         except OSError as exc:
             raise TrajectoryLogError(f"{self.path}: cannot reopen trajectory file to resume: {exc}") from exc
+        try:
+            # lengths may differ after a kill inside a flush: the resume cuts them to the shortest
+            _check_contents(self.file, self.path, master_ok=False, lengths=False)
+            self._truncate_for_resume(last_frame, expected_rows, restarts_envs)
+        except TrajectoryLogError:
+            self.file.close()
+            raise
+        except (OSError, RuntimeError, KeyError, ValueError) as exc:
+            self.file.close()
+            raise TrajectoryLogError(f"{self.path}: cannot resume logging into it: {exc}") from exc
+
+    def _truncate_for_resume(self, last_frame: int, expected_rows: int | None, restarts_envs: bool):
         steps = self.file["steps"]
         shape = steps["behavior_logits"].shape
         if shape[1:] != (self.batch_size, self.num_actions):
-            self.file.close()
             raise TrajectoryLogError(f"{self.path}: holds batches of {shape[1:]}, this run logs "
                                      f"{(self.batch_size, self.num_actions)}; use a new log_dir")
-        frames = steps["global_frame"][()]
-        keep = int(np.searchsorted(frames.max(axis=1) if frames.size else frames, last_frame, "right"))
+        frames = steps["global_frame"][:common_rows(steps)]
+        last_row_frames = frames.max(axis=1) if frames.shape[0] else np.empty(0, np.int64)
+        keep = int(np.searchsorted(last_row_frames, last_frame, "right"))
+        if expected_rows is not None and keep < expected_rows:
+            # rows the checkpoint counted never reached the file (the job was killed first)
+            since = int(last_row_frames[keep - 1]) if keep else 0
+            gaps = json_list_attr(self.file, "gaps") + [[since, int(last_frame)]]
+            self.file.attrs["gaps"] = json.dumps(gaps)
+            print(f"warning: {self.path}: {expected_rows - keep} step rows after frame {since} (up to the "
+                  f"checkpoint's frame {last_frame}) were lost before they reached the file; recorded "
+                  f"in its `gaps` attribute (replay refuses episodes across a gap)", file=sys.stderr)
+        if restarts_envs:
+            self.file.attrs["restarts"] = json.dumps(json_list_attr(self.file, "restarts") + [int(last_frame)])
         for name in (*STEP_FIELDS, "behavior_logits"):
             steps[name].resize(keep, axis=0)
         episodes = self.file["episodes"]
-        keep_eps = int((episodes["end_frame"][()] <= last_frame).sum())
+        keep_eps = int((episodes["end_frame"][:common_rows(episodes)] <= last_frame).sum())
         for name in EPISODE_FIELDS:
             episodes[name].resize(keep_eps, axis=0)
         keep_obs = 0
         if "observations" in self.file:
             obs = self.file["observations"]
-            keep_obs = int((obs["index"][:, 2] <= last_frame).sum()) if obs["index"].shape[0] else 0
+            if self.observations is not None and int(obs.attrs.get("stride", -1)) != self.observations.stride:
+                raise TrajectoryLogError(
+                    f"{self.path}: logs observations every {int(obs.attrs.get('stride', -1))} steps, this "
+                    f"run every {self.observations.stride}; resume with that stride or use a new log_dir")
+            index = obs["index"][:common_rows(obs)]
+            keep_obs = int((index[:, 2] <= last_frame).sum()) if index.shape[0] else 0
             obs["frames"].resize(keep_obs, axis=0)
             obs["index"].resize(keep_obs, axis=0)
+        elif self.observations is not None:  # a run that starts logging observations on resume
+            self._create_observations(self.file, self.observations, self._dataset_kw)
         self._steps_written, self._episodes_written, self._obs_written = keep, keep_eps, keep_obs
         self.chunk_steps = steps["action"].chunks[0]
         self.file.flush()
@@ -390,6 +430,11 @@ class TrajectoryWriter:
     def steps_written(self) -> int:
         return self._steps_written
 
+    @property
+    def steps_logged(self) -> int:
+        """Rows appended so far, written or still buffered (after a failed flush)."""
+        return self._steps_written + self._buffered
+
     def close(self):
         """Flush (retrying rows a failed flush left) and close; raises TrajectoryWriteError
         if the rows still cannot be written, after closing the file as far as HDF5 can."""
@@ -422,6 +467,20 @@ def rank_file(run_dir, rank: int) -> pathlib.Path:
 # datasets every trajectory file has (rank file or master), with their dimensions
 REQUIRED_DATASETS = {**{f"steps/{name}": 2 for name in STEP_FIELDS}, "steps/behavior_logits": 3,
                      **{f"episodes/{name}": 1 for name in EPISODE_FIELDS}}
+
+
+def json_list_attr(f, name: str) -> list:
+    """A root attribute holding a JSON list (gaps, restarts); [] when absent."""
+    raw = f.attrs.get(name)
+    if raw is None:
+        return []
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError):
+        raise TrajectoryLogError(f"{f.filename}: its {name!r} attribute is not JSON") from None
+    if not isinstance(value, list):
+        raise TrajectoryLogError(f"{f.filename}: its {name!r} attribute is not a list")
+    return value
 
 
 def _damaged(path, exc) -> TrajectoryLogError:
@@ -550,7 +609,7 @@ def _find_read_attempts_setter():
     return None
 
 
-def _check_contents(f: h5py.File, path: pathlib.Path, master_ok: bool) -> bool:
+def _check_contents(f: h5py.File, path: pathlib.Path, master_ok: bool, lengths: bool = True) -> bool:
     """Check the layout; True if a master file's rank files need SWMR."""
     if "format_version" not in f.attrs or ("steps" not in f and "virtual" not in f.attrs):
         raise TrajectoryLogError(f"{path}: an HDF5 file, but not a hybridsim trajectory log")
@@ -578,9 +637,38 @@ def _check_contents(f: h5py.File, path: pathlib.Path, master_ok: bool) -> bool:
             bad.append(f"{name} is not a dataset")
         elif ndim is not None and ds.ndim != ndim:
             bad.append(f"{name} is {ds.ndim}-D, not {ndim}-D")
+    if not bad and lengths and not f.swmr_mode:  # (a live writer resizes one dataset after another)
+        bad = _unequal_lengths(f)
     if bad:
         raise TrajectoryLogError(f"{path}: damaged trajectory file: {'; '.join(bad)}")
     return swmr
+
+
+GROUP_DATASETS = {"steps": (*STEP_FIELDS, "behavior_logits"), "episodes": tuple(EPISODE_FIELDS),
+                  "observations": ("frames", "index")}
+
+
+def _unequal_lengths(f) -> list[str]:
+    """The groups whose datasets disagree on their row count (or steps on the batch)."""
+    bad = []
+    for group, names in GROUP_DATASETS.items():
+        if group not in f:
+            continue
+        rows = {name: f[group][name].shape[0] for name in names}
+        if len(set(rows.values())) > 1:
+            listed = ", ".join(f"{name} {n}" for name, n in rows.items())
+            bad.append(f"the {group} datasets differ in length ({listed} rows)")
+    batches = {f["steps"][name].shape[1] for name in GROUP_DATASETS["steps"]} if "steps" in f else set()
+    if len(batches) > 1:
+        bad.append(f"the steps datasets differ in batch size ({sorted(batches)})")
+    return bad
+
+
+def common_rows(group, names=None) -> int:
+    """Rows every dataset of `group` has: a file open for writing may show one dataset
+    already grown and the next not yet; readers take the rows all of them hold."""
+    names = names or GROUP_DATASETS[group.name.strip("/")]
+    return min(group[name].shape[0] for name in names)
 
 
 def _check_ranks(f: h5py.File, path: pathlib.Path) -> bool:
@@ -776,6 +864,9 @@ def write_master(run_dir) -> pathlib.Path:
                 m.attrs[key] = value
         m.attrs["virtual"] = True
         m.attrs["ranks"] = json.dumps([i["name"] for i in infos])
+        gaps = sorted({tuple(g) for i in infos for g in json.loads(i["attrs"].get("gaps", "[]"))})
+        if gaps:  # any rank's lost rows (rank 0's attributes were copied above)
+            m.attrs["gaps"] = json.dumps([list(g) for g in gaps])
         steps = m.create_group("steps")
         fields = {**{k: v for k, v in STEP_FIELDS.items()},
                   "behavior_logits": (np.float32, np.nan)}
@@ -814,4 +905,5 @@ def read_steps(path, fields=None) -> dict[str, np.ndarray]:
     """Per-step fields of a rank or master file (all rows on disk), as numpy arrays."""
     with open_trajectory_file(path) as f:
         names = fields or [*STEP_FIELDS, "behavior_logits"]
-        return {name: f["steps"][name][()] for name in names}
+        n = common_rows(f["steps"])
+        return {name: f["steps"][name][:n] for name in names}

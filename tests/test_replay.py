@@ -97,3 +97,52 @@ def test_bad_config_attribute_and_gif_path_are_named(short_episode_run, tmp_path
         replay.save_frames(result.frames, gif=str(tmp_path))
     written = replay.save_frames(result.frames, gif=str(tmp_path / "episode"))  # no .gif suffix
     assert (tmp_path / "episode").stat().st_size > 0 and written == [str(tmp_path / "episode")]
+
+
+def test_replay_across_a_resume_that_restarted_the_environments(tmp_path):
+    """ale-py's environments cannot be restored: a resumed run restarts them from their
+    seeds. The file records that frame, the interrupted episodes keep their ids and the new
+    ones get fresh ids, and replay resets there: episodes on both sides reproduce."""
+    cfg = dict(game="breakout", backend="ale-py", num_envs=2, num_minibatches=1, log_dir=str(tmp_path),
+               num_threads=1, torch_threads=1, log_every=1000.0, max_episode_frames=600, noop_max=10,
+               repeat_action_probability=0.25, checkpoint_every=800)
+    Trainer(TrainConfig(**cfg, total_frames=1800)).train()
+    import torch
+    resumed_at = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["frames"]
+    Trainer(TrainConfig(**cfg, total_frames=4000, resume=True)).train()
+    path = trajlog.rank_file(tmp_path, 0)
+    with trajlog.open_trajectory_file(path) as f:
+        assert trajlog.json_list_attr(f, "restarts") == [resumed_at]
+    episodes = trajlog.read_episodes(path)
+    pairs = list(zip(episodes["env_id"].tolist(), episodes["episode_id"].tolist()))
+    assert len(set(pairs)) == len(pairs), pairs  # no id names two episodes
+    after = np.nonzero(episodes["start_frame"] >= resumed_at)[0]
+    before = np.nonzero(episodes["end_frame"] <= resumed_at)[0]
+    assert after.size and before.size
+    for k in (before[-1], after[0], after[-1]):
+        result = replay.replay(path, int(k))
+        assert result.reproduced, (k, result.mismatches)
+
+
+def test_episodes_across_lost_rows_are_refused(short_episode_run, tmp_path):
+    """Rows lost before a resume (the file's `gaps`): the episodes after them cannot be
+    replayed, and replay says why instead of reporting a false mismatch."""
+    src = trajlog.rank_file(short_episode_run, 0)
+    copy = tmp_path / src.name
+    copy.write_bytes(src.read_bytes())
+    episodes = trajlog.read_episodes(copy)
+    last = episodes["env_id"].size - 1
+    with h5py.File(copy, "r+") as f:
+        f.attrs["gaps"] = "[[40, 80]]"
+    with pytest.raises(ValueError, match="after frame 40 up to frame 80 were lost"):
+        replay.replay(copy, last)
+
+
+def test_the_episodes_table_must_agree_with_the_steps(short_episode_run, tmp_path):
+    src = trajlog.rank_file(short_episode_run, 0)
+    copy = tmp_path / src.name
+    copy.write_bytes(src.read_bytes())
+    with h5py.File(copy, "r+") as f:
+        f["episodes/return"][0] = f["episodes/return"][0] + 3
+    result = replay.replay(copy, 0)
+    assert not result.reproduced and "the episodes table says" in result.mismatches[0]

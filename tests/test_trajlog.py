@@ -389,3 +389,88 @@ def test_master_file_needs_its_rank_files(small_run, tmp_path):
     with pytest.raises(trajlog.TrajectoryLogError,
                        match=re.escape(f"{alone}: reads ") + ".*traj_rank00000.h5: damaged"):
         trajlog.read_episodes(alone)
+
+
+def _rows(path, steps, batch=2, actions=3, **kw):
+    """A closed rank file of `steps` rows (global_frame = 4 x step)."""
+    rng = np.random.default_rng(0)
+    with trajlog.TrajectoryWriter(path, batch_size=batch, num_actions=actions, **kw) as w:
+        for s in range(steps):
+            w.append_step(**fake_step(rng, s, batch, actions))
+
+
+def test_a_resume_records_lost_rows_as_a_gap_and_restarts(tmp_path, capsys):
+    """A checkpoint that counted more rows than reached the file (a kill before a flush):
+    the resume says so and records the gap, and a resume whose environments restart from
+    their seeds records that frame; replay reads both."""
+    path = tmp_path / "traj_rank00000.h5"
+    _rows(path, 10)  # frames 0 .. 36
+    w = trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=60,
+                                 resume_expected_rows=16, resume_restarts_envs=True)
+    w.close()
+    assert "6 step rows after frame 36" in capsys.readouterr().err
+    with trajlog.open_trajectory_file(path) as f:
+        assert trajlog.json_list_attr(f, "gaps") == [[36, 60]]
+        assert trajlog.json_list_attr(f, "restarts") == [60]
+    # every row reached the file: no gap; restarts accumulate
+    w = trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=36,
+                                 resume_expected_rows=10, resume_restarts_envs=True)
+    w.close()
+    assert capsys.readouterr().err == ""
+    with trajlog.open_trajectory_file(path) as f:
+        assert trajlog.json_list_attr(f, "gaps") == [[36, 60]]
+        assert trajlog.json_list_attr(f, "restarts") == [60, 36]
+
+
+def test_a_file_without_rows_resumes(tmp_path):
+    """A job killed after its first checkpoint but before its first flush left a file with
+    no step rows; the resume continues it instead of failing on the empty table."""
+    path = tmp_path / "traj_rank00000.h5"
+    _rows(path, 0)
+    rng = np.random.default_rng(1)
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=1000) as w:
+        w.append_step(**fake_step(rng, 300, 2, 3))
+    assert trajlog.read_steps(path, fields=["global_frame"])["global_frame"][:, 0].tolist() == [1200]
+
+
+def test_a_resume_may_start_logging_observations_but_not_change_their_stride(tmp_path):
+    path = tmp_path / "traj_rank00000.h5"
+    _rows(path, 4)
+    rng = np.random.default_rng(2)
+    obs_cfg = trajlog.ObservationLogging(shape=(2, 3), stride=2, env_ids=(0,))
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=12,
+                                  observations=obs_cfg) as w:
+        for s in range(4, 8):
+            w.append_step(**fake_step(rng, s, 2, 3), observation=np.full((2, 2, 3), s, np.uint8))
+    with trajlog.open_trajectory_file(path) as f:
+        assert f["observations"].attrs["stride"] == 2
+        assert f["observations/index"][:, 0].tolist() == [4, 6]
+    other = trajlog.ObservationLogging(shape=(2, 3), stride=5, env_ids=(0,))
+    with pytest.raises(trajlog.TrajectoryLogError, match="every 2 steps, this run every 5"):
+        trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=28, observations=other)
+    assert trajlog.read_steps(path, fields=["global_frame"])["global_frame"].shape[0] == 8  # untouched
+
+
+def test_a_foreign_file_is_refused_on_resume(tmp_path):
+    path = tmp_path / "traj_rank00000.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = np.arange(3)
+    with pytest.raises(trajlog.TrajectoryLogError, match="not a hybridsim trajectory log"):
+        trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=10)
+    with h5py.File(path, "r") as f:  # closed again: another process may open it
+        assert list(f) == ["x"]
+
+
+def test_datasets_of_unequal_length_are_named(tmp_path):
+    """A closed file whose datasets in a group disagree on their rows is damaged: the
+    readers say which, instead of an IndexError or a short, silently wrong answer."""
+    path = tmp_path / "traj_rank00000.h5"
+    _rows(path, 12)
+    with h5py.File(path, "r+") as f:
+        f["steps/env_id"].resize(5, axis=0)
+    with pytest.raises(trajlog.TrajectoryLogError, match=r"steps datasets differ in length \(action 12, .*env_id 5"):
+        trajlog.read_steps(path)
+    # a resume cuts them to the rows every dataset holds (a kill inside a flush)
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=1000):
+        pass
+    assert trajlog.read_steps(path)["action"].shape[0] == 5
