@@ -242,7 +242,10 @@ class AtariVectorEnv(VectorEnv):
             maxpool=bool(maxpool), noop_max=int(noop_max), fire_reset=fire_reset,
             episodic_life=bool(episodic_life), life_loss_info=bool(life_loss_info),
             reward_clipping=bool(reward_clipping), max_episode_steps=int(max_num_frames_per_episode),
-            same_step=self.autoreset_mode == AutoresetMode.SAME_STEP, action_set=self.action_set,
+            same_step=self.autoreset_mode == AutoresetMode.SAME_STEP,
+            # continuous actions map to ALE action ids, which the engine reads as positions in
+            # its set: all 18, as ale-py's AtariEnv acts on them (skiing's legal set has 9)
+            action_set=np.arange(18, dtype=np.int32) if continuous else self.action_set,
             raw_height=height, pal=ale._emu.tv_standard == "PAL",
             interpolation=interpolations[resize_interpolation])
         self.device = device

@@ -137,6 +137,27 @@ def test_continuous_actions_match_ale_py():
     theirs.close()
 
 
+@pytest.mark.parametrize("game,gym_id", [("skiing", "ALE/Skiing-v5"), ("lost_luggage", "ALE/LostLuggage-v5")])
+def test_continuous_actions_on_games_with_fewer_legal_actions(game, gym_id):
+    """Skiing's and Lost Luggage's legal sets hold 9 actions, not 18: a continuous action's
+    ALE id must act as that id (as ale-py's AtariEnv does), not as a position in the set.
+    (ale-py's vector env hangs on these, so its single environment is the reference.)"""
+    import ale_py
+    import gymnasium as gym
+    gym.register_envs(ale_py)
+    ours = AtariVectorEnv(game, 1, noop_max=0, num_threads=1, continuous=True, repeat_action_probability=0.0,
+                          img_height=210, img_width=160, stack_num=1, maxpool=False, episodic_life=False,
+                          use_fire_reset=False, reward_clipping=False)
+    theirs = gym.make(gym_id, continuous=True, obs_type="grayscale", frameskip=4, repeat_action_probability=0.0)
+    assert np.array_equal(ours.reset(seed=3)[0][0, 0], theirs.reset(seed=3)[0])
+    rng = np.random.default_rng(0)
+    for t in range(120):
+        a = np.array([[rng.uniform(0, 1), rng.uniform(-np.pi, np.pi), rng.uniform(0, 1)]], np.float32)
+        mine, ref = ours.step(a), theirs.step(a[0])
+        assert np.array_equal(mine[0][0, 0], ref[0]) and mine[1][0] == ref[1], f"step {t}, action {a[0]}"
+    theirs.close()
+
+
 def test_seeded_load_is_a_copy_of_one_load():
     """A seeded reset copies one loaded console and reseeds its RNG; exact where the load
     never draws from the environment RNG (checked at construction)."""
