@@ -12,6 +12,7 @@ that load plugins.
 """
 from __future__ import annotations
 
+import ale_py
 import ale_py.env
 import numpy as np
 
@@ -28,6 +29,13 @@ class AtariEnv(ale_py.env.AtariEnv):
     def ale(self, value):
         from hybridsim.ale import ALEInterface
         self._hybridsim_ale = value if isinstance(value, ALEInterface) else ALEInterface()
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # ale-py's get_action_meanings and get_keys_to_action look actions up by
+        # ale_py.Action (a pybind11 enum, unequal to hybridsim.Action's IntEnum members), and
+        # gymnasium's AtariPreprocessing calls the first: keep ale-py's own members.
+        self._action_set = [ale_py.Action(int(a)) for a in self._action_set]
 
     def step(self, action):
         """ale-py's step, after checking a discrete action (ale-py would index its action

@@ -4,8 +4,9 @@
     hybridsim/<Game>NoFrameskip-v5  frameskip 1, sticky 0.25
     hybridsim/<Game>-v0, -v4        frameskip uniform in [2, 5), sticky 0.25 / 0
     hybridsim/<Game>NoFrameskip-v0, -v4   frameskip 1, sticky 0.25 / 0
-all with 108,000 frames per episode at most. gymnasium.make gives hybridsim.env.AtariEnv,
-gymnasium.make_vec hybridsim.AtariVectorEnv. Only gymnasium is imported here; the emulator
+all with 108,000 frames per episode at most. gymnasium.make gives hybridsim.env.AtariEnv;
+gymnasium.make_vec gives hybridsim.AtariVectorEnv for <Game>-v5 and, as ale-py, vectorizes
+the single environment for the other ids. Only gymnasium is imported here; the emulator
 and ale-py load when an environment is made.
 """
 from __future__ import annotations
@@ -25,12 +26,14 @@ def register_envs() -> None:
 
     from hybridsim import games_table
 
-    def add(env_id, game, **kwargs):
+    def add(env_id, game, vector=False, **kwargs):
         full = f"{NAMESPACE}/{env_id}"
         if full in gymnasium.registry:
             return
+        # the batched engine only for <Game>-v5, as ale-py: make_vec of the others vectorizes
+        # the single environment (their frameskip may be random, their frames raw)
         gymnasium.register(id=full, entry_point="hybridsim.env:AtariEnv",
-                           vector_entry_point="hybridsim.env:make_vector_env",
+                           vector_entry_point="hybridsim.env:make_vector_env" if vector else None,
                            kwargs=dict(game=game, full_action_space=False,
                                        max_num_frames_per_episode=108_000, **kwargs))
 
@@ -38,7 +41,7 @@ def register_envs() -> None:
         if rom in MULTIPLAYER_ONLY:
             continue
         name = rom_id_to_name(rom)
-        add(f"{name}-v5", rom, repeat_action_probability=0.25, frameskip=4)
+        add(f"{name}-v5", rom, vector=True, repeat_action_probability=0.25, frameskip=4)
         add(f"{name}NoFrameskip-v5", rom, repeat_action_probability=0.25, frameskip=1)
         for version, sticky in (("v0", 0.25), ("v4", 0.0)):
             add(f"{name}-{version}", rom, repeat_action_probability=sticky, frameskip=(2, 5))

@@ -43,6 +43,38 @@ def test_make_vec_uses_the_batched_engine():
     assert obs.shape == (2, 4, 84, 84)
 
 
+def test_other_ids_vectorize_the_single_environment_as_ale_py():
+    """Only <Game>-v5 has the batched engine (as ale-py registers only ALE/<Game>-v5 with
+    its vector env): -v4 (random frameskip) and NoFrameskip ids give raw frames from a
+    vector of single environments, like ale-py's."""
+    import ale_py
+    gymnasium.register_envs(ale_py)
+    ours = gymnasium.make_vec("hybridsim/Pong-v4", num_envs=2)
+    theirs = gymnasium.make_vec("Pong-v4", num_envs=2)
+    assert type(ours).__name__ == type(theirs).__name__ == "SyncVectorEnv"
+    assert ours.observation_space == theirs.observation_space
+    ours.close(), theirs.close()
+
+
+def test_action_meanings_and_atari_preprocessing_work_as_on_ale_py():
+    """The single environment's action set holds ale_py.Action members, so ale-py's
+    get_action_meanings / get_keys_to_action and gymnasium's AtariPreprocessing (which
+    calls the first) work, and give what they give on ale-py."""
+    import ale_py
+    from gymnasium.wrappers import AtariPreprocessing
+    gymnasium.register_envs(ale_py)
+    ours = AtariPreprocessing(gymnasium.make("hybridsim/Pong-v5", frameskip=1))
+    theirs = AtariPreprocessing(gymnasium.make("ALE/Pong-v5", frameskip=1))
+    assert ours.unwrapped.get_action_meanings() == theirs.unwrapped.get_action_meanings()
+    assert ours.unwrapped.get_keys_to_action() == theirs.unwrapped.get_keys_to_action()
+    assert ale_py.Action.FIRE in ours.unwrapped._action_set
+    assert np.array_equal(ours.reset(seed=0)[0], theirs.reset(seed=0)[0])
+    for t in range(40):
+        a, b = ours.step(t % 6), theirs.step(t % 6)
+        assert np.array_equal(a[0], b[0]) and a[1:4] == b[1:4], t
+    ours.close(), theirs.close()
+
+
 def test_arguments_the_environments_do_not_have_are_errors():
     """make_vec refuses the single environment's obs_type/mode/difficulty/render_mode (as
     ale-py's vector environment does) instead of dropping them; the single environment
