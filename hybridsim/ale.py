@@ -24,11 +24,13 @@ class ALEState:
     """An opaque emulator snapshot, like ale_py.ALEState (serialize() gives bytes)."""
 
     def __init__(self, data: bytes, rom_md5: str = "", frame_number: int = 0,
-                 episode_frame_number: int = 0):
+                 episode_frame_number: int = 0, mode: int = 0, difficulty: int = 0):
         self._data = bytes(data)
         self._rom_md5 = rom_md5
         self._frame_number = frame_number
         self._episode_frame_number = episode_frame_number
+        self._mode = mode
+        self._difficulty = difficulty
 
     def serialize(self) -> bytes:
         return self._data
@@ -39,11 +41,33 @@ class ALEState:
     def getEpisodeFrameNumber(self) -> int:
         return self._episode_frame_number
 
+    def getCurrentMode(self) -> int:
+        """The game mode when the state was cloned."""
+        return self._mode
+
+    def getDifficulty(self) -> int:
+        """The difficulty when the state was cloned."""
+        return self._difficulty
+
     def equals(self, other: "ALEState") -> bool:
         return isinstance(other, ALEState) and self._data == other._data
 
     __eq__ = equals
     __hash__ = None
+
+
+def _png_bytes(rgb: np.ndarray) -> bytes:
+    """An 8-bit RGB PNG of an (H, W, 3) array (PNG spec: signature, IHDR, IDAT, IEND)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    h, w, _ = rgb.shape
+    rows = b"".join(b"\x00" + rgb[y].tobytes() for y in range(h))  # filter type 0 per row
+    header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)  # 8 bits, truecolour
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
+            + chunk(b"IEND", b""))
 
 
 def _require_int(what: str, value) -> None:
@@ -261,11 +285,23 @@ class ALEInterface:
         screen = self._require_rom().get_screen_grayscale(out)
         return None if out is not None else screen
 
+    def saveScreenPNG(self, filename) -> None:
+        """Write the current screen as an RGB PNG, each pixel doubled in width (320 wide, as
+        ale-py writes it: the 2600's pixels are about twice as wide as tall)."""
+        rgb = np.ascontiguousarray(np.repeat(self.getScreenRGB(), 2, axis=1), dtype=np.uint8)
+        pathlib.Path(filename).write_bytes(_png_bytes(rgb))
+
+    def getAudio(self):
+        raise NotImplementedError("hybridsim does not emulate the TIA's sound: no audio samples")
+
+    def getAudioSize(self):
+        raise NotImplementedError("hybridsim does not emulate the TIA's sound: no audio samples")
+
     # ----- states --------------------------------------------------------------------
     def cloneState(self, *, include_rng: bool = False) -> ALEState:
         emu = self._require_rom()
         return ALEState(emu.clone_state(include_rng), self._md5, self.getFrameNumber(),
-                        self.getEpisodeFrameNumber())
+                        self.getEpisodeFrameNumber(), int(self._mode), int(self._difficulty))
 
     def cloneSystemState(self) -> ALEState:
         return self.cloneState(include_rng=True)

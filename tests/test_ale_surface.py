@@ -62,3 +62,33 @@ def test_rom_lookup_and_errors(tmp_path):
         roms.read_rom(odd)
     with pytest.raises(IsADirectoryError):
         roms.read_rom(tmp_path)
+
+
+def test_the_rest_of_ale_py_surface(tmp_path):
+    """saveScreenPNG writes the screen ale-py's writes; a state reports the mode and
+    difficulty it was cloned in, as ale-py's; audio, which hybridsim does not emulate, is a
+    NotImplementedError naming that, not an AttributeError."""
+    import numpy as np
+    from PIL import Image
+
+    import hybridsim
+    ale_py = pytest.importorskip("ale_py")
+    ours, theirs = hybridsim.ALEInterface(), ale_py.ALEInterface()
+    theirs.setLoggerMode(ale_py.LoggerMode.Error)
+    path = roms.rom_path("space_invaders")
+    for ale in (ours, theirs):
+        ale.loadROM(str(path))
+        ale.setMode(ale.getAvailableModes()[3])
+        ale.setDifficulty(1)
+        ale.reset_game()
+        for _ in range(90):
+            ale.act(ale.getMinimalActionSet()[1])
+    ours.saveScreenPNG(str(tmp_path / "ours.png"))
+    theirs.saveScreenPNG(str(tmp_path / "theirs.png"))
+    mine, ref = (np.asarray(Image.open(tmp_path / f"{n}.png").convert("RGB")) for n in ("ours", "theirs"))
+    assert mine.shape == ref.shape == (210, 320, 3) and np.array_equal(mine, ref)
+    a, b = ours.cloneState(), theirs.cloneState()
+    assert (a.getCurrentMode(), a.getDifficulty()) == (b.getCurrentMode(), b.getDifficulty()) == (
+        theirs.getAvailableModes()[3], 1)
+    with pytest.raises(NotImplementedError, match="sound"):
+        ours.getAudio()
