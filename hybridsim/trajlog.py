@@ -687,13 +687,24 @@ def _check_ranks(f: h5py.File, path: pathlib.Path) -> bool:
             f"{path}: its rank file{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
             f"{'are' if len(missing) > 1 else 'is'} missing from {path.parent}; a master file "
             f"holds no rows itself, its rank files must stay beside it")
+    try:  # the rows each rank file had when the master was written (absent before 2026-12)
+        recorded = json.loads(f.attrs.get("rank_rows", "{}"))
+    except (TypeError, ValueError):
+        recorded = {}
     swmr = False
     for name in names:
         try:
             with _open(path.parent / name, master_ok=False) as rank:
                 swmr |= rank.swmr_mode
+                now = [common_rows(rank["steps"]), common_rows(rank["episodes"])]
         except TrajectoryLogError as exc:
             raise TrajectoryLogError(f"{path}: reads {exc}") from exc
+        then = recorded.get(name) if isinstance(recorded, dict) else None
+        if isinstance(then, list) and len(then) == 2 and (now[0] < then[0] or now[1] < then[1]):
+            raise TrajectoryLogError(
+                f"{path}: stale: {name} now holds {now[0]} step and {now[1]} episode rows, fewer than "
+                f"the {then[0]} and {then[1]} it was written over (a resume cut them); rewrite it with "
+                f"hybridsim.trajlog.write_master({str(path.parent)!r})")
     return swmr
 
 
@@ -843,10 +854,10 @@ def write_master(run_dir) -> pathlib.Path:
             steps = f["steps"]
             infos.append({
                 "name": path.name,
-                "steps": steps["action"].shape[0],
+                "steps": common_rows(steps),
                 "batch": steps["action"].shape[1],
                 "actions": steps["behavior_logits"].shape[2],
-                "episodes": f["episodes"]["env_id"].shape[0],
+                "episodes": common_rows(f["episodes"]),
                 "attrs": dict(f.attrs),
             })
     num_actions = {i["actions"] for i in infos}
@@ -864,6 +875,7 @@ def write_master(run_dir) -> pathlib.Path:
                 m.attrs[key] = value
         m.attrs["virtual"] = True
         m.attrs["ranks"] = json.dumps([i["name"] for i in infos])
+        m.attrs["rank_rows"] = json.dumps({i["name"]: [i["steps"], i["episodes"]] for i in infos})
         gaps = sorted({tuple(g) for i in infos for g in json.loads(i["attrs"].get("gaps", "[]"))})
         if gaps:  # any rank's lost rows (rank 0's attributes were copied above)
             m.attrs["gaps"] = json.dumps([list(g) for g in gaps])

@@ -474,3 +474,18 @@ def test_datasets_of_unequal_length_are_named(tmp_path):
     with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=1000):
         pass
     assert trajlog.read_steps(path)["action"].shape[0] == 5
+
+
+def test_a_master_over_rank_files_a_resume_cut_is_named_stale(tmp_path):
+    """A resume drops the rows after the checkpoint's frame from each rank file; a master
+    written before then maps rows that are gone: readers say it is stale and how to
+    rewrite it, instead of an HDF5 dataspace error."""
+    write_rank(trajlog.rank_file(tmp_path, 0), 20, 3, 5, seed=2)
+    master = trajlog.write_master(tmp_path)
+    with trajlog.TrajectoryWriter(trajlog.rank_file(tmp_path, 0), batch_size=3, num_actions=5,
+                                  resume_after_frame=40):
+        pass
+    with pytest.raises(trajlog.TrajectoryLogError, match="stale: traj_rank00000.h5 now holds 11 step"):
+        trajlog.read_steps(master)
+    trajlog.write_master(tmp_path)
+    assert trajlog.read_steps(master)["action"].shape == (11, 3)
