@@ -126,7 +126,9 @@ def bench_single(make_reference, make_candidate, games=SINGLE_GAMES, frames: int
     the ratio is fair even on a noisy machine. Each side plays the same random stream of
     minimal actions with ALE's default settings (frame_skip 1, sticky actions 0.25).
     """
-    from hybridsim import roms
+    from hybridsim import games_table, roms
+    for game in games:  # before any timing: ale-py would end the process on some
+        games_table.require_ale_py_loadable(game, "bench times ale-py beside hybridsim")
     rows = []
     print_fn(f"single environment act(), {frames:,} frames per side, {blocks} alternating blocks")
     print_fn(f"{'game':16s} {names[0] + ' fps':>14s} {names[1] + ' fps':>16s} {'ratio':>7s}")
@@ -232,8 +234,14 @@ def bench_vector(games=VECTOR_GAMES, num_envs: int = 16, threads: int = 2, steps
     over thread counts."""
     from ale_py.vector_env import AtariVectorEnv as AleVectorEnv
 
+    from hybridsim import games_table
     from hybridsim.vector import AtariVectorEnv
+    for game in games:  # before any timing: ale-py would end the process on some
+        games_table.require_ale_py_loadable(game, "bench times ale-py beside hybridsim")
     envpool_py = find_envpool_python(envpool_python)
+    if envpool_py is None and envpool_python:  # asked for by name: not a silent skip
+        raise ValueError(f"--envpool-python {envpool_python}: not an interpreter that can "
+                         f"import envpool")
     if envpool_py is None:
         tried = envpool_python or "this interpreter and /tmp/epvenv/bin/python"
         print_fn(f"(EnvPool is not importable by {tried}: its column is skipped; "
@@ -277,7 +285,8 @@ def bench_vector(games=VECTOR_GAMES, num_envs: int = 16, threads: int = 2, steps
         game = games[0]
         print_fn(f"threads scaling ({game}, {num_envs} envs, frames/s)")
         print_fn(f"{'threads':>7s} {'hybridsim':>10s} {'ale-py':>10s} {'hs/ale':>7s}")
-        actions = np.random.default_rng(1).integers(0, 6 if game == "pong" else 4, (steps + warmup, num_envs))
+        n_actions = AtariVectorEnv(game, 1).single_action_space.n
+        actions = np.random.default_rng(1).integers(0, n_actions, (steps + warmup, num_envs))
         for t in scaling_threads:
             hs = _time_vector(lambda: AtariVectorEnv(game, num_envs, num_threads=t), actions, warmup)
             ap = _time_vector(lambda: AleVectorEnv(game, num_envs, num_threads=t), actions, warmup)

@@ -19,21 +19,61 @@ and hold every logged step; free space and run again with --resume."""
 def _cmd_bench(args) -> int:
     from hybridsim import bench
     _require_at_least(args, frames=1, num_envs=1, threads=0, steps=1, rounds=1)
+    _refuse_unused(args, {"single": ("frames",),
+                          "vector": ("num_envs", "threads", "steps", "rounds", "scaling",
+                                     "envpool_python"),
+                          "single or vector": ("games",)})
+    games = _game_list(args.games) if args.games else None
+    threads = _count_list("--scaling", args.scaling)
     if args.single:
         import ale_py
         from hybridsim.ale import ALEInterface
         ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
-        games = args.games.split(",") if args.games else bench.SINGLE_GAMES
-        bench.bench_single(ale_py.ALEInterface, ALEInterface, games=games, frames=args.frames)
+        bench.bench_single(ale_py.ALEInterface, ALEInterface, games=games or bench.SINGLE_GAMES,
+                           frames=args.frames)
     if args.vector:
-        games = args.games.split(",") if args.games else bench.VECTOR_GAMES
-        threads = [int(t) for t in args.scaling.split(",") if t] if args.scaling else None
-        bench.bench_vector(games=games, num_envs=args.num_envs, threads=args.threads,
-                           steps=args.steps, rounds=args.rounds, envpool_python=args.envpool_python,
-                           scaling_threads=threads)
+        bench.bench_vector(games=games or bench.VECTOR_GAMES, num_envs=args.num_envs,
+                           threads=args.threads, steps=args.steps, rounds=args.rounds,
+                           envpool_python=args.envpool_python, scaling_threads=threads or None)
     if args.cpu or not (args.single or args.vector):
         bench.bench_cpu()
     return 0
+
+
+def _refuse_unused(args, by_mode: dict) -> None:
+    """An option set away from its default for a mode that is not chosen is an error:
+    `bench --games freeway` alone would time the 6507 core and ignore the game."""
+    for modes, options in by_mode.items():
+        if any(getattr(args, m) for m in modes.split(" or ")):
+            continue
+        for option in options:
+            if getattr(args, option) != args.default_of(option):
+                flags = " or ".join(f"--{m}" for m in modes.split(" or "))
+                raise ValueError(f"--{option.replace('_', '-')} applies to {flags}, "
+                                 f"which is not given")
+
+
+def _game_list(text: str) -> list[str]:
+    """'Pong, space-invaders' -> ['pong', 'space_invaders'], each a known game."""
+    from hybridsim import games_table, roms
+    names = [roms.snake_case(n) for n in text.split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"--games {text!r} names no game")
+    for name in names:
+        games_table.by_name(name)  # unknown: ValueError listing the known games
+    return names
+
+
+def _count_list(option: str, text: str) -> list[int]:
+    """'1,2,4' -> [1, 2, 4], each a positive integer."""
+    counts = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if not item.isdigit() or int(item) < 1:
+            raise ValueError(f"{option}: {item!r} is not a positive integer (give e.g. 1,2,4)")
+        counts.append(int(item))
+    return counts
 
 
 def _require_at_least(args, **lows) -> None:
@@ -52,17 +92,18 @@ def _cmd_verify(args) -> int:
     if args.all:  # ale-py cannot load the games ALE has no settings for
         names = [g["name"] for g in games_table.games() if g.get("ale_settings", True)]
     elif args.games:
-        names = [n.strip() for n in args.games.split(",") if n.strip()]
+        names = _game_list(args.games)  # Pong, SpaceInvaders: as train --game takes them
     else:
         raise ValueError("name games with --games a,b or pass --all")
-    if not names:
-        raise ValueError(f"--games {args.games!r} names no game")
     _require_at_least(args, frames=1, screen_every=1, reset_every=0, seed=0)
-    names = [roms.snake_case(n) for n in names]  # Pong, SpaceInvaders: as train --game takes them
     for name in names:
-        if not games_table.by_name(name).get("ale_settings", True):
-            raise ValueError(f"{name}: ale-py has no game settings for it and cannot load it, so "
-                             f"there is no oracle to verify against (`hybridsim games`)")
+        games_table.require_ale_py_loadable(name, "verify compares with ale-py")
+        entry = games_table.by_name(name)
+        for option, value, valid in (("--mode", args.mode, entry["modes"]),
+                                     ("--difficulty", args.difficulty, entry["difficulties"])):
+            if value is not None and value not in valid:
+                raise ValueError(f"{name}: {option} {value} is not one of its "
+                                 f"{option[2:]}s {valid}")
     inexact = 0
     for name in names:
         result = verify.verify(ale_py.ALEInterface, ALEInterface, roms.rom_path(name), game=name,
@@ -140,6 +181,8 @@ def _cmd_info(args) -> int:
     if unknown:
         raise ValueError(f"--sections: unknown {', '.join(unknown)}; choose from {', '.join(sysinfo.SECTIONS)}")
     if args.brief:
+        if args.json or sections:
+            raise ValueError("--brief prints one fixed line; it takes neither --json nor --sections")
         print(sysinfo.brief(), flush=True)
         return 0
     report = sysinfo.collect(sections)
@@ -239,10 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scaling", default="1,2", help="thread counts of the --vector scaling table ('' = none)")
     p.add_argument("--envpool-python", default=None,
                    help="interpreter with envpool installed (default: this one, else /tmp/epvenv/bin/python)")
-    p.set_defaults(func=_cmd_bench)
+    p.set_defaults(func=_cmd_bench, default_of=p.get_default)
     p = sub.add_parser("verify", help="compare hybridsim with ale-py frame by frame")
-    p.add_argument("--games", default="", help="comma-separated game names")
-    p.add_argument("--all", action="store_true", help="every supported game")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--games", default="", help="comma-separated game names")
+    which.add_argument("--all", action="store_true",
+                       help="every game ale-py has settings for (`hybridsim games`)")
     p.add_argument("--frames", type=int, default=2000, help="frames per game")
     p.add_argument("--sticky", type=float, default=0.25, help="repeat_action_probability")
     p.add_argument("--seed", type=int, default=0, help="random_seed and action-stream seed")
@@ -275,8 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="whose environment to play on")
     p.add_argument("--num-envs", type=int, default=4, help="environments played in parallel")
     p.add_argument("--seed", type=int, default=12345, help="environment and sampling seed")
-    p.add_argument("--greedy", action="store_true", help="take the most likely action")
-    p.add_argument("--random", action="store_true",
+    policy = p.add_mutually_exclusive_group()
+    policy.add_argument("--greedy", action="store_true", help="take the most likely action")
+    policy.add_argument("--random", action="store_true",
                    help="play uniformly random actions instead (the level training starts from)")
     p.set_defaults(func=_cmd_eval)
     p = sub.add_parser("games", help="the supported games and their properties")

@@ -42,3 +42,36 @@ def by_name(name: str) -> dict:
         known = sorted(_by_name())
         raise ValueError(f"unknown game {name!r}{roms.did_you_mean(snake_case(name), known)}; "
                          f"supported: {', '.join(known)}") from None
+
+
+def rom_mismatch(name: str, path) -> str | None:
+    """Why the ROM at `path` is not the image ale-py ships for game `name`, or None.
+
+    Both emulators accept such a file by its stem, but its settings (controllers, start
+    actions, score addresses) are those of the shipped image, so results are meaningless,
+    and ale-py can spin forever inside loadROM on an image that is not a game at all."""
+    expected = by_name(name)["md5"]
+    found = roms.md5_hex(roms.read_rom(path))
+    if found == expected:
+        return None
+    other = _by_md5().get(found)
+    what = f"the {other['name']!r} ROM" if other else "an image ale-py does not ship"
+    return (f"{path} is {what} (md5 {found}), not the {name!r} ROM of ale-py 0.12.1 (md5 "
+            f"{expected}); {name}'s game settings would not fit it")
+
+
+def require_ale_py_loadable(name: str, purpose: str) -> None:
+    """Raise ValueError, naming the problem, unless ale-py can load game `name` safely.
+
+    ale-py ends the whole process (C++ exit) on a game it has no settings for, and can hang
+    on an image it does not recognise; neither can be caught from Python."""
+    name = snake_case(name)
+    entry = by_name(name)
+    if not entry.get("ale_settings", True):
+        raise ValueError(f"{name}: ale-py has no game settings for it and cannot load it "
+                         f"({purpose}); hybridsim's own backends run it (`hybridsim games` "
+                         f"lists such games)")
+    problem = rom_mismatch(name, roms.rom_path(name))
+    if problem:
+        raise ValueError(f"{problem} ({purpose}, which needs the shipped ROM; check "
+                         f"ALE_ROMS_DIR)")

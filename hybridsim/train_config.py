@@ -173,6 +173,9 @@ class TrainConfig:
                 raise ValueError(message)
         from hybridsim.roms import rom_path
         rom_path(self.game)  # an unknown game: FileNotFoundError listing the installed ROMs
+        if self.backend == "ale-py":
+            from hybridsim.games_table import require_ale_py_loadable
+            require_ale_py_loadable(self.game, "--backend ale-py")
 
 
 def make_vector_env(cfg: TrainConfig, seed: int, batch_size: int = 0, learner_device=None):
@@ -186,6 +189,9 @@ def make_vector_env(cfg: TrainConfig, seed: int, batch_size: int = 0, learner_de
                   autoreset_mode="SameStep")
     if cfg.backend == "ale-py":
         from ale_py.vector_env import AtariVectorEnv
+
+        from hybridsim.games_table import require_ale_py_loadable
+        require_ale_py_loadable(cfg.game, "an ale-py environment")
         return AtariVectorEnv(**kwargs)
     try:
         from hybridsim.vector import AtariVectorEnv  # the batched engine

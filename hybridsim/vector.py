@@ -325,6 +325,11 @@ class AtariVectorEnv(VectorEnv):
             from hybridsim.console_props import emulator_kwargs
             data = roms.read_rom(self._rom_path)
             entry = games_table.find(roms.md5_hex(data), self._rom_path.stem)
+            problem = games_table.rom_mismatch(self.game, self._rom_path)
+            if problem:  # runs (ALE accepts it by name too), but say so
+                import warnings
+                warnings.warn(f"{problem}; hybridsim runs it with those settings anyway",
+                              RuntimeWarning, stacklevel=3)
             self._rom_bytes = emulator_kwargs(entry, data)[0]
         ale.reset_game()
         return ale._emu.raw_state()

@@ -55,3 +55,33 @@ def test_games_command_says_no_settings():
         assert fields[1:4] == [g["md5"], g["mapper"], g["tv"]]
         assert "AUTO" not in rows[g["name"]]
     assert rows["pitfall2"].split()[2] == "DPC" and rows["pacman"].split()[3] == "PAL"
+
+
+@pytest.mark.parametrize("args", [
+    ["train", "--game", "joust", "--backend", "ale-py", "--total-frames", "64"],
+    ["bench", "--single", "--games", "joust", "--frames", "10"],
+    ["bench", "--vector", "--games", "pong,warlords", "--steps", "1", "--rounds", "1"],
+    ["verify", "--games", "maze_craze", "--frames", "10"],
+], ids=["train", "bench-single", "bench-vector", "verify"])
+def test_ale_py_paths_refuse_games_ale_py_cannot_load(args, tmp_path):
+    """ale-py ends the whole process (C++ exit, status 1, no message of ours) on these
+    games, which left a stale run lock behind `train`; each command refuses them first."""
+    log_dir = tmp_path / "run"
+    extra = ["--log-dir", str(log_dir)] if args[0] == "train" else []
+    result = subprocess.run([sys.executable, "-m", "hybridsim", *args, *extra], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "ale-py has no game settings for it and cannot load it" in result.stderr
+    assert not log_dir.exists()
+
+
+def test_an_ale_py_environment_refuses_them_for_eval_and_replay():
+    """eval --env ale-py and replay --env ale-py build their environment here."""
+    code = ("from hybridsim.train_config import TrainConfig, make_vector_env\n"
+            "try:\n"
+            "    make_vector_env(TrainConfig(game='combat', backend='ale-py', num_envs=2), 0)\n"
+            "except ValueError as exc:\n"
+            "    print('refused:', exc)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "refused: combat: ale-py has no game settings" in result.stdout, \
+        (result.returncode, result.stdout, result.stderr)

@@ -76,3 +76,76 @@ def test_verify_takes_game_names_as_train_does(capsys):
     from hybridsim.cli import main
     assert main(["verify", "--games", "Pong", "--frames", "30"]) == 0
     assert "pong: exact" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["bench", "--games", "freeway"], "--games applies to --single or --vector, which is not given"),
+    (["bench", "--frames", "100"], "--frames applies to --single"),
+    (["bench", "--single", "--num-envs", "8"], "--num-envs applies to --vector"),
+    (["bench", "--vector", "--scaling", "1,two"], "--scaling: 'two' is not a positive integer"),
+    (["bench", "--vector", "--scaling", "0"], "--scaling: '0' is not a positive integer"),
+    (["bench", "--single", "--games", "pong,pongg"], "unknown game 'pongg' (did you mean 'pong'?)"),
+    (["bench", "--vector", "--envpool-python", "/nonexistent/python"],
+     "--envpool-python /nonexistent/python: not an interpreter that can import envpool"),
+    (["verify", "--games", "pong", "--mode", "99"], "pong: --mode 99 is not one of its modes"),
+    (["verify", "--games", "pong", "--difficulty", "7"], "pong: --difficulty 7 is not one of its"),
+    (["info", "--brief", "--json"], "--brief prints one fixed line"),
+    (["info", "--brief", "--sections", "host"], "--brief prints one fixed line"),
+])
+def test_cli_refuses_options_it_would_ignore_or_misread(args, message, capsys):
+    """Each of these used to run and quietly do something else (time the 6507 core instead
+    of the game, skip EnvPool's column, fail deep in ale-py or in the scaling table)."""
+    from hybridsim.cli import main
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["verify", "--games", "pong", "--all"],
+                                  ["eval", "checkpoint.pt", "--random", "--greedy"]])
+def test_cli_refuses_exclusive_options_together(args, capsys):
+    from hybridsim.cli import main
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_bench_vector_plays_each_game_s_own_actions(capsys):
+    """The scaling table drew actions 0-3 for every game but pong; freeway has 3."""
+    from hybridsim.cli import main
+    assert main(["bench", "--vector", "--games", "freeway", "--num-envs", "2", "--steps", "2",
+                 "--rounds", "1", "--scaling", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "threads scaling (freeway" in out and out.rstrip().splitlines()[-1].split()[0] == "1"
+
+
+def _roms_with_a_foreign_pong(tmp_path, data: bytes):
+    """A copy of the installed ROM directory whose pong.bin holds `data`."""
+    rom_dir = tmp_path / "roms"
+    rom_dir.mkdir()
+    for path in roms.roms_dir().glob("*.bin"):
+        (rom_dir / path.name).symlink_to(path)
+    (rom_dir / "pong.bin").unlink()
+    (rom_dir / "pong.bin").write_bytes(data)
+    return rom_dir
+
+
+def test_verify_refuses_a_rom_ale_py_does_not_ship(tmp_path):
+    """ale-py spins forever inside loadROM on such an image (and ignores Ctrl-C)."""
+    import subprocess
+    import sys
+    rom_dir = _roms_with_a_foreign_pong(tmp_path, bytes(range(256)) * 16)
+    result = subprocess.run([sys.executable, "-m", "hybridsim", "verify", "--games", "pong",
+                             "--frames", "10"], capture_output=True, text=True, timeout=60,
+                            env={**__import__("os").environ, "ALE_ROMS_DIR": str(rom_dir)})
+    assert result.returncode == 2, result.stderr
+    assert "pong.bin is an image ale-py does not ship" in result.stderr
+    assert "not the 'pong' ROM of ale-py 0.12.1 (md5 60e0ea3cbe0913d39803477945e9e5ec)" in result.stderr
+
+
+def test_hybridsim_warns_when_a_game_s_rom_is_another_image(tmp_path, monkeypatch):
+    pytest.importorskip("hybridsim._vector")
+    from hybridsim.vector import AtariVectorEnv
+    breakout = roms.read_rom(roms.rom_path("breakout"))
+    monkeypatch.setenv("ALE_ROMS_DIR", str(_roms_with_a_foreign_pong(tmp_path, breakout)))
+    with pytest.warns(RuntimeWarning, match="pong.bin is the 'breakout' ROM"):
+        AtariVectorEnv("pong", 1).close()
