@@ -7,6 +7,20 @@
 # takes the (L mod G)-th entry of that list, so it stays inside the allocation.
 set -euo pipefail
 
+# Print the error and end this rank. Under a PMI launcher (MPICH's hydra, Intel MPI) a
+# rank that merely exits before MPI_Init leaves the other ranks waiting in MPI_Init for
+# ever, but one killed by a signal makes the launcher end the whole job: so take SIGTERM
+# there. Open MPI's mpirun ends the job on a non-zero exit anyway; a shell started by
+# hand (or a one-rank job) gets plain exit status 2.
+fail() {
+  echo "rank_env.sh: $*" >&2
+  if [ -n "${PMI_RANK:-}" ] && [ "${PMI_SIZE:-2}" != 1 ]; then
+    trap - TERM
+    kill -TERM "$$"
+  fi
+  exit 2
+}
+
 local_rank_var() {
   # MPICH/Intel MPI (hydra), Open MPI, MVAPICH, then Slurm's srun (its SLURM_LOCALID is
   # the batch step's 0 for every rank under mpiexec, hence last).
@@ -21,26 +35,22 @@ local_rank_var() {
 if [ -n "${HYBRIDSIM_GPUS_PER_NODE:-}" ]; then
   gpus=$HYBRIDSIM_GPUS_PER_NODE
   if ! [[ "$gpus" =~ ^(0|[1-9][0-9]{0,5})$ ]]; then
-    echo "rank_env.sh: HYBRIDSIM_GPUS_PER_NODE must be a non-negative integer, got '$gpus'" >&2
-    exit 2
+    fail "HYBRIDSIM_GPUS_PER_NODE must be a non-negative integer, got '$gpus'"
   fi
   if [ "$gpus" -eq 0 ]; then
     export CUDA_VISIBLE_DEVICES=""
   else
-    var=$(local_rank_var) || {
-      echo "rank_env.sh: no local-rank variable from the MPI launcher (MPI_LOCALRANKID," \
-           "OMPI_COMM_WORLD_LOCAL_RANK, ...); cannot pick a GPU" >&2
-      exit 2
-    }
+    var=$(local_rank_var) \
+      || fail "no local-rank variable from the MPI launcher (MPI_LOCALRANKID," \
+              "OMPI_COMM_WORLD_LOCAL_RANK, ...); cannot pick a GPU"
     slot=$(( ${!var} % gpus ))
     if [ "${CUDA_VISIBLE_DEVICES+set}" = set ] && [ -z "$CUDA_VISIBLE_DEVICES" ]; then
       :  # set and empty: GPUs hidden on purpose; keep them hidden
     elif [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
       IFS=, read -r -a visible <<< "$CUDA_VISIBLE_DEVICES"
       if [ "$slot" -ge "${#visible[@]}" ] || [ -z "${visible[$slot]}" ]; then
-        echo "rank_env.sh: local rank ${!var} wants GPU slot $slot of CUDA_VISIBLE_DEVICES" \
-             "($CUDA_VISIBLE_DEVICES), which has no entry there" >&2
-        exit 2
+        fail "local rank ${!var} wants GPU slot $slot of CUDA_VISIBLE_DEVICES" \
+             "($CUDA_VISIBLE_DEVICES), which has no entry there"
       fi
       export CUDA_VISIBLE_DEVICES=${visible[$slot]}
     else

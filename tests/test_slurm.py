@@ -5,7 +5,9 @@ import csv
 import math
 import os
 import pathlib
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +25,10 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 LAUNCH = REPO / "mpi_launch"
 WRAPPER = LAUNCH / "hybridsim-mpirun"
 TINY = "--num-minibatches 1 --log-every 0 --noop-max 5"
+# 2 ranks x 1 core each: bound where this machine has 2 cores (the wrapper refuses to
+# bind more cores than the node has)
+NODE_CORES = int(os.environ.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1)
+BIND_2X1 = [] if NODE_CORES >= 2 else ["--no-bind"]
 
 
 def hydra_mpiexec():
@@ -239,6 +245,9 @@ def test_wrapper_dry_run_for_mpich():
     (["--ranks-per-node", "99999999999999999999", "--"], "--ranks-per-node must be a positive integer"),
     (["--gpus-per-node", "08", "--"], "--gpus-per-node must be a non-negative integer"),
     (["--python", "/nonexistent/python", "--"], "no Python interpreter at '/nonexistent/python'"),
+    # not asked for its --version, still checked (was bash's exit status 127 at the exec)
+    (["--mpiexec", "/nonexistent/mpiexec", "--mpi-flavor", "mpich", "--python", sys.executable,
+      "--"], "MPI launcher '/nonexistent/mpiexec' not found"),
 ])
 def test_wrapper_rejects_bad_arguments(args, message):
     proc = subprocess.run([str(WRAPPER), *args], capture_output=True, text=True, timeout=30)
@@ -249,7 +258,7 @@ def test_wrapper_runs_two_local_ranks(tmp_path):
     exe = mpiexec_or_skip()
     env = dict(os.environ, HYBRIDSIM_RANK_ENV_VERBOSE="1",
                PYTHONPATH=python_path())
-    proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1",
+    proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1", *BIND_2X1,
                            "--gpus-per-node", "0", "--mpiexec", exe, "--python", sys.executable,
                            "--", "--backend", "ale-py", "--num-envs", "2", "--total-frames", "2000",
                            "--log-dir", str(tmp_path), *TINY.split()],
@@ -271,7 +280,7 @@ def test_wrapper_check_shows_where_each_rank_lands():
     `hybridsim info --brief`, in rank order: different cores, one thread each, GPUs hidden."""
     exe = mpiexec_or_skip()
     env = dict(os.environ, PYTHONPATH=python_path())
-    proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1",
+    proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1", *BIND_2X1,
                            "--gpus-per-node", "0", "--mpiexec", exe, "--python", sys.executable, "--check"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -281,7 +290,7 @@ def test_wrapper_check_shows_where_each_rank_lands():
     if len(os.sched_getaffinity(0)) >= 2:  # bound to one core each, different cores
         cores = [line.split(" cores ")[1].split()[0] for line in lines]
         assert len(set(cores)) == 2 and all(c.isdigit() for c in cores), lines
-    bad = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--mpiexec", exe, "--python",
+    bad = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", *BIND_2X1, "--mpiexec", exe, "--python",
                           "/bin/false", "--check"], capture_output=True, text=True, timeout=120, env=env)
     assert bad.returncode != 0 and "the check's launch failed" in bad.stderr, bad.stderr
 
@@ -360,3 +369,136 @@ def test_templates_fail_clearly_outside_a_checkout_or_past_the_sweep(tmp_path):
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and "task 2, but GAMES x SEEDS has 2 pairs" in proc.stdout, proc.stdout
     assert not any(tmp_path.iterdir())
+
+
+def fake_launcher(tmp_path):
+    """An `mpiexec` that only notes it was started: what the wrapper refuses before launching."""
+    exe = tmp_path / "mpiexec"
+    exe.write_text('#!/bin/sh\necho "$@" > "$0.ran"\n')
+    exe.chmod(0o755)
+    return exe, tmp_path / "mpiexec.ran"
+
+
+def wrapper_env(**settings):
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("CUDA_VISIBLE_DEVICES", "HYBRIDSIM_GPUS_PER_NODE", "SLURM_CPUS_ON_NODE")}
+    return {**clean, **settings}
+
+
+@pytest.mark.parametrize("args, env, message", [
+    # local rank 1 would want entry 1 of a one-entry list
+    (["--gpus-per-node", "2"], {"CUDA_VISIBLE_DEVICES": "0"},
+     "local rank 1 would use entry 1 of CUDA_VISIBLE_DEVICES (0)"),
+    (["--gpus-per-node", "3"], {"CUDA_VISIBLE_DEVICES": "5,,7"}, "local rank 1 would use entry 1"),
+    # without --gpus-per-node the ranks still get an inherited HYBRIDSIM_GPUS_PER_NODE
+    ([], {"CUDA_VISIBLE_DEVICES": "0", "HYBRIDSIM_GPUS_PER_NODE": "2"}, "local rank 1 would use entry 1"),
+    ([], {"HYBRIDSIM_GPUS_PER_NODE": "x"}, "HYBRIDSIM_GPUS_PER_NODE in the environment must be"),
+])
+def test_wrapper_checks_gpu_slots_before_launching(tmp_path, args, env, message):
+    """What rank_env.sh would stop on is caught before any rank starts."""
+    exe, ran = fake_launcher(tmp_path)
+    proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1", "--no-bind",
+                           *args, "--mpiexec", str(exe), "--mpi-flavor", "mpich",
+                           "--python", sys.executable, "--check"],
+                          capture_output=True, text=True, timeout=30, env=wrapper_env(**env))
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not ran.exists()
+    # enough entries: launched
+    ok = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1", "--no-bind",
+                         "--gpus-per-node", "2", "--mpiexec", str(exe), "--mpi-flavor", "mpich",
+                         "--python", sys.executable, "--check"], capture_output=True, text=True,
+                        timeout=30, env=wrapper_env(CUDA_VISIBLE_DEVICES="4,6"))
+    assert ok.returncode == 0 and ran.exists(), ok.stderr
+
+
+@pytest.mark.parametrize("env", [{"SLURM_CPUS_ON_NODE": "2"}, {}])
+def test_wrapper_refuses_to_bind_more_cores_than_the_node_has(tmp_path, env):
+    """hydra's -bind-to core:T fails once T passes the node's cores (and stacks ranks on the
+    same cores before that): refused unless --no-bind, which only warns. The node's cores
+    are Slurm's count inside a job, else `nproc --all`."""
+    exe, ran = fake_launcher(tmp_path)
+    cores = int(env.get("SLURM_CPUS_ON_NODE") or subprocess.run(
+        ["nproc", "--all"], capture_output=True, text=True, check=True).stdout)
+    base = [str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", str(cores // 2 + 1),
+            "--mpiexec", str(exe), "--mpi-flavor", "mpich", "--python", sys.executable, "--check"]
+    proc = subprocess.run(base, capture_output=True, text=True, timeout=30, env=wrapper_env(**env))
+    assert proc.returncode == 2 and f"exceed this node's {cores} cores" in proc.stderr, proc.stderr
+    assert "--no-bind" in proc.stderr and not ran.exists()
+    unbound = subprocess.run([*base, "--no-bind"], capture_output=True, text=True, timeout=30,
+                             env=wrapper_env(**env))
+    assert unbound.returncode == 0 and "warning:" in unbound.stderr and ran.exists(), unbound.stderr
+    # --dry-run prints the command (maybe for another machine): a warning only
+    dry = subprocess.run([*base, "--dry-run"], capture_output=True, text=True, timeout=30,
+                         env=wrapper_env(**env))
+    assert dry.returncode == 0 and "-bind-to core:" in dry.stdout and "warning:" in dry.stderr
+
+
+RANK_ENV_ERRORS = [
+    ({"HYBRIDSIM_GPUS_PER_NODE": "x", "MPI_LOCALRANKID": "1"}, "must be a non-negative integer"),
+    ({"HYBRIDSIM_GPUS_PER_NODE": "2"}, "no local-rank variable"),
+    ({"HYBRIDSIM_GPUS_PER_NODE": "2", "MPI_LOCALRANKID": "1", "CUDA_VISIBLE_DEVICES": "0"},
+     "has no entry there"),
+]
+
+
+@pytest.mark.parametrize("env, message", RANK_ENV_ERRORS)
+def test_rank_env_errors_end_a_pmi_job_by_a_signal(env, message):
+    """Under hydra (PMI_RANK, PMI_SIZE > 1) a rank that exits before MPI_Init leaves the
+    others in MPI_Init for ever, one killed by a signal ends the job: after its message
+    rank_env.sh takes SIGTERM. Alone (or one rank) it exits with status 2."""
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("CUDA_VISIBLE_DEVICES", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "MV2_COMM_WORLD_LOCAL_RANK", "PMI_LOCAL_RANK", "SLURM_LOCALID",
+                          "PMI_RANK", "PMI_SIZE")}
+    for pmi, status in (({"PMI_RANK": "1", "PMI_SIZE": "2"}, -signal.SIGTERM),
+                        ({"PMI_RANK": "0", "PMI_SIZE": "1"}, 2), ({}, 2)):
+        proc = subprocess.run([str(LAUNCH / "rank_env.sh"), "true"], capture_output=True, text=True,
+                              env={**clean, **env, **pmi}, timeout=30)
+        assert proc.returncode == status and message in proc.stderr, (pmi, proc.returncode, proc.stderr)
+
+
+def test_rank_env_failure_on_one_rank_ends_a_hydra_job():
+    """Local rank 1 has no GPU slot (launched by hand, past the wrapper's own check), rank 0
+    waits in MPI_Init: the job must end at once, with rank_env.sh's message. It used to hang."""
+    exe = hydra_mpiexec()
+    env = wrapper_env(CUDA_VISIBLE_DEVICES="0", HYBRIDSIM_GPUS_PER_NODE="2")
+    proc = subprocess.Popen([exe, "-n", "2", str(LAUNCH / "rank_env.sh"), sys.executable, "-c",
+                             "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("the job hung after local rank 1's rank_env.sh error")
+    assert proc.returncode != 0
+    assert "rank_env.sh: local rank 1 wants GPU slot 1 of CUDA_VISIBLE_DEVICES (0)" in out + err, out + err
+
+
+def test_wrapper_dry_run_without_mpi_or_train_arguments():
+    """No --mpi-arg, no train arguments (--check), and train arguments that leave nothing to
+    add: the empty arrays must expand to nothing (see the static test below)."""
+    for args in (["--check"], ["--"], ["--", "--num-threads", "1", "--torch-threads", "1"]):
+        proc = subprocess.run([str(WRAPPER), "--threads-per-rank", "1", "--mpi-flavor", "mpich",
+                               "--mpiexec", "mpiexec", "--python", "python3", "--dry-run", *args],
+                              capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("mpiexec -n 1 -ppn 1 -bind-to core:1 -genv OMP_NUM_THREADS 1 "), proc.stdout
+        assert "  " not in proc.stdout and "''" not in proc.stdout, proc.stdout
+
+
+# arrays these scripts never leave empty where they expand them
+NEVER_EMPTY = {"cmd", "rank_cmd", "launch", "args", "host_list"}
+
+
+def test_scripts_guard_possibly_empty_arrays():
+    """bash < 4.4 (RHEL/CentOS 7) calls an empty "${a[@]}" unbound under set -u: arrays that
+    may be empty are expanded as ${a[@]+"${a[@]}"}."""
+    bare = re.compile(r'(?<!\[@\]\+)"\$\{(\w+)\[@\]\}"')
+    for path in [WRAPPER, LAUNCH / "rank_env.sh", *sorted((LAUNCH / "slurm").iterdir())]:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.lstrip().startswith("#"):
+                continue
+            for name in bare.findall(line):
+                assert name in NEVER_EMPTY, f"{path.name}:{number}: unguarded \"${{{name}[@]}}\": {line.strip()}"
