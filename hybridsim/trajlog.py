@@ -191,7 +191,8 @@ class TrajectoryWriter:
         shape = tuple(observations.shape)
         obs.create_dataset("frames", shape=(0, *shape), maxshape=(None, *shape), dtype=np.uint8,
                            chunks=(1, *shape), **kw)
-        obs.create_dataset("index", shape=(0, 3), maxshape=(None, 3), dtype=np.int64, chunks=(1024, 3))
+        obs.create_dataset("index", shape=(0, 3), maxshape=(None, 3), dtype=np.int64, chunks=(1024, 3),
+                           **kw)  # compressed like every other dataset
 
     def _hold_alive(self):
         """Hold a shared flock on the file while writing: HDF5 drops its own lock once SWMR

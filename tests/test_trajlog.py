@@ -244,6 +244,9 @@ def test_observations_follow_stride_and_env_subset(tmp_path):
         np.testing.assert_array_equal(f["observations/frames"][()], np.stack(frames))
         assert f["observations/index"][:, 0].tolist() == [0, 5, 10]
         assert (f["observations/index"][:, 1] == 1).all()
+        # every dataset is stored as the file says (the index was left uncompressed)
+        assert {f[name].compression for name in ("steps/reward_raw", "observations/frames",
+                                                 "observations/index")} == {"lzf"}
 
 
 def test_bad_shapes_are_rejected(tmp_path):
