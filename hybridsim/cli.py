@@ -131,6 +131,7 @@ def _cmd_analyze(args) -> int:
 
 def _cmd_replay(args) -> int:
     from hybridsim import replay
+    replay.check_outputs(gif=args.gif or None, png_dir=args.png_dir or None)
     result = replay.replay(args.file, args.episode, env=args.env)
     print(f"env {result.env_id} episode {result.episode_id}: {result.steps} steps, "
           f"return {result.episode_return:g}, replayed on {result.backend}")
@@ -193,7 +194,7 @@ def _cmd_info(args) -> int:
 def _cmd_train(args) -> int:
     from hybridsim import dist
     from hybridsim.config import build_config
-    from hybridsim.train import TrainConfig, Trainer
+    from hybridsim.train import BudgetReached, TrainConfig, Trainer
     # MPI first: a bad setting found on one rank then ends the whole job (main's
     # abort_job) instead of leaving the other ranks waiting for it in a collective.
     comm = dist.init_comm()
@@ -203,7 +204,12 @@ def _cmd_train(args) -> int:
     # finish the iteration, write a checkpoint, exit with PREEMPTED_EXIT_CODE.
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, trainer.request_stop)
-    summary = trainer.train()
+    try:
+        summary = trainer.train()
+    except BudgetReached as done:  # every rank reads the same checkpoint: all end here
+        if trainer.rank == 0:
+            print(done, flush=True)
+        return 0
     if summary["stopped"] == "storage":
         if summary["rank"] == 0:  # the report covers every rank
             _report_storage_stop(summary)
@@ -345,7 +351,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    _join_mpi_job_early(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # a bad argument seen by one rank only must end the job too
+        if exc.code not in (0, None):
+            _abort_mpi_job(2)
+        raise
     try:
         return args.func(args)
     except (ValueError, RuntimeError, OSError, TypeError) as exc:
@@ -359,6 +371,22 @@ def main(argv=None) -> int:
         traceback.print_exc()
         _abort_mpi_job(130 if isinstance(exc, KeyboardInterrupt) else 1)
         raise
+
+
+def _join_mpi_job_early(argv) -> None:
+    """`train` under a launcher with several ranks starts MPI before reading its arguments:
+    a rank that then stops (a bad argument only it sees: another hybridsim version, an
+    edited config file) ends the whole job, where before MPI_Init it left the others
+    waiting there forever (mpi4py aborts only once mpi4py.MPI is imported)."""
+    import os
+    if not argv or argv[0] != "train" or os.environ.get("HYBRIDSIM_SINGLE_PROCESS") == "1":
+        return
+    from hybridsim import dist
+    if dist.launched_ranks() > 1:
+        try:
+            import mpi4py.MPI  # noqa: F401  (MPI_Init; a missing mpi4py is init_comm's error)
+        except ImportError:
+            pass
 
 
 def _abort_mpi_job(code: int) -> None:

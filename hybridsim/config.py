@@ -82,7 +82,11 @@ def resolve_config_path(name) -> pathlib.Path:
 
 def load_config_file(path) -> dict:
     path = resolve_config_path(path)
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:  # TOML and JSON are UTF-8; say which file is not
+        raise ValueError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start}); "
+                         f"a config file is TOML or JSON") from None
     try:
         values = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:

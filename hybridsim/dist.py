@@ -357,13 +357,14 @@ class ProgressWatchdog:
     number there even while the main thread is blocked in C."""
 
     def __init__(self, rank: int, stall_seconds: float, grace_seconds: float = 60.0,
-                 signals=(signal.SIGUSR1, signal.SIGTERM)):
+                 signals=(signal.SIGUSR1, signal.SIGTERM), what: str = "starting"):
         self.rank, self.stall_seconds, self.grace_seconds = rank, stall_seconds, grace_seconds
         self.signals = {int(s) for s in signals}
         self.last_beat = time.monotonic()
         self.beats = 0  # before the first, the start-up (kernel compiles, loads) may take longer
         self.stop_handled = False  # the loop acted on a stop: only the stall limit applies now
         self.frames, self.what = 0, ""  # where the last beat was
+        self.before_first_beat = what
         self._stop = threading.Event()
         self._read_fd = self._write_fd = None
         self._old_wakeup = -1
@@ -388,7 +389,7 @@ class ProgressWatchdog:
 
     def _last(self) -> str:
         if self.beats == 0:
-            return "starting"
+            return self.before_first_beat
         return f"{self.what} at {self.frames:,} frames" if self.what else f"{self.frames:,} frames"
 
     def stop_acknowledged(self) -> None:

@@ -35,6 +35,12 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
         vec = make_vector_env(cfg, seed)
     except Exception as exc:  # gymnasium, ale-py and hybridsim each raise their own kinds
         raise ValueError(f"{checkpoint}: cannot build its environment ({type(exc).__name__}: {exc})") from None
+    env_shape = (tuple(vec.single_observation_space.shape), int(vec.single_action_space.n))
+    if env_shape != (tuple(state["obs_shape"]), int(state["num_actions"])):
+        vec.close()
+        raise ValueError(f"{checkpoint}: its network takes observations {tuple(state['obs_shape'])} "
+                         f"and picks among {state['num_actions']} actions, but {cfg.game} on {env} "
+                         f"gives {env_shape[0]} and {env_shape[1]} (another ROM or action set?)")
     model = build_model(cfg.model, state["obs_shape"], state["num_actions"], cfg.obs_normalization)
     try:
         model.load_state_dict(state["model"])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
 
 import numpy as np
@@ -156,8 +157,29 @@ def _make_env(cfg: dict, seed: int):
     return make_vector_env(train_cfg, seed)
 
 
+def check_outputs(gif: str | None = None, png_dir: str | None = None) -> None:
+    """Refuse, before a replay that can take minutes, outputs save_frames could not write
+    or would mix with older frames."""
+    if gif:
+        path = pathlib.Path(gif)
+        if path.is_dir():
+            raise IsADirectoryError(f"--gif {gif}: is a directory; name the GIF file to write")
+        if not path.parent.is_dir():
+            raise FileNotFoundError(f"--gif {gif}: directory {path.parent} does not exist")
+        if not os.access(path.parent, os.W_OK):
+            raise PermissionError(f"--gif {gif}: cannot write into {path.parent}")
+    if png_dir:
+        out = pathlib.Path(png_dir)
+        if out.exists() and not out.is_dir():
+            raise NotADirectoryError(f"--png-dir {png_dir}: is a file, not a directory")
+        if out.is_dir() and any(out.glob("frame_*.png")):
+            raise FileExistsError(f"--png-dir {png_dir}: already holds frame_*.png files (another "
+                                  f"replay's?); name an empty or new directory")
+
+
 def save_frames(frames, gif: str | None = None, png_dir: str | None = None, scale: int = 3) -> list[str]:
     from PIL import Image
+    check_outputs(gif, png_dir)
     images = [Image.fromarray(np.asarray(f, np.uint8)).resize(
         (f.shape[1] * scale, f.shape[0] * scale), Image.NEAREST) for f in frames]
     written = []

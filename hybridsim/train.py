@@ -190,6 +190,21 @@ class EpisodeTracker:
 
 
 
+class BudgetReached(Exception):
+    """--resume of a run that has already trained its --total-frames (a finished Slurm
+    array task resubmitted with the rest): nothing to do, and not an error."""
+
+
+def fallback_checkpoint_name(log_dir) -> str:
+    """File name of a run's final checkpoint outside a full log_dir: the directory's name
+    for people, a hash of its full path so that runs/a/run and runs/b/run (or two users'
+    runs in a shared /tmp) never overwrite each other's."""
+    import hashlib
+    resolved = pathlib.Path(log_dir).resolve()
+    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:10]
+    return f"hybridsim-{resolved.name}-{digest}-checkpoint.pt"
+
+
 class Trainer:
     watchdog: dist.ProgressWatchdog | None = None  # under MPI, while train() runs
     run_lock: RunLock | None = None  # rank 0's hold on the run directory (hybridsim.runlock)
@@ -201,6 +216,18 @@ class Trainer:
         rank = self.rank = self.comm.rank
         self.world_size = self.comm.size
         self.log_dir = pathlib.Path(cfg.log_dir)
+        # Start-up has collectives too (settings, the run directory, NCCL, the first
+        # parameters): a rank stuck before one (a slow file system, a kernel compile, a
+        # hang) would leave the others waiting forever, so the watchdog covers it as well.
+        startup = (dist.ProgressWatchdog(rank, cfg.stall_timeout, what="starting up").start()
+                   if self.world_size > 1 else None)
+        try:
+            self._start(cfg, rank)
+        finally:
+            if startup is not None:
+                startup.close()
+
+    def _start(self, cfg: TrainConfig, rank: int):
         # Every rank must run the same settings: different budgets or schedules would leave
         # the ranks in different collectives (a hang), different log dirs split the run.
         configs = self.comm.gather(dataclasses.asdict(cfg))
@@ -225,9 +252,14 @@ class Trainer:
         decision = None
         if rank == 0:
             try:
+                if cfg.resume and not self.log_dir.is_dir():  # made below: say so, make none
+                    raise FileNotFoundError(f"--resume: no checkpoint at {self.checkpoint_path()} "
+                                            f"({self.log_dir} does not exist)")
                 self.log_dir.mkdir(parents=True, exist_ok=True)
                 self.run_lock = RunLock(self.log_dir, notice=_note).acquire()
                 decision = None if cfg.resume else _fresh_run_decision(self.log_dir)
+            except FileNotFoundError as exc:
+                decision = ("missing", str(exc))
             except (RunDirectoryBusy, OSError) as exc:
                 decision = ("busy", str(exc) if isinstance(exc, RunDirectoryBusy)
                             else f"{self.log_dir}: cannot take the run directory: {exc}")
@@ -235,6 +267,8 @@ class Trainer:
         try:
             if decision and decision[0] == "busy":
                 raise RunDirectoryBusy(decision[1])
+            if decision and decision[0] == "missing":
+                raise FileNotFoundError(decision[1])
             if decision and decision[0] == "refuse":
                 raise FileExistsError(decision[1])
             if decision and decision[0] == "moved" and rank == 0:
@@ -556,6 +590,12 @@ class Trainer:
             raise ValueError(f"--resume: these settings differ from the checkpoint's ({path}): "
                              f"{'; '.join(changed)}. Resume with the settings the run started with, or "
                              f"start a new run in another --log-dir")
+        # at the budget the loop would not run, and the end (metrics row, checkpoint) repeat
+        if state["frames"] >= self.cfg.total_frames:
+            raise BudgetReached(f"--resume: {path} has trained {state['frames']:,} frames, the "
+                                f"budget (--total-frames {self.cfg.total_frames:,}) is reached: "
+                                f"nothing to train, nothing written; raise --total-frames to "
+                                f"train on")
         try:
             self.model.load_state_dict(state["model"])
         except RuntimeError as exc:
@@ -769,7 +809,7 @@ class Trainer:
             except StorageError as exc:
                 self.storage_notes.append(str(exc))
         for directory in self._fallback_dirs():
-            path = directory / f"hybridsim-{self.log_dir.resolve().name}-checkpoint.pt"
+            path = directory / fallback_checkpoint_name(self.log_dir)
             try:
                 directory.mkdir(parents=True, exist_ok=True)
                 return self.save_checkpoint(path)

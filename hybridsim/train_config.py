@@ -164,6 +164,12 @@ class TrainConfig:
             (0 <= self.seed and self.seed + self.num_envs <= 2**31,
              f"seed must be in [0, 2**31 - num_envs] (environment i gets seed + i, a C int), got {self.seed}"),
         ]
+        checks.append((bool(str(self.log_dir).strip()),
+                       f"log_dir must name a directory, got {self.log_dir!r}"))
+        if self.schedule == "impala":
+            checks.append((self.env_batch_size <= self.num_envs,
+                           f"env_batch_size ({self.env_batch_size}) must be <= num_envs "
+                           f"({self.num_envs}): a batch is some of this rank's environments"))
         if self.schedule == "a2c" and self.num_minibatches >= 1:
             checks.append((self.num_envs % self.num_minibatches == 0,
                            f"num_envs ({self.num_envs}) must be divisible by num_minibatches "

@@ -213,7 +213,7 @@ def test_disk_reserve_holds_and_releases(tmp_path):
 torch = pytest.importorskip("torch")
 pytest.importorskip("ale_py")
 from hybridsim import analyze, cli  # noqa: E402
-from hybridsim.train import TrainConfig, Trainer  # noqa: E402
+from hybridsim.train import TrainConfig, Trainer, fallback_checkpoint_name  # noqa: E402
 
 TRAIN = ["train", "--backend", "ale-py", "--num-envs", "4", "--num-minibatches", "2",
          "--num-threads", "1", "--torch-threads", "1", "--log-every", "0", "--noop-max", "5",
@@ -298,7 +298,8 @@ def test_full_disk_for_metrics_and_checkpoint_uses_the_fallback(tmp_path, monkey
     out, err = capsys.readouterr()
     assert code == cli.STORAGE_EXIT_CODE, err
     assert f"{log_dir}/metrics.csv: writing a row failed: No space left on device" in err
-    moved = fallback / "hybridsim-run-checkpoint.pt"
+    moved = fallback / fallback_checkpoint_name(log_dir)
+    assert moved.name.startswith("hybridsim-run-")
     assert f"final checkpoint: {moved}" in err and "move it to" in err
     frames = stopped_frames(err)
     assert torch.load(moved, weights_only=False)["frames"] == frames
@@ -366,3 +367,11 @@ def test_full_disk_for_tensorboard_events(tmp_path, monkeypatch, capsys):
     assert code == cli.STORAGE_EXIT_CODE, err
     assert f"{tmp_path}/tensorboard: writing TensorBoard events failed: No space left on device" in err
     assert f"final checkpoint: {tmp_path}/checkpoint.pt" in err
+
+
+def test_fallback_checkpoints_of_different_runs_do_not_collide(tmp_path):
+    """It was hybridsim-<dir name>-checkpoint.pt: runs/a/run and runs/b/run, stopped by
+    a full disk, wrote the same fallback file, the second over the first."""
+    a, b = tmp_path / "a" / "run", tmp_path / "b" / "run"
+    assert fallback_checkpoint_name(a) != fallback_checkpoint_name(b)
+    assert fallback_checkpoint_name(a) == fallback_checkpoint_name(tmp_path / "a" / "." / "run")

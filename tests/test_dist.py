@@ -1,5 +1,4 @@
 """Data-parallel training over MPI ranks (mpiexec from the pip mpich, or a system MPI)."""
-import os
 import pathlib
 import re
 import signal
@@ -352,8 +351,64 @@ def test_a_stalled_rank_ends_the_job_within_the_stall_timeout(tmp_path, mode):
                              str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
     output = result.stdout + result.stderr
     assert result.returncode != 0 and time.monotonic() - start < 90, output[-2000:]
-    import re
     assert re.search(r"no training progress for \d+ s \(last: [1-9][\d,]* frames\)", output), output[-2000:]
+
+
+STARTUP_STALL_SCRIPT = textwrap.dedent("""
+    import sys, time
+    from hybridsim import train
+    from hybridsim.train import TrainConfig, Trainer
+    make = train.make_vector_env
+    def stuck_on_rank_1(*args, **kwargs):
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.rank == 1:
+            while True:  # a load that never ends; rank 0 waits in the next collective
+                time.sleep(3600)
+        return make(*args, **kwargs)
+    train.make_vector_env = stuck_on_rank_1
+    cfg = TrainConfig(game="pong", backend="ale-py", num_envs=2, num_minibatches=1,
+                      total_frames=10**7, log_dir=sys.argv[1], num_threads=1, torch_threads=1,
+                      log_trajectories=False, stall_timeout=2.0)
+    Trainer(cfg).train()
+""")
+
+
+def test_a_rank_stuck_while_starting_ends_the_job(tmp_path):
+    """The watchdog started with train(); a rank stuck in the Trainer's set-up (before
+    the first parameter broadcast) hung the job for good."""
+    exe = mpiexec()
+    script = tmp_path / "startup_stall.py"
+    script.write_text(STARTUP_STALL_SCRIPT)
+    start = time.monotonic()
+    try:
+        result = subprocess.run([exe, "-n", "2", sys.executable, "-m", "mpi4py", str(script),
+                                 str(tmp_path / "run")], capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the job still ran after 90 s")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and time.monotonic() - start < 60, output[-2000:]
+    assert re.search(r"no training progress for \d+ s \(last: starting up\)", output), output[-2000:]
+
+
+@pytest.mark.parametrize("runner", [["-m", "mpi4py"], []], ids=["python-m-mpi4py", "python"])
+def test_a_bad_argument_on_one_rank_ends_the_job(tmp_path, runner):
+    """A rank that stopped on an argument error before MPI_Init left the others waiting in
+    MPI_Init for good (hydra); `train` now joins MPI before reading its arguments."""
+    exe = mpiexec()
+    shim = tmp_path / "one_bad_rank.sh"
+    shim.write_text("#!/bin/bash\n"
+                    "[ \"$PMI_RANK\" = 1 ] && set -- \"$@\" --no-such-option\n"
+                    'exec "$@"\n')
+    shim.chmod(0o755)
+    cmd = [exe, "-n", "2", str(shim), sys.executable, *runner, "-m", "hybridsim", "train",
+           "--game", "pong", "--backend", "ale-py", "--num-envs", "2", "--num-minibatches", "1",
+           "--total-frames", "100000000", "--log-dir", str(tmp_path / "run")]
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the job still ran after 90 s")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "unrecognized arguments: --no-such-option" in output, output[-2000:]
 
 
 WATCHDOG_SCRIPT = textwrap.dedent("""

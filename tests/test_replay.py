@@ -146,3 +146,32 @@ def test_the_episodes_table_must_agree_with_the_steps(short_episode_run, tmp_pat
         f["episodes/return"][0] = f["episodes/return"][0] + 3
     result = replay.replay(copy, 0)
     assert not result.reproduced and "the episodes table says" in result.mismatches[0]
+
+
+def _dir_with_old_frames(d):
+    (d / "frames").mkdir()
+    (d / "frames" / "frame_00000.png").write_bytes(b"x")
+    return d / "frames"
+
+
+def _a_file(d):
+    (d / "file").write_text("x")
+    return d / "file"
+
+
+@pytest.mark.parametrize("option,make,message", [
+    ("--gif", lambda d: d / "missing" / "ep.gif", "directory .*missing does not exist"),
+    ("--png-dir", _dir_with_old_frames, "already holds frame_\\*.png files"),
+    ("--png-dir", _a_file, "is a file, not a directory"),
+])
+def test_replay_refuses_outputs_it_cannot_write_before_replaying(short_episode_run, tmp_path,
+                                                                   monkeypatch, option, make, message):
+    """These failed only after the replay (minutes for a long episode), or mixed the new
+    frames with another replay's."""
+    from hybridsim import cli
+    target = make(tmp_path)
+    monkeypatch.setattr(replay, "replay", lambda *a, **k: pytest.fail("replayed first"))
+    with pytest.raises((OSError, ValueError), match=message):
+        cli._cmd_replay(cli.build_parser().parse_args(
+            ["replay", str(trajlog.rank_file(short_episode_run, 0)), "--episode", "0",
+             option, str(target)]))

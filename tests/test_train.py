@@ -248,3 +248,56 @@ def test_resume_after_kill_9(tmp_path):
     with trajlog.open_trajectory_file(tmp_path / "traj_rank00000.h5") as f:
         assert trajlog.json_list_attr(f, "gaps") == []
         assert trajlog.json_list_attr(f, "restarts") == [saved]  # ale-py: environments restart
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(log_dir=""), "log_dir must name a directory, got ''"),
+    (dict(log_dir="  "), "log_dir must name a directory"),
+    (dict(schedule="impala", env_batch_size=5), r"env_batch_size \(5\) must be <= num_envs \(4\)"),
+])
+def test_settings_that_only_failed_later_are_refused_up_front(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_config(tmp_path, **overrides).validate()
+
+
+def test_a_config_file_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_bytes(b'game = "pong"\n\xff\xfe\n')
+    with pytest.raises(ValueError, match=f"{path}: not a UTF-8 text file"):
+        build_config(TrainConfig, build_parser().parse_args(["train", "--config", str(path)]))
+
+
+def test_resume_without_a_run_leaves_no_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="--resume: no checkpoint at"):
+        Trainer(tiny_config(tmp_path / "typo" / "run", resume=True))
+    assert not (tmp_path / "typo").exists()
+
+
+def test_resume_at_the_budget_does_nothing_and_says_so(tmp_path, capsys):
+    """It ran no iteration and then repeated the run's end: a second final metrics row
+    and a rewritten checkpoint. A finished run resumed (a resubmitted Slurm array) now
+    ends with status 0, writing nothing."""
+    from hybridsim import cli
+    Trainer(tiny_config(tmp_path, total_frames=400, log_trajectories=False)).train()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    for total in ("400", "100"):
+        assert cli.main(["train", "--game", "pong", "--backend", "ale-py", "--num-envs", "4",
+                         "--num-minibatches", "2", "--num-threads", "1", "--torch-threads", "1",
+                         "--noop-max", "5", "--checkpoint-every", "800", "--log-trajectories", "false",
+                         "--log-dir", str(tmp_path), "--total-frames", total, "--resume"]) == 0
+        assert "the budget (--total-frames" in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_eval_refuses_a_checkpoint_whose_network_does_not_fit_the_game(tmp_path):
+    from hybridsim import evaluate
+    from hybridsim.models import build_model
+    Trainer(tiny_config(tmp_path, total_frames=400, log_trajectories=False)).train()
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    cfg = state["config"]
+    state["num_actions"] = 18  # a consistent network for the full action set
+    state["model"] = build_model(cfg["model"], state["obs_shape"], 18,
+                                 cfg["obs_normalization"]).state_dict()
+    torch.save(state, tmp_path / "full.pt")
+    with pytest.raises(ValueError, match="picks among 18 actions, but pong on hybridsim gives"):
+        evaluate.evaluate(tmp_path / "full.pt", episodes=1, env="hybridsim")
