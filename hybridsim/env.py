@@ -37,10 +37,27 @@ class AtariEnv(ale_py.env.AtariEnv):
         # gymnasium's AtariPreprocessing calls the first: keep ale-py's own members.
         self._action_set = [ale_py.Action(int(a)) for a in self._action_set]
 
+    _closed = False
+
+    def close(self):
+        self._closed = True
+        super().close()
+
+    def _check_open(self, call: str) -> None:
+        if self._closed:  # ale-py plays on after close(); an error says the code is wrong
+            raise RuntimeError(f"{call}() on a closed environment")
+
+    def reset(self, *, seed=None, options=None):
+        self._check_open("reset")
+        return super().reset(seed=seed, options=options)
+
     def step(self, action):
-        """ale-py's step, after checking a discrete action (ale-py would index its action
-        set with it: -1 silently picks the last action)."""
-        if not self.continuous and not (type(action) is int and 0 <= action < len(self._action_set)):
+        """ale-py's step, after checking the action (ale-py would index its action set with
+        a discrete one: -1 silently picks the last action; a continuous one it only asserts)."""
+        self._check_open("step")
+        if self.continuous:
+            return super().step(self._continuous_action(action))
+        if not (type(action) is int and 0 <= action < len(self._action_set)):
             index = np.asarray(action)  # numpy ints, 0-d arrays; everything else is refused
             if index.shape != () or index.dtype.kind not in "iu":
                 raise TypeError(f"action must be an int index into the action set, got {action!r}")
@@ -48,6 +65,19 @@ class AtariEnv(ale_py.env.AtariEnv):
                 raise ValueError(f"action must be in 0..{len(self._action_set) - 1} (the action set "
                                  f"has {len(self._action_set)} actions), got {int(index)}")
         return super().step(action)
+
+    @staticmethod
+    def _continuous_action(action) -> np.ndarray:
+        """(radius, theta, fire) as the float32 array of shape (3,) ale-py requires; real
+        array-likes of that shape are converted, anything else is refused by name."""
+        values = np.asarray(action)
+        if values.shape != (3,) or values.dtype.kind not in "iuf":
+            raise TypeError(f"a continuous action is an array of 3 numbers (radius, theta, fire), "
+                            f"got {action!r}")
+        values = values.astype(np.float32)
+        if not np.isfinite(values).all():
+            raise ValueError(f"a continuous action must be finite, got {values.tolist()}")
+        return values
 
 
 SINGLE_ENV_ONLY = ("mode", "difficulty", "obs_type", "render_mode")  # AtariEnv arguments

@@ -90,3 +90,35 @@ def test_arguments_the_environments_do_not_have_are_errors():
             env.step(action)
     env.step(np.int64(5))
     env.close()
+
+
+def test_a_closed_single_environment_refuses_to_play():
+    """ale-py's AtariEnv played on after close(); code that does that is wrong."""
+    env = gymnasium.make("hybridsim/Pong-v5")
+    env.reset(seed=0)
+    env.close()
+    for call in (lambda: env.step(0), lambda: env.reset(seed=1)):
+        with pytest.raises(RuntimeError, match="on a closed environment"):
+            call()
+
+
+def test_continuous_actions_are_checked_and_match_ale_py():
+    """ale-py only asserts (a bare AssertionError) that the action is a float32 array of
+    shape (3,); hybridsim names the problem, takes other real arrays as float32 and plays
+    the same frames as ale-py."""
+    ours = gymnasium.make("hybridsim/Breakout-v5", continuous=True, repeat_action_probability=0.0)
+    theirs = gymnasium.make("ALE/Breakout-v5", continuous=True, repeat_action_probability=0.0)
+    ours.reset(seed=3)
+    theirs.reset(seed=3)
+    rng = np.random.default_rng(0)
+    for t in range(60):
+        action = np.array([rng.random(), rng.uniform(-np.pi, np.pi), rng.random()], np.float32)
+        mine = ours.step(action.astype(np.float64) if t % 2 else list(map(float, action)))
+        ref = theirs.step(action)
+        assert np.array_equal(mine[0], ref[0]) and mine[1:] == ref[1:], t
+    for bad, error in (([0.5, 0.1], TypeError), (np.zeros((1, 3)), TypeError), ("abc", TypeError),
+                       ([np.nan, 0, 0], ValueError)):
+        with pytest.raises(error, match="continuous action"):
+            ours.step(bad)
+    ours.close()
+    theirs.close()
