@@ -31,9 +31,14 @@ def _scan_steps(f, num_actions: int) -> dict:
     rows = trajlog.common_rows(steps)
     for start in range(0, rows, BLOCK_ROWS):
         stop = min(rows, start + BLOCK_ROWS)
-        a = action[start:stop]
-        valid = env[start:stop] >= 0
-        counts += np.bincount(a[valid].astype(np.int64), minlength=num_actions)[:num_actions]
+        a = action[start:stop][env[start:stop] >= 0].astype(np.int64)
+        outside = (a < 0) | (a >= num_actions)
+        if outside.any():  # bincount would fail on them, or count them past the histogram
+            raise trajlog.TrajectoryLogError(
+                f"{f.filename}: damaged trajectory file: steps/action holds {int(outside.sum())} "
+                f"value(s) outside 0..{num_actions - 1} (e.g. {int(a[outside][0])}) in rows "
+                f"{start}..{stop - 1}")
+        counts += np.bincount(a, minlength=num_actions)
         t = when[start:stop, 0]
         fr = frame[start:stop].max(axis=1)
         samples.append(np.stack([t, fr], axis=1)[:: max(1, (stop - start) // 200)])
@@ -52,6 +57,9 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
     target = pathlib.Path(target)
     files = trajlog.rank_files(target) if target.is_dir() else [target]
     out_dir = pathlib.Path(out_dir) if out_dir else (target if target.is_dir() else target.parent)
+    if out_dir.exists() and not out_dir.is_dir():  # before a scan that can take minutes
+        raise NotADirectoryError(f"--out {out_dir}: is a file, not a directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
     per_rank, all_episodes, actions_total, curves = {}, [], None, []
     for path in files:
         with trajlog.open_trajectory_file(path) as f:
@@ -72,11 +80,23 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
     rates = [r["frames_per_second"] for r in per_rank.values() if r["frames_per_second"]]
     overall["frames_per_second"] = max(rates) if rates else None  # global_frame counts all ranks
     summary = {"files": [str(p) for p in files], "overall": overall, "per_rank": per_rank}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out_dir / "summary.json").write_text(to_json(summary))
     if plots:
         summary["plots"] = _plots(merged, actions_total, curves, out_dir)
     return summary
+
+
+def to_json(summary: dict) -> str:
+    """Strict JSON (jq, JavaScript): a non-finite number (a NaN return) becomes null."""
+    def clean(value):
+        if isinstance(value, float) and not np.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+    return json.dumps(clean(summary), indent=1, allow_nan=False)
 
 
 def _plots(episodes, action_counts, curves, out_dir: pathlib.Path) -> list[str]:

@@ -120,8 +120,7 @@ def _cmd_analyze(args) -> int:
     from hybridsim import analyze
     summary = analyze.analyze(args.target, out_dir=args.out or None, plots=not args.no_plots)
     if args.json:
-        import json
-        print(json.dumps(summary, indent=1))
+        print(analyze.to_json(summary))
     else:
         print(analyze.format_summary(summary))
         for path in summary.get("plots", []):

@@ -23,6 +23,7 @@ import os
 import pathlib
 import sys
 import time
+import uuid
 
 import h5py
 import numpy as np
@@ -65,12 +66,14 @@ class TrajectoryLogError(RuntimeError):
 
 
 def _dataset_kwargs(compression: str | None):
+    # fletcher32: a checksum per chunk, so a damaged block fails to read instead of
+    # decompressing to plausible numbers (HDF5 checks only metadata by itself)
     if compression in (None, "none"):
-        return {}
+        return {"fletcher32": True}
     if compression == "gzip":
-        return {"compression": "gzip", "compression_opts": 4, "shuffle": True}
+        return {"compression": "gzip", "compression_opts": 4, "shuffle": True, "fletcher32": True}
     if compression == "lzf":
-        return {"compression": "lzf", "shuffle": True}
+        return {"compression": "lzf", "shuffle": True, "fletcher32": True}
     raise ValueError(f"compression must be 'lzf', 'gzip' or 'none', got {compression!r}")
 
 
@@ -163,6 +166,7 @@ class TrajectoryWriter:
             raise TrajectoryLogError(f"{self.path}: cannot create trajectory file: {exc}") from exc
         f = self.file
         f.attrs["format_version"] = FORMAT_VERSION
+        f.attrs["file_id"] = uuid.uuid4().hex  # a master file checks it is reading this file
         f.attrs["compression"] = compression or "none"
         for key, value in (attrs or {}).items():
             f.attrs[key] = value if isinstance(value, (int, float, str, np.number)) else json.dumps(value)
@@ -468,6 +472,10 @@ def rank_file(run_dir, rank: int) -> pathlib.Path:
 # datasets every trajectory file has (rank file or master), with their dimensions
 REQUIRED_DATASETS = {**{f"steps/{name}": 2 for name in STEP_FIELDS}, "steps/behavior_logits": 3,
                      **{f"episodes/{name}": 1 for name in EPISODE_FIELDS}}
+DATASET_DTYPES = {**{f"steps/{name}": np.dtype(dtype) for name, (dtype, _) in STEP_FIELDS.items()},
+                  "steps/behavior_logits": np.dtype(np.float32),
+                  **{f"episodes/{name}": np.dtype(dtype) for name, dtype in EPISODE_FIELDS.items()},
+                  "observations/frames": np.dtype(np.uint8), "observations/index": np.dtype(np.int64)}
 
 
 def json_list_attr(f, name: str) -> list:
@@ -481,6 +489,15 @@ def json_list_attr(f, name: str) -> list:
         raise TrajectoryLogError(f"{f.filename}: its {name!r} attribute is not JSON") from None
     if not isinstance(value, list):
         raise TrajectoryLogError(f"{f.filename}: its {name!r} attribute is not a list")
+    if name == "gaps":  # [[after_frame, upto_frame], ...]
+        ok = all(isinstance(g, list) and len(g) == 2 and all(type(x) is int for x in g) for g in value)
+    elif name == "restarts":  # [frame, ...]
+        ok = all(type(x) is int for x in value)
+    else:
+        ok = True
+    if not ok:
+        raise TrajectoryLogError(f"{f.filename}: its {name!r} attribute is not a list of "
+                                 f"{'[from, to] frame pairs' if name == 'gaps' else 'frames'}: {raw}")
     return value
 
 
@@ -522,6 +539,9 @@ def open_trajectory_file(path) -> TrajectoryFile:
 def _open(path: pathlib.Path, master_ok: bool) -> TrajectoryFile:
     if not path.exists():
         raise TrajectoryLogError(f"{path}: no such trajectory file")
+    if path.is_dir():
+        raise TrajectoryLogError(f"{path}: a directory; name one of its traj_rank*.h5 files or "
+                                 f"its trajectories.h5")
     _check_superblock(path)
     f = _open_h5(path)
     try:
@@ -542,25 +562,32 @@ def _open(path: pathlib.Path, master_ok: bool) -> TrajectoryFile:
     return f
 
 
-def _open_h5(path: pathlib.Path, swmr: bool = False) -> TrajectoryFile:
+def _open_h5(path: pathlib.Path, swmr: bool = False, locking: bool | None = False) -> TrajectoryFile:
     """Open without SWMR unless the file is open for writing (a running job, or a killed one).
 
     An SWMR reader retries a metadata block whose checksum fails (a writer may be halfway
     through it); read without SWMR a damaged file fails in milliseconds, and in SWMR mode
     the retries are bounded (_swmr_file_access).
+
+    Readers take no HDF5 file lock: it would make a resuming writer's open fail while
+    anyone (a notebook, a monitor) reads the run, and they never need it (the writer is in
+    SWMR mode, or gone). HDF5 refuses that only where this process already has the file
+    open with its default locking (its own writer): then the open uses the default too.
     """
     try:
         if swmr:
-            fapl = _swmr_file_access()
+            fapl = _swmr_file_access(locking)
             if fapl is not None:
                 flags = h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ
                 return TrajectoryFile(h5py.h5f.open(os.fsencode(path), flags, fapl=fapl))
-        return TrajectoryFile(path, "r", libver="latest", swmr=swmr)
+        return TrajectoryFile(path, "r", libver="latest", swmr=swmr, locking=locking)
     except OSError as exc:
+        if locking is False and "file locking" in str(exc) and "don't match" in str(exc):
+            return _open_h5(path, swmr=swmr, locking=None)
         # HDF5 says so only once the superblock's checksum passed: a damaged superblock
         # fails here and never reaches the slow SWMR open
         if not swmr and "already open for write" in str(exc):
-            return _open_h5(path, swmr=True)
+            return _open_h5(path, swmr=True, locking=locking)
         raise TrajectoryLogError(f"{path}: not a readable HDF5 file (damaged or truncated): "
                                  f"{exc}") from exc
 
@@ -572,7 +599,7 @@ def _open_h5(path: pathlib.Path, swmr: bool = False) -> TrajectoryFile:
 SWMR_READ_ATTEMPTS = 30
 
 
-def _swmr_file_access():
+def _swmr_file_access(locking: bool | None = False):
     """A file access property list for SWMR reading (libver latest, SWMR_READ_ATTEMPTS), or
     None where HDF5's H5Pset_metadata_read_attempts cannot be reached (h5py does not wrap
     it; it is called through ctypes in the HDF5 library h5py loaded, found in
@@ -582,6 +609,8 @@ def _swmr_file_access():
         return None
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
     fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)  # libver="latest"
+    if locking is not None:  # None: HDF5's default (see _open_h5)
+        fapl.set_file_locking(locking, True)
     if setter(fapl.id, SWMR_READ_ATTEMPTS) < 0:
         return None
     return fapl
@@ -614,6 +643,12 @@ def _check_contents(f: h5py.File, path: pathlib.Path, master_ok: bool, lengths: 
     """Check the layout; True if a master file's rank files need SWMR."""
     if "format_version" not in f.attrs or ("steps" not in f and "virtual" not in f.attrs):
         raise TrajectoryLogError(f"{path}: an HDF5 file, but not a hybridsim trajectory log")
+    version = f.attrs["format_version"]
+    if isinstance(version, (int, np.integer)):
+        version = int(version)
+    if version != FORMAT_VERSION:
+        raise TrajectoryLogError(f"{path}: written in trajectory format_version {version!r}; this "
+                                 f"hybridsim reads version {FORMAT_VERSION} (see docs/HDF5_LAYOUT.md)")
     swmr = False
     if "virtual" in f.attrs:
         if not master_ok:
@@ -638,6 +673,13 @@ def _check_contents(f: h5py.File, path: pathlib.Path, master_ok: bool, lengths: 
             bad.append(f"{name} is not a dataset")
         elif ndim is not None and ds.ndim != ndim:
             bad.append(f"{name} is {ds.ndim}-D, not {ndim}-D")
+        elif name in DATASET_DTYPES and ds.dtype != DATASET_DTYPES[name]:
+            bad.append(f"{name} is {ds.dtype}, not {DATASET_DTYPES[name]}")
+    if not bad and "observations/index" in required and f["observations/index"].shape[1] != 3:
+        bad.append(f"observations/index has {f['observations/index'].shape[1]} columns, not 3 "
+                   f"(step row, env_id, global_frame)")
+    if not bad and f["steps/behavior_logits"].shape[2] < 1:
+        bad.append("steps/behavior_logits has no action column")
     if not bad and lengths and not f.swmr_mode:  # (a live writer resizes one dataset after another)
         bad = _unequal_lengths(f)
     if bad:
@@ -692,20 +734,36 @@ def _check_ranks(f: h5py.File, path: pathlib.Path) -> bool:
         recorded = json.loads(f.attrs.get("rank_rows", "{}"))
     except (TypeError, ValueError):
         recorded = {}
+    try:
+        file_ids = json.loads(f.attrs.get("rank_file_ids", "{}"))
+    except (TypeError, ValueError):
+        file_ids = {}
     swmr = False
     for name in names:
         try:
             with _open(path.parent / name, master_ok=False) as rank:
                 swmr |= rank.swmr_mode
                 now = [common_rows(rank["steps"]), common_rows(rank["episodes"])]
+                file_id = rank.attrs.get("file_id")
         except TrajectoryLogError as exc:
             raise TrajectoryLogError(f"{path}: reads {exc}") from exc
+        expected_id = file_ids.get(name) if isinstance(file_ids, dict) else None
+        if expected_id and expected_id != file_id:
+            raise TrajectoryLogError(
+                f"{path}: {name} beside it is not the file it was written over (another run's, or "
+                f"one copied in?); rewrite it with hybridsim.trajlog.write_master({str(path.parent)!r})")
         then = recorded.get(name) if isinstance(recorded, dict) else None
         if isinstance(then, list) and len(then) == 2 and (now[0] < then[0] or now[1] < then[1]):
             raise TrajectoryLogError(
                 f"{path}: stale: {name} now holds {now[0]} step and {now[1]} episode rows, fewer than "
                 f"the {then[0]} and {then[1]} it was written over (a resume cut them); rewrite it with "
                 f"hybridsim.trajlog.write_master({str(path.parent)!r})")
+        if isinstance(then, list) and len(then) == 2 and (now[0] > then[0] or now[1] > then[1]):
+            import warnings
+            warnings.warn(f"{path}: covers {then[0]} of the {now[0]} step rows and {then[1]} of the "
+                          f"{now[1]} episode rows {name} holds now (written before the run went on); "
+                          f"rewrite it with hybridsim.trajlog.write_master({str(path.parent)!r}) or "
+                          f"read the rank files", RuntimeWarning, stacklevel=2)
     return swmr
 
 
@@ -860,6 +918,7 @@ def write_master(run_dir) -> pathlib.Path:
                 "actions": steps["behavior_logits"].shape[2],
                 "episodes": common_rows(f["episodes"]),
                 "attrs": dict(f.attrs),
+                "gaps": json_list_attr(f, "gaps"),
             })
     num_actions = {i["actions"] for i in infos}
     if len(num_actions) != 1:
@@ -872,12 +931,14 @@ def write_master(run_dir) -> pathlib.Path:
     tmp_path = run_dir / (MASTER_FILE + ".tmp")
     with h5py.File(tmp_path, "w", libver="latest") as m:
         for key, value in infos[0]["attrs"].items():
-            if key not in ("rank",):
+            if key not in ("rank", "file_id"):
                 m.attrs[key] = value
         m.attrs["virtual"] = True
         m.attrs["ranks"] = json.dumps([i["name"] for i in infos])
         m.attrs["rank_rows"] = json.dumps({i["name"]: [i["steps"], i["episodes"]] for i in infos})
-        gaps = sorted({tuple(g) for i in infos for g in json.loads(i["attrs"].get("gaps", "[]"))})
+        m.attrs["rank_file_ids"] = json.dumps({i["name"]: str(i["attrs"].get("file_id", ""))
+                                               for i in infos})
+        gaps = sorted({tuple(g) for i in infos for g in i["gaps"]})
         if gaps:  # any rank's lost rows (rank 0's attributes were copied above)
             m.attrs["gaps"] = json.dumps([list(g) for g in gaps])
         steps = m.create_group("steps")
@@ -916,7 +977,12 @@ def read_episodes(path) -> dict[str, np.ndarray]:
 
 def read_steps(path, fields=None) -> dict[str, np.ndarray]:
     """Per-step fields of a rank or master file (all rows on disk), as numpy arrays."""
+    every = [*STEP_FIELDS, "behavior_logits"]
+    names = every if fields is None else [fields] if isinstance(fields, str) else list(fields)
+    unknown = [name for name in names if name not in every]
+    if unknown:
+        raise ValueError(f"read_steps({str(path)!r}): no step field {', '.join(map(repr, unknown))}; "
+                         f"the fields are {', '.join(every)}")
     with open_trajectory_file(path) as f:
-        names = fields or [*STEP_FIELDS, "behavior_logits"]
         n = common_rows(f["steps"])
         return {name: f["steps"][name][:n] for name in names}

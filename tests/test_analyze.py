@@ -80,3 +80,143 @@ def test_cli_refuses_a_master_file_without_its_rank_files(small_run, tmp_path):
     assert f"{master}: its rank file traj_rank00000.h5 is missing" in result.stderr
     summary = analyze.analyze(small_run / trajlog.MASTER_FILE, out_dir=tmp_path, plots=False)
     assert summary["overall"]["episodes"] == 30
+
+
+# ----- damaged data and foreign files that used to pass as data ---------------------------
+def _flip_chunk_bytes(path, dataset, chunk=0):
+    """Flip two bytes in the middle of a dataset's stored chunk (its data, not metadata)."""
+    with h5py.File(path, "r") as f:
+        info = f[dataset].id.get_chunk_info(chunk)
+    blob = bytearray(path.read_bytes())
+    middle = info.byte_offset + info.size // 2
+    blob[middle] ^= 0x5A
+    blob[middle + 1] ^= 0xA5
+    path.write_bytes(bytes(blob))
+
+
+@pytest.mark.parametrize("dataset", ["episodes/return", "steps/action", "steps/global_frame"])
+def test_a_damaged_data_chunk_is_named_not_read_as_numbers(tmp_path, dataset):
+    """lzf without a checksum decoded some flipped bytes into plausible numbers: analyze
+    reported a mean return of 0.00 with exit status 0. Chunks carry fletcher32 now."""
+    path = trajlog.rank_file(tmp_path, 0)
+    write_rank(path, 60, 3, 5, seed=1)
+    _flip_chunk_bytes(path, dataset)
+    with pytest.raises(trajlog.TrajectoryLogError, match="damaged trajectory file"):
+        analyze.analyze(path, plots=False)
+    result = run_cli("analyze", path, "--no-plots")
+    assert result.returncode == 2 and "damaged trajectory file" in result.stderr, result.stderr
+
+
+def test_a_master_refuses_a_rank_file_of_another_run(tmp_path):
+    for run, seed in (("a", 1), ("b", 2)):
+        (tmp_path / run).mkdir()
+        write_rank(trajlog.rank_file(tmp_path / run, 0), 40, 2, 4, seed=seed)
+        trajlog.write_master(tmp_path / run)
+    (tmp_path / "b" / "traj_rank00000.h5").replace(tmp_path / "a" / "traj_rank00000.h5")
+    with pytest.raises(trajlog.TrajectoryLogError, match="is not the file it was written over"):
+        analyze.analyze(tmp_path / "a" / "trajectories.h5", plots=False)
+
+
+def test_a_master_written_before_the_run_went_on_says_what_it_covers(tmp_path):
+    path = trajlog.rank_file(tmp_path, 0)
+    write_rank(path, 20, 2, 4, seed=1)
+    master = trajlog.write_master(tmp_path)
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=4, resume_after_frame=10**6) as w:
+        from test_trajlog import fake_step
+        for s in range(20, 30):
+            w.append_step(**fake_step(np.random.default_rng(s), s, 2, 4))
+    with pytest.warns(RuntimeWarning, match="covers 20 of the 30 step rows"):
+        summary = analyze.analyze(master, plots=False)
+    assert summary["overall"]["action_counts"] and sum(summary["overall"]["action_counts"]) == 40
+
+
+def _set_attr(name, value):
+    def damage(path):
+        with h5py.File(path, "r+") as f:
+            f.attrs[name] = value
+    return damage
+
+
+def _retype(name, convert):
+    def damage(path):
+        with h5py.File(path, "r+") as f:
+            data = convert(f[name][()])
+            del f[name]
+            f.create_dataset(name, data=data, maxshape=(None, *data.shape[1:]))
+    return damage
+
+
+@pytest.mark.parametrize("damage,message", [
+    (_set_attr("format_version", 2), "written in trajectory format_version 2"),
+    (_set_attr("format_version", "banana"), "format_version 'banana'"),
+    (_retype("steps/action", lambda a: a.astype(np.float32) + 0.5), "steps/action is float32, not int16"),
+    (_retype("episodes/return", lambda r: r.astype("S8")), "episodes/return is \\|S8, not float64"),
+])
+def test_foreign_versions_and_types_are_named(tmp_path, damage, message):
+    """Both were read as if they were this version's: actions of 2.5 truncated to 2,
+    returns failing deep in numpy without the file's name."""
+    path = trajlog.rank_file(tmp_path, 0)
+    write_rank(path, 20, 2, 4, seed=1)
+    damage(path)
+    with pytest.raises(trajlog.TrajectoryLogError, match=message):
+        trajlog.read_episodes(path)
+
+
+def test_actions_outside_the_action_set_are_named(tmp_path):
+    """They dropped out of the histogram (past its end) or failed in numpy without the file."""
+    path = trajlog.rank_file(tmp_path, 0)
+    write_rank(path, 20, 2, 4, seed=1)
+    with h5py.File(path, "r+") as f:
+        f["steps/action"][3, 1] = 50
+    with pytest.raises(trajlog.TrajectoryLogError, match="steps/action holds 1 value.* outside 0..3 .*50"):
+        analyze.analyze(path, plots=False)
+
+
+def test_json_output_is_strict_json(tmp_path):
+    """A NaN return printed a bare NaN, which jq and JavaScript reject."""
+    path = trajlog.rank_file(tmp_path, 0)
+    write_rank(path, 30, 2, 4, seed=1)
+    with h5py.File(path, "r+") as f:
+        f["episodes/return"][0] = np.nan
+    result = run_cli("analyze", path, "--json", "--no-plots")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
+    assert summary["overall"]["return_mean"] is None
+    json.loads((tmp_path / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(c))
+
+
+def test_analyze_refuses_an_out_path_that_is_a_file_before_reading(tmp_path, monkeypatch):
+    path = trajlog.rank_file(tmp_path, 0)
+    write_rank(path, 20, 2, 4, seed=1)
+    monkeypatch.setattr(analyze, "_scan_steps", lambda *a: pytest.fail("scanned first"))
+    with pytest.raises(NotADirectoryError, match="is a file, not a directory"):
+        analyze.analyze(path, out_dir=path)
+
+
+def test_bad_gaps_and_observation_index_are_named(tmp_path):
+    path = trajlog.rank_file(tmp_path, 0)
+    write_rank(path, 20, 2, 4, seed=1)
+    with h5py.File(path, "r+") as f:
+        f.attrs["gaps"] = "[[1, 2, 3]]"
+    with pytest.raises(trajlog.TrajectoryLogError, match="'gaps' attribute is not a list of \\[from, to\\]"):
+        replay.replay(path, 0)
+    (tmp_path / "obs").mkdir()
+    other = trajlog.rank_file(tmp_path / "obs", 0)
+    write_rank(other, 20, 2, 4, seed=1,
+               observations=trajlog.ObservationLogging(shape=(2, 3), stride=2, env_ids=(0,)))
+    with h5py.File(other, "r+") as f:
+        del f["observations/index"]
+        f.create_dataset("observations/index", data=np.zeros((4, 1), np.int64))
+    with pytest.raises(trajlog.TrajectoryLogError, match="observations/index has 1 columns, not 3"):
+        trajlog.read_episodes(other)
+
+
+def test_read_steps_names_unknown_fields(tmp_path):
+    path = trajlog.rank_file(tmp_path, 0)
+    write_rank(path, 20, 2, 4, seed=1)
+    with pytest.raises(ValueError, match="no step field 'acton'; the fields are action, "):
+        trajlog.read_steps(path, ["acton"])
+    assert list(trajlog.read_steps(path, "action")) == ["action"]
+    assert trajlog.read_steps(path, []) == {}
+    with pytest.raises(trajlog.TrajectoryLogError, match="a directory"):
+        trajlog.read_steps(tmp_path)

@@ -492,3 +492,31 @@ def test_a_master_over_rank_files_a_resume_cut_is_named_stale(tmp_path):
         trajlog.read_steps(master)
     trajlog.write_master(tmp_path)
     assert trajlog.read_steps(master)["action"].shape == (11, 3)
+
+
+READER_SCRIPT = textwrap.dedent("""
+    import sys, time
+    from hybridsim import trajlog
+    with trajlog.open_trajectory_file(sys.argv[1]) as f:
+        print(f["steps/action"].shape[0], flush=True)
+        time.sleep(60)
+""")
+
+
+def test_a_reader_does_not_keep_a_resume_out(tmp_path):
+    """HDF5's reader lock made a resuming writer's open fail ('unable to lock file') while
+    anyone (a notebook, a monitoring script) had the run's file open."""
+    path = tmp_path / "traj_rank00000.h5"
+    write_rank(path, 30, 2, 3, seed=4)
+    reader = subprocess.Popen([sys.executable, "-c", READER_SCRIPT, str(path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "30"
+        with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=40) as w:
+            w.append_step(**fake_step(np.random.default_rng(0), 11, 2, 3))
+        assert reader.poll() is None  # still reading
+    finally:
+        reader.kill()
+        reader.wait()
+    assert trajlog.read_steps(path, "global_frame")["global_frame"][:, 0].tolist() == \
+        [4 * s for s in range(11)] + [44]
