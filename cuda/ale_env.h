@@ -400,3 +400,175 @@ HS_HD inline void env_restore(AleEnv& cur, const AleEnv& saved, bool with_rng) {
 }
 
 }  // namespace hs
+
+namespace hs {
+
+// ---- restoring untrusted bytes ----
+// A saved AleEnv is plain bytes (a file, a pickle, a network peer). Fields that the
+// emulator uses as an array index, shift, pointer offset, loop bound or mode selector
+// must lie where the emulator itself keeps them, or a restored state reads and writes
+// outside its arrays. env_state_check names the first field that does not (field is
+// null when every one fits); nothing else is refused: any register, RAM or counter
+// value the emulator can reach is accepted.
+struct StateFault {
+  const char* field;          // null: the state fits
+  long long value, lo, hi;    // the field's value and the range it must lie in
+};
+
+HS_HD HS_INLINE bool state_bad(StateFault& f, const char* field, long long value, long long lo, long long hi) {
+  if (value >= lo && value <= hi) return false;
+  f.field = field;
+  f.value = value;
+  f.lo = lo;
+  f.hi = hi;
+  return true;
+}
+
+// An MT19937 whose 19937 state bits are all zero draws zeros for ever (rejection loops
+// such as vec_uniform_int's never end); seeding can never produce it. 1: degenerate.
+HS_HD inline int32_t mt_degenerate(const MT19937& g) {
+  uint32_t any = g.words[0] & 0x80000000u;
+  for (int32_t k = 1; k < MT_N; ++k) any |= g.words[k];
+  return any == 0u ? 1 : 0;
+}
+
+// `live` is the environment the state goes into (same ROM and display window).
+// kept_too: also check what env_restore keeps from `live` (a vector engine copies whole
+// rows, so there those fields come from the state as well).
+HS_HD inline StateFault env_state_check(const AleEnv& saved, const AleEnv& live, bool with_rng, bool kept_too) {
+  StateFault f;
+  f.field = nullptr;
+  f.value = f.lo = f.hi = 0;
+#define HS_CHECK(name, value, lo, hi) \
+  if (state_bad(f, name, (long long)(value), (long long)(lo), (long long)(hi))) return f
+  const Console& c = saved.console;
+  const Console& lc = live.console;
+  // The mapper, display window and TV standard are the ROM's (ROM fingerprint).
+  HS_CHECK("console.cart.type", c.cart.type, lc.cart.type, lc.cart.type);
+  HS_CHECK("console.ystart", c.ystart, lc.ystart, lc.ystart);
+  HS_CHECK("console.height", c.height, lc.height, lc.height);
+  HS_CHECK("console.pal", c.pal, lc.pal, lc.pal);
+  for (int32_t p = 0; p < 2; ++p) {
+    HS_CHECK("console.port_type", c.port_type[p], 0, 1);
+    HS_CHECK("console.port_jack", c.port_jack[p], 0, 1);  // indexes the events
+  }
+  HS_CHECK("console.swap_paddles", c.swap_paddles, 0, 1);
+  HS_CHECK("console.hmove_blanks", c.hmove_blanks, 0, 1);
+  // Cycles since the frame started: colour clocks (x3) must stay positive int32.
+  HS_CHECK("console.cycles", c.cycles, 0, 0x20000000);
+  HS_CHECK("console.system_rng.next_index", c.system_rng.next_index, 0, MT_N);
+  HS_CHECK("console.system_rng (all-zero words)", mt_degenerate(c.system_rng), 0, 0);
+  if (with_rng) {
+    HS_CHECK("env_rng.next_index", saved.env_rng.next_index, 0, MT_N);
+    HS_CHECK("env_rng (all-zero words)", mt_degenerate(saved.env_rng), 0, 0);
+  }
+
+  // CPU flags are single bits (arithmetic adds the carry).
+  const M6502& cpu = c.cpu;
+  HS_CHECK("console.cpu.n", cpu.n, 0, 1);
+  HS_CHECK("console.cpu.v", cpu.v, 0, 1);
+  HS_CHECK("console.cpu.b", cpu.b, 0, 1);
+  HS_CHECK("console.cpu.d", cpu.d, 0, 1);
+  HS_CHECK("console.cpu.i", cpu.i, 0, 1);
+  HS_CHECK("console.cpu.notz", cpu.notz, 0, 1);
+  HS_CHECK("console.cpu.c", cpu.c, 0, 1);
+  HS_CHECK("console.cpu.last_access_was_read", cpu.last_access_was_read, 0, 1);
+  HS_CHECK("console.cpu.jammed", cpu.jammed, 0, 1);
+
+  // RIOT: the timer register is a byte and the divider one of four shifts.
+  const Riot& r = c.riot;
+  HS_CHECK("console.riot.timer", r.timer, 0, 255);
+  if (r.interval_shift != 0 && r.interval_shift != 3 && r.interval_shift != 6 && r.interval_shift != 10) {
+    f.field = "console.riot.interval_shift (0, 3, 6 or 10)";
+    f.value = r.interval_shift;
+    f.lo = 0;
+    f.hi = 10;
+    return f;
+  }
+  HS_CHECK("console.riot.irq_read_seen", r.irq_read_seen, 0, 1);
+
+  // TIA: the display window is the console's; the frame clocks keep the relations
+  // tia_start_frame / tia_frame_reset set up (drawing indexes the frame buffer with them).
+  const Tia& t = c.tia;
+  HS_CHECK("console.tia.ystart", t.ystart, lc.ystart, lc.ystart);
+  HS_CHECK("console.tia.height", t.height, lc.height, lc.height);
+  HS_CHECK("console.tia.max_lines", t.max_lines, lc.tia.max_lines, lc.tia.max_lines);
+  HS_CHECK("console.tia.colour_loss", t.colour_loss, lc.tia.colour_loss, lc.tia.colour_loss);
+  HS_CHECK("console.tia.frame_start_clock", t.frame_start_clock, -(H_CLOCKS - 1), 0);
+  HS_CHECK("console.tia.display_start_clock", t.display_start_clock,
+           (long long)t.frame_start_clock + (long long)H_CLOCKS * t.ystart,
+           (long long)t.frame_start_clock + (long long)H_CLOCKS * t.ystart);
+  HS_CHECK("console.tia.display_stop_clock", t.display_stop_clock,
+           (long long)t.display_start_clock + (long long)H_CLOCKS * t.height,
+           (long long)t.display_start_clock + (long long)H_CLOCKS * t.height);
+  HS_CHECK("console.tia.drawn_until_clock", t.drawn_until_clock, t.frame_start_clock, t.display_stop_clock);
+  HS_CHECK("console.tia.clocks_left_in_line", t.clocks_left_in_line, 0, H_CLOCKS);
+  // The line position the clocks give and the one the counter holds agree.
+  HS_CHECK("console.tia.clocks_left_in_line (line position)",
+           ((long long)t.drawn_until_clock - t.frame_start_clock + t.clocks_left_in_line) % H_CLOCKS, 0, 0);
+  HS_CHECK("console.tia.pf", t.pf, 0, 0xFFFFF);
+  for (int32_t k = 0; k < 5; ++k) {
+    HS_CHECK("console.tia.pos", t.pos[k], 0, SCREEN_WIDTH - 1);  // object masks index by it
+    HS_CHECK("console.tia.hm", t.hm[k], 0, 15);
+  }
+  HS_CHECK("console.tia.pf_prio_score", t.pf_prio_score, (t.ctrlpf & 0x06) << 5, (t.ctrlpf & 0x06) << 5);
+  HS_CHECK("console.tia.refp[0]", t.refp[0], 0, 1);
+  HS_CHECK("console.tia.refp[1]", t.refp[1], 0, 1);
+  HS_CHECK("console.tia.hmove_blank_pending", t.hmove_blank_pending, 0, 1);
+  HS_CHECK("console.tia.cosmic_ark", t.cosmic_ark, 0, 1);
+  HS_CHECK("console.tia.dump_active", t.dump_active, 0, 1);
+  HS_CHECK("console.tia.hmove_blanks_allowed", t.hmove_blanks_allowed, 0, 1);
+  HS_CHECK("console.tia.skip_pixels", t.skip_pixels, 0, 1);
+
+  // Cartridge: the bank / slices select 4 KiB / 1 KiB pieces of the ROM.
+  const Cart& k = c.cart;
+  switch (k.type) {
+    case CART_F8: case CART_F8_SWAPPED: case CART_F8SC: case CART_DPC:
+      HS_CHECK("console.cart.bank", k.bank, 0, 1);
+      break;
+    case CART_F6: case CART_F6SC:
+      HS_CHECK("console.cart.bank", k.bank, 0, 3);
+      break;
+    default:  // 2K, 4K, FE, E0: the window starts at rom + bank * 4096
+      HS_CHECK("console.cart.bank", k.bank, 0, 0);
+      break;
+  }
+  if (k.type == CART_E0) {
+    for (int32_t s = 0; s < 3; ++s) HS_CHECK("console.cart.slice", k.slice[s], 0, 7);
+    HS_CHECK("console.cart.slice[3]", k.slice[3], 7, 7);  // the fixed slice
+  }
+  if (k.type == CART_DPC) {
+    for (int32_t s = 0; s < 8; ++s) HS_CHECK("console.cart.dpc_counter", k.dpc_counter[s], 0, 0x07FF);
+    for (int32_t s = 0; s < 3; ++s) HS_CHECK("console.cart.dpc_music", k.dpc_music[s], 0, 1);
+  }
+  // The music clock's fraction (restore converts it to an integer count of 1e-8).
+  if (!(k.dpc_fraction > -1.0 && k.dpc_fraction < 1.0)) {
+    f.field = "console.cart.dpc_fraction (-1 < x < 1)";
+    f.value = (long long)(k.dpc_fraction == k.dpc_fraction && k.dpc_fraction > -9e18 && k.dpc_fraction < 9e18
+                              ? k.dpc_fraction : 0.0);
+    f.lo = -1;
+    f.hi = 1;
+    return f;
+  }
+
+  if (kept_too) {  // what env_restore keeps from the live environment
+    bool same = true;
+    const uint8_t* a = (const uint8_t*)&saved.cfg;
+    const uint8_t* b = (const uint8_t*)&live.cfg;
+    for (uint32_t i = 0; i < (uint32_t)sizeof(EnvConfig); ++i) same = same && a[i] == b[i];
+    HS_CHECK("cfg (the environment's settings)", same ? 0 : 1, 0, 0);
+    HS_CHECK("console.tia.fb_pos", t.fb_pos, 0, kFrameBytes);
+    HS_CHECK("console.tia.partial_frame", t.partial_frame, 0, 1);
+    HS_CHECK("console.tia.frame_greyed", t.frame_greyed, 0, 1);
+    HS_CHECK("console.tia.p_hide_first[0]", t.p_hide_first[0], 0, 1);
+    HS_CHECK("console.tia.p_hide_first[1]", t.p_hide_first[1], 0, 1);
+    HS_CHECK("console.tia.pf_reflect_shape", t.pf_reflect_shape, 0, 1);
+    HS_CHECK("console.tia.m0_shape", t.m0_shape, M0_NORMAL, M0_HIDDEN);
+    for (int32_t m = 0; m < 3; ++m) HS_CHECK("console.tia.shape_pos", t.shape_pos[m], 0, SCREEN_WIDTH - 1);
+    HS_CHECK("console.tia.shape_bl_size", t.shape_bl_size, 0, 3);
+  }
+#undef HS_CHECK
+  return f;
+}
+
+}  // namespace hs

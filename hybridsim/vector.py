@@ -707,6 +707,16 @@ class AtariVectorEnv(VectorEnv):
             # get_state settles every running step: in flight means finished and staged
             raise ValueError("corrupted AtariVectorEnv state: 'ready' must list exactly the "
                              "environments in flight")
+        # The digest is unkeyed: a crafted payload passes it, so the rows' fields that the
+        # emulator indexes with are checked too (cuda/ale_env.h env_state_check).
+        from hybridsim import _vector
+        bad = _vector.check_state_rows(data["env"], data["state"], np.asarray(current["env"])[0],
+                                       self._config["stack_num"])
+        if bad is not None:
+            row, part, field, value, lo, hi = bad
+            want = f"must be {lo}" if lo == hi else f"out of range {lo}..{hi}"
+            raise ValueError(f"corrupted AtariVectorEnv state: environment {row}: state field "
+                             f"{'' if part == 'env' else 'vector.'}{field} = {value} {want}")
         return data
 
     # ----- misc ----------------------------------------------------------------------------

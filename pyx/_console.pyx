@@ -73,7 +73,8 @@ from cython.parallel cimport prange
 import numpy as np
 cimport numpy as cnp
 
-from ale_env cimport AleEnv, EnvConfig, FrameBuffers, FrameReplay, console_materialize, kFrameBytes
+from ale_env cimport (AleEnv, EnvConfig, FrameBuffers, FrameReplay, StateFault, console_materialize,
+                     env_state_check, kFrameBytes)
 
 cdef extern from "ale_env.h" namespace "hs" nogil:
     cdef struct ConsoleProps:
@@ -213,6 +214,39 @@ cdef extern from "ale_env.h" nogil:
     int hs_tia_skip_spans_selftest(uint32_t seed, int trials)
     void hs_set_simd_enabled(bint on)
     bint hs_simd_available()
+
+cdef str state_fault_message(StateFault fault, int cart_type):
+    """env_state_check's verdict as a sentence (the field, its value, the range)."""
+    field = (<bytes>fault.field).decode()
+    where = "" if fault.lo == fault.hi else f" {fault.lo}..{fault.hi}"
+    text = (f"state field {field} = {fault.value} " +
+            (f"must be {fault.lo}" if fault.lo == fault.hi else f"out of range{where}"))
+    if field.startswith("console.cart."):
+        names = {v[0]: k for k, v in CART_TYPES.items()}
+        text += f" for a{'n' if names.get(cart_type, '?')[0] in 'EF' else ''} {names.get(cart_type, '?')} cartridge"
+    return text + " (corrupted or crafted state)"
+
+
+def check_state_row(row, live_row, bint with_rng=True, bint kept_too=True):
+    """env_state_check of AleEnv bytes `row` against `live_row` (the vector engine's
+    set_state): None when the row fits, else the reason."""
+    cdef bytes a = bytes(row), b = bytes(live_row)
+    if len(a) != <Py_ssize_t>sizeof(AleEnv) or len(b) != <Py_ssize_t>sizeof(AleEnv):
+        raise ValueError(f"an AleEnv row holds {sizeof(AleEnv)} bytes")
+    cdef AleEnv* saved = <AleEnv*>malloc(sizeof(AleEnv))
+    cdef AleEnv* live = <AleEnv*>malloc(sizeof(AleEnv))
+    if saved == NULL or live == NULL:
+        free(saved)
+        free(live)
+        raise MemoryError("cannot allocate a state")
+    memcpy(saved, <const char*>a, sizeof(AleEnv))
+    memcpy(live, <const char*>b, sizeof(AleEnv))
+    cdef StateFault fault = env_state_check(saved[0], live[0], with_rng, kept_too)
+    cdef int cart_type = live.console.cart.type
+    free(saved)
+    free(live)
+    return None if fault.field == NULL else state_fault_message(fault, cart_type)
+
 
 CART_TYPES = {"2K": (0, 2048), "4K": (1, 4096), "F8": (2, 8192), "F8 swapped": (3, 8192),
               "F6": (4, 16384), "E0": (5, 8192), "FE": (6, 8192), "F8SC": (7, 8192),
@@ -642,6 +676,10 @@ cdef class Emulator:
         cdef const char* raw = state
         memcpy(saved, raw + head, sizeof(AleEnv))
         cdef bint with_rng = state[head - 1] == 1
+        cdef StateFault fault = env_state_check(saved[0], self.env[0], with_rng, False)
+        if fault.field != NULL:
+            free(saved)
+            raise ValueError(state_fault_message(fault, self.env.console.cart.type))
         env_restore(self.env[0], saved[0], with_rng)
         free(saved)
 

@@ -31,7 +31,8 @@ from cython.parallel cimport prange
 import numpy as np
 cimport numpy as cnp
 
-from ale_env cimport AleEnv, FrameBuffers, FrameReplay, MT19937, console_materialize, kFrameBytes, mt_seed
+from ale_env cimport (AleEnv, FrameBuffers, FrameReplay, MT19937, StateFault, console_materialize,
+                     env_state_check, kFrameBytes, mt_seed)
 from preprocess cimport ResizePlan, resize_plan_init, resize_plan_error
 
 cdef extern from "vector_engine.h" namespace "hs" nogil:
@@ -96,6 +97,7 @@ cdef extern from "vector_engine.h" namespace "hs" nogil:
     void vec_reseed_from(const AleEnv& loaded, const uint8_t* loaded_frames, int32_t loaded_shown,
                          int32_t frame_bytes, uint32_t seed, AleEnv& e, VecEnvState& s, VecEnvBuffers& b)
     void vec_config_palette(VecConfig& c, bint pal)
+    StateFault vec_state_check(const VecConfig& c, const VecEnvState& s)
 
 cdef extern from *:
     """
@@ -122,6 +124,46 @@ INTER_AREA = 3
 
 cdef inline uint8_t* _ptr(cnp.ndarray a):
     return <uint8_t*>cnp.PyArray_DATA(a)
+
+
+def check_state_rows(env_rows, state_rows, live_env_row, int stack_num):
+    """Vector env set_state: every AleEnv row (env_state_check against a live row, whole
+    rows, RNG included) and VecEnvState row (vec_state_check). None when all fit, else
+    (row, part, field, value, lo, hi) of the first that does not."""
+    cdef cnp.ndarray envs = np.ascontiguousarray(env_rows, dtype=np.uint8)
+    cdef cnp.ndarray states = np.ascontiguousarray(state_rows, dtype=np.uint8)
+    cdef cnp.ndarray live = np.ascontiguousarray(live_env_row, dtype=np.uint8)
+    if envs.ndim != 2 or envs.shape[1] != ALE_ENV_BYTES or live.size != ALE_ENV_BYTES \
+            or states.ndim != 2 or states.shape[1] != VEC_STATE_BYTES or states.shape[0] != envs.shape[0]:
+        raise ValueError("check_state_rows: rows of AleEnv and VecEnvState bytes expected")
+    cdef VecConfig cfg
+    memset(&cfg, 0, sizeof(VecConfig))
+    cfg.stack_num = stack_num
+    # Copies: the arrays' rows need not be aligned for the structs.
+    cdef AleEnv* row = <AleEnv*>malloc(sizeof(AleEnv))
+    cdef AleEnv* ref = <AleEnv*>malloc(sizeof(AleEnv))
+    cdef VecEnvState vs
+    cdef StateFault fault
+    cdef Py_ssize_t k
+    if row == NULL or ref == NULL:
+        free(row)
+        free(ref)
+        raise MemoryError("cannot allocate a state")
+    memcpy(ref, _ptr(live), sizeof(AleEnv))
+    try:
+        for k in range(envs.shape[0]):
+            memcpy(row, _ptr(envs) + k * sizeof(AleEnv), sizeof(AleEnv))
+            fault = env_state_check(row[0], ref[0], True, True)
+            if fault.field != NULL:
+                return (k, "env", (<bytes>fault.field).decode(), fault.value, fault.lo, fault.hi)
+            memcpy(&vs, _ptr(states) + k * sizeof(VecEnvState), sizeof(VecEnvState))
+            fault = vec_state_check(cfg, vs)
+            if fault.field != NULL:
+                return (k, "state", (<bytes>fault.field).decode(), fault.value, fault.lo, fault.hi)
+        return None
+    finally:
+        free(row)
+        free(ref)
 
 
 cdef class VectorEngine:

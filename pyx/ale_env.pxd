@@ -44,9 +44,12 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
         uint8_t ram[128]
     cdef struct Tia:
         int32_t lines_last_frame
+    cdef struct Cart:
+        int32_t type
     cdef struct Console:
         Riot riot
         Tia tia
+        Cart cart
         uint8_t data_bus
         uint8_t pal
         int32_t height
@@ -55,3 +58,9 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
         EnvConfig cfg
         int32_t frame_number
         int32_t episode_frame_number
+    cdef struct StateFault:
+        const char* field
+        long long value
+        long long lo
+        long long hi
+    StateFault env_state_check(const AleEnv& saved, const AleEnv& live, bint with_rng, bint kept_too)
