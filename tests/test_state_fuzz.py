@@ -1,0 +1,201 @@
+"""Corrupted and crafted states: restoreState / AtariVectorEnv.set_state either refuse them
+with a ValueError or the emulator plays on without crashing (cuda/ale_env.h
+env_state_check). Each game runs in a subprocess, so a segfault fails the test instead of
+killing pytest. The default run samples the corruptions (about a minute on 2 cores);
+HS_STATE_FUZZ=full corrupts every byte of the state with 0xFF, 0x00 and a random value,
+each case played 100 frames with a reset_game in between (minutes per game)."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+FULL = os.environ.get("HS_STATE_FUZZ") == "full"
+# One game per mapper (and then some): 2K, 4K, F8, F6, F6SC, F8SC, E0, FE, DPC.
+GAMES = ["pong", "seaquest", "ms_pacman", "asterix", "road_runner", "darkchambers",
+         "elevator_action", "montezuma_revenge", "robotank", "pitfall2"]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _run_worker(*args, timeout):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", __file__, *args], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    assert proc.returncode == 0, f"worker {args} died (rc {proc.returncode}):\n{tail}"
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    return report
+
+
+# ----- the worker (a subprocess: python test_state_fuzz.py ale|vector GAME) ---------------
+
+def _patterns(size, rng):
+    """Whole-body corruptions: (name, bytes)."""
+    out = [("all 0xFF", b"\xff" * size), ("all 0x00", b"\x00" * size),
+           ("all random", rng.integers(0, 256, size, dtype=np.uint8).tobytes())]
+    return out
+
+
+def _byte_cases(size, rng, sample):
+    """(offset, value) pairs: every byte set to 0xFF, 0x00 and a random value (or a sample)."""
+    cases = [(k, v) for k in range(size) for v in (0xFF, 0x00, int(rng.integers(1, 255)))]
+    if sample is not None and sample < len(cases):
+        idx = rng.choice(len(cases), sample, replace=False)
+        cases = [cases[i] for i in sorted(idx)]
+    return cases
+
+
+def _play_ale(a, rng, frames):
+    for i in range(frames):
+        a.act(int(rng.integers(0, 18)))
+        if i % 7 == 0:
+            a.getScreenRGB()  # draws lazily emulated frames from their saved start state
+    a.reset_game()
+    for i in range(frames):
+        a.act(int(rng.integers(0, 18)))
+        if a.game_over():
+            a.reset_game()
+    a.getScreenRGB()
+    a.getRAM()
+    # Whatever the emulator reaches is a state it accepts back.
+    a.restoreState(a.cloneState(include_rng=True))
+
+
+def worker_ale(game):
+    from hybridsim.ale import ALEInterface, ALEState
+    from hybridsim.roms import rom_path
+    rng = np.random.default_rng(abs(hash(game)) % 2**32)
+    a = ALEInterface()
+    a.setInt("random_seed", 0)
+    a.setFloat("repeat_action_probability", 0.25)
+    a.loadROM(str(rom_path(game)))
+    for _ in range(30):
+        a.act(int(rng.integers(0, 18)))
+    good = [a.cloneState(include_rng=True).serialize(), a.cloneState().serialize()]
+    head = len(good[0]) - len(_body_probe(a))
+    size = len(good[0]) - head
+    frames = 50 if FULL else 12
+    cases = [("pattern", name, body) for name, body in _patterns(size, rng)]
+    for lo in range(0, size, 64):  # 0xFF over one 64-byte window at a time
+        cases.append(("window", lo, b"\xff" * min(64, size - lo)))
+    for off, val in _byte_cases(size, rng, None if FULL else 400):
+        cases.append(("byte", off, bytes([val])))
+    tried = refused = played = 0
+    for n, (kind, where, patch) in enumerate(cases):
+        base = bytearray(good[n % 2])
+        if kind == "pattern":
+            base[head:] = patch
+        else:
+            base[head + where:head + where + len(patch)] = patch
+        tried += 1
+        try:
+            a.restoreState(ALEState(bytes(base), a._md5))
+        except ValueError as exc:
+            assert "state field" in str(exc), str(exc)
+            refused += 1
+            continue
+        played += 1
+        print(f"playing {kind} {where} {patch[:4].hex()}", file=sys.stderr, flush=True)
+        _play_ale(a, rng, frames)
+    print(json.dumps(dict(game=game, tried=tried, refused=refused, played=played)))
+
+
+def _body_probe(a):
+    """The AleEnv body (what follows the header: magic, fingerprint, RNG flag)."""
+    return a._require_rom().raw_state()[0]
+
+
+def worker_vector(game):
+    import io
+    from hybridsim.vector import STATE_MAGIC, AtariVectorEnv, _digest
+    rng = np.random.default_rng(abs(hash(game)) % 2**32 + 1)
+    e = AtariVectorEnv(game, 2, num_threads=1)
+    e.reset(seed=0)
+    for _ in range(5):
+        e.step(rng.integers(0, e.single_action_space.n, 2))
+    good = e.get_state()
+    head = len(STATE_MAGIC) + 32
+    with np.load(io.BytesIO(good[head + 32:])) as z:
+        arrays = {k: z[k] for k in z.files}
+
+    def forged(name, row, patch_at, patch):
+        d = {k: v.copy() for k, v in arrays.items()}
+        flat = d[name][row].reshape(-1)
+        if patch_at is None:
+            flat[:] = np.frombuffer(patch, np.uint8)
+        else:
+            flat[patch_at:patch_at + len(patch)] = np.frombuffer(patch, np.uint8)
+        buf = io.BytesIO()
+        np.savez(buf, **d)
+        p = buf.getvalue()
+        return good[:head] + _digest(p) + p
+
+    cases = []
+    for name in ("env", "state"):
+        size = arrays[name].shape[1]
+        for pname, body in _patterns(size, rng):
+            cases.append((name, None, body))
+        sample = None if FULL else 150
+        for off, val in _byte_cases(size, rng, sample):
+            cases.append((name, off, bytes([val])))
+    steps = 12 if FULL else 6
+    tried = refused = played = 0
+    for name, off, patch in cases:
+        tried += 1
+        try:
+            e.set_state(forged(name, 0, off, patch))
+        except ValueError as exc:
+            assert "state field" in str(exc), str(exc)
+            refused += 1
+            continue
+        played += 1
+        print(f"playing {name} {off} {patch[:4].hex()}", file=sys.stderr, flush=True)
+        for _ in range(steps):
+            e.step(rng.integers(0, e.single_action_space.n, 2))
+        e.reset()
+        for _ in range(steps):
+            e.step(rng.integers(0, e.single_action_space.n, 2))
+        e.set_state(e.get_state())  # reachable states are accepted back
+    e.close()
+    print(json.dumps(dict(game=game, tried=tried, refused=refused, played=played)))
+
+
+# ----- the tests ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("game", GAMES)
+def test_corrupted_ale_states_are_refused_or_played(game):
+    report = _run_worker("ale", game, timeout=3600 if FULL else 300)
+    assert report["tried"] > 0 and report["refused"] > 0
+
+
+@pytest.mark.parametrize("game", ["pong", "ms_pacman"] + (GAMES if FULL else []))
+def test_forged_vector_rows_are_refused_or_played(game):
+    report = _run_worker("vector", game, timeout=3600 if FULL else 300)
+    assert report["tried"] > 0 and report["refused"] > 0
+
+
+def test_refusal_names_the_field_and_changes_nothing():
+    from hybridsim.ale import ALEInterface, ALEState
+    from hybridsim.roms import rom_path
+    a = ALEInterface()
+    a.loadROM(str(rom_path("ms_pacman")))
+    for _ in range(10):
+        a.act(0)
+    before = a.cloneState(include_rng=True).serialize()
+    s = bytearray(before)
+    head = len(before) - len(_body_probe(a))
+    bank = head + 312 + 4  # Console.cart at 312, Cart.bank at +4 (the reviewer's repro)
+    s[bank:bank + 2] = b"\xff\xff"
+    with pytest.raises(ValueError, match=r"cart\.bank = 65535 out of range 0\.\.1 for an F8 cartridge"):
+        a.restoreState(ALEState(bytes(s), a._md5))
+    assert a.cloneState(include_rng=True).serialize() == before
+    for _ in range(100):
+        a.act(0)
+
+
+if __name__ == "__main__":
+    kind, game = sys.argv[1], sys.argv[2]
+    (worker_ale if kind == "ale" else worker_vector)(game)
