@@ -298,13 +298,18 @@ class ALEInterface:
         raise NotImplementedError("hybridsim does not emulate the TIA's sound: no audio samples")
 
     # ----- states --------------------------------------------------------------------
-    def cloneState(self, *, include_rng: bool = False) -> ALEState:
+    def cloneState(self, include_rng: bool = False) -> ALEState:  # ale-py takes it positionally too
         emu = self._require_rom()
         return ALEState(emu.clone_state(include_rng), self._md5, self.getFrameNumber(),
                         self.getEpisodeFrameNumber(), int(self._mode), int(self._difficulty))
 
     def cloneSystemState(self) -> ALEState:
         return self.cloneState(include_rng=True)
+
+    def __reduce_ex__(self, protocol):
+        # The emulator lives in a C extension object; its state travels as cloneState() bytes.
+        raise TypeError("cannot pickle hybridsim.ale.ALEInterface: save "
+                        "cloneState().serialize() and restore it with restoreState(ALEState(...)) instead")
 
     def restoreState(self, state) -> None:
         emu = self._require_rom()

@@ -761,6 +761,8 @@ def make_deliver(output: str, dev):
 
 def make_vector_engine(backend: str, engine_args, engine_kwargs, *, device=0, options=None):
     """(engine, array module, deliver) for AtariVectorEnv(backend="gpu" | "hybrid")."""
+    if options is not None and not isinstance(options, dict):
+        raise ValueError(f"gpu_options must be a dict, got {type(options).__name__}")
     opts = dict(options or {})
     unknown = set(opts) - GPU_OPTION_KEYS
     if unknown:

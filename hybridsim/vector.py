@@ -252,7 +252,12 @@ class AtariVectorEnv(VectorEnv):
         self._xp = np
         self._deliver = None
         self._device_scope = contextlib.nullcontext
+        if gpu_options is not None and not isinstance(gpu_options, dict):
+            raise ValueError(f"gpu_options must be a dict, got {type(gpu_options).__name__}")
         if backend == "cpu":
+            if gpu_options:
+                raise ValueError(f"gpu_options {sorted(gpu_options)} apply to backend='gpu' or "
+                                 f"'hybrid', not backend='cpu'")
             self._engine = _vector.VectorEngine(*engine_args, **engine_kwargs)
         else:
             from hybridsim.gpu import make_vector_engine
@@ -598,6 +603,7 @@ class AtariVectorEnv(VectorEnv):
     def get_state(self) -> bytes:
         """Every environment's state (consoles, RNGs, raw frames, frame stacks and, in async
         mode, results not yet received) as bytes. Async mode waits for running steps."""
+        self._check_open("get_state")
         if self._pending is not None:
             raise ValueError("get_state() between send() and recv(): call recv() first")
         self._settle()
@@ -617,6 +623,11 @@ class AtariVectorEnv(VectorEnv):
         np.savez(buf, **arrays)
         payload = buf.getvalue()
         return STATE_MAGIC + self._fingerprint().encode() + _digest(payload) + payload
+
+    def __reduce_ex__(self, protocol):
+        # The engine is a C extension object; the snapshot is get_state()'s bytes.
+        raise TypeError("cannot pickle hybridsim.vector.AtariVectorEnv: save get_state() and "
+                        "restore it with set_state() on an AtariVectorEnv made with the same arguments")
 
     _STAGE = ("stage_obs", "stage_final", "stage_reward", "stage_terminated", "stage_truncated",
               "stage_lives", "stage_frame", "stage_episode_frame", "stage_has_final")
