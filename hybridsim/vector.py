@@ -430,8 +430,8 @@ class AtariVectorEnv(VectorEnv):
         if seed is None:
             seeds = np.full(len(indices), -1, dtype=np.int64)  # -1: keep the environment's seed
         elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            if not 0 <= int(seed) <= _SEED_LIMIT - len(indices):
-                raise ValueError(f"seed must be in [0, 2**31 - {len(indices)}] (environment k gets "
+            if not -_SEED_LIMIT <= int(seed) <= _SEED_LIMIT - len(indices):
+                raise ValueError(f"seed must be in [-2**31, 2**31 - {len(indices)}] (environment k gets "
                                  f"seed + k; ale-py passes seeds as a C int), got {seed}")
             seeds = np.arange(int(seed), int(seed) + len(indices), dtype=np.int64)
         elif isinstance(seed, np.ndarray):
@@ -440,12 +440,14 @@ class AtariVectorEnv(VectorEnv):
                                  f"shape {(len(indices),)}, got {seed.shape}")
             if seed.dtype.kind not in "iu":
                 raise TypeError(f"`seed` array must hold integers, got dtype {seed.dtype}")
-            if len(seed) and (seed.min() < 0 or seed.max() >= _SEED_LIMIT):
-                bad = seed[(seed < 0) | (seed >= _SEED_LIMIT)][0]
-                raise ValueError(f"seeds must be in [0, 2**31) (ale-py passes them as a C int), got {bad}")
+            if len(seed) and (int(seed.min()) < -_SEED_LIMIT or int(seed.max()) >= _SEED_LIMIT):
+                bad = seed[(seed < -_SEED_LIMIT) | (seed >= _SEED_LIMIT)][0]
+                raise ValueError(f"seeds must be in [-2**31, 2**31) (ale-py passes them as a C int), got {bad}")
             seeds = seed.astype(np.int64)
         else:
             raise TypeError(f"seed must be None, an int or an integer numpy array, got {type(seed).__name__}")
+        # ale-py: a negative seed keeps that environment's current seed, as None does.
+        seeds = np.where(seeds < 0, -1, seeds)
         self._drain()
         self._pending = None
         self._reseed(indices, seeds)

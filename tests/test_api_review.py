@@ -57,3 +57,26 @@ def test_gpu_options_are_checked_for_the_cpu_backend():
         AtariVectorEnv("pong", 1, backend="gpu", gpu_options=5)
     e = AtariVectorEnv("pong", 1, num_threads=1, gpu_options={})  # empty: nothing to apply
     e.close()
+
+
+@pytest.mark.parametrize("spec", [-1, -3, np.array([-1, 5]), np.array([7, -2]), np.array([-1, -1])])
+def test_negative_seeds_keep_the_environment_seed_as_in_ale_py(spec):
+    """ale-py's vector env passes a negative seed through as 'keep this environment's
+    seed' (reset(seed=-1): environment 0 keeps its seed, environment 1 gets 0)."""
+    ale_vector = pytest.importorskip("ale_py.vector_env")
+
+    def play(env):
+        env.reset(seed=11)
+        for _ in range(4):
+            env.step(np.array([1, 3]))
+        obs, _ = env.reset(seed=spec.copy() if isinstance(spec, np.ndarray) else spec)
+        seen = [np.asarray(obs).copy()]
+        for _ in range(40):
+            obs, *_ = env.step(np.array([2, 3]))
+            seen.append(np.asarray(obs).copy())
+        env.close()
+        return np.stack(seen)
+
+    want = play(ale_vector.AtariVectorEnv("pong", num_envs=2, num_threads=1))
+    got = play(AtariVectorEnv("pong", 2, num_threads=1))
+    np.testing.assert_array_equal(got, want)

@@ -313,10 +313,11 @@ def test_settings_and_seeds_are_checked_not_coerced():
     with pytest.raises(ValueError, match="num_envs must be an int"):
         AtariVectorEnv("pong", 2.9)
     env = AtariVectorEnv("pong", 2, noop_max=0)
-    for seed, match in ((-5, r"seed must be in \[0"), (2**31 - 1, r"seed must be in \[0"),
+    # negative seeds mean "keep this environment's seed" (ale-py); below a C int they are errors
+    for seed, match in ((-2**31 - 1, r"seed must be in \[-2\*\*31"), (2**31 - 1, r"seed must be in \[-2\*\*31"),
                         (np.array([1.9, 2.9]), "must hold integers"),
-                        (np.array([-3, 5]), r"seeds must be in \[0, 2\*\*31\)"),
-                        (np.array([2**64 - 1, 3], np.uint64), r"seeds must be in \[0, 2\*\*31\)"),
+                        (np.array([-2**31 - 1, 5]), r"seeds must be in \[-2\*\*31, 2\*\*31\)"),
+                        (np.array([2**64 - 1, 3], np.uint64), r"seeds must be in \[-2\*\*31, 2\*\*31\)"),
                         ([1, 2], "seed must be None, an int")):
         with pytest.raises((TypeError, ValueError), match=match):
             env.reset(seed=seed)
