@@ -403,6 +403,43 @@ HS_HD inline void env_restore(AleEnv& cur, const AleEnv& saved, bool with_rng) {
 
 namespace hs {
 
+// The bytes of a cloned state: the fields env_restore takes from the live environment
+// instead (ALE does not save them) are zeroed, so equal saved game states serialize
+// equally, as ALE's do. Restoring the result behaves exactly as restoring `s` did.
+HS_HD inline void env_clone_canonical(AleEnv& s, bool with_rng) {
+  const int32_t game = s.cfg.game;
+  Tia& t = s.console.tia;
+  t.p_hide_first[0] = t.p_hide_first[1] = 0;
+  t.pf_reflect_shape = 0;
+  t.m0_shape = 0;
+  for (int32_t m = 0; m < 3; ++m) t.shape_pos[m] = 0;
+  t.shape_nusiz[0] = t.shape_nusiz[1] = 0;
+  t.shape_bl_size = 0;
+  t.fb_pos = 0;
+  t.partial_frame = 0;
+  t.frame_greyed = 0;
+  s.console.data_bus = 0;
+  s.console.switches = 0;
+  uint8_t* raw = (uint8_t*)&s.console.controls;
+  for (uint32_t k = 0; k < (uint32_t)sizeof(Controls); ++k) raw[k] = 0;
+  raw = (uint8_t*)&s.cfg;
+  for (uint32_t k = 0; k < (uint32_t)sizeof(EnvConfig); ++k) raw[k] = 0;
+  s.player_a_action = s.player_b_action = 0;
+  s.paddle_a_strength = s.paddle_b_strength = 0.0f;
+  s.last_reward = 0;
+  if (!with_rng) {
+    raw = (uint8_t*)&s.env_rng;
+    for (uint32_t k = 0; k < (uint32_t)sizeof(MT19937); ++k) raw[k] = 0;
+  }
+  // The settings' fields restore does not take from the state, as restore leaves them
+  // when the live ones are zero (Miniature Golf's bool round trip is idempotent).
+  GameState zero;
+  zero.score = zero.reward = zero.lives = zero.terminal = 0;
+  zero.aux[0] = zero.aux[1] = zero.aux[2] = zero.aux[3] = 0;
+  game_keep_unsaved(game, s.game, zero);
+  game_after_restore(game, s.game, zero);
+}
+
 // ---- restoring untrusted bytes ----
 // A saved AleEnv is plain bytes (a file, a pickle, a network peer). Fields that the
 // emulator uses as an array index, shift, pointer offset, loop bound or mode selector

@@ -74,7 +74,7 @@ import numpy as np
 cimport numpy as cnp
 
 from ale_env cimport (AleEnv, EnvConfig, FrameBuffers, FrameReplay, StateFault, console_materialize,
-                     env_state_check, kFrameBytes)
+                     env_clone_canonical, env_state_check, kFrameBytes)
 
 cdef extern from "ale_env.h" namespace "hs" nogil:
     cdef struct ConsoleProps:
@@ -653,7 +653,13 @@ cdef class Emulator:
 
     def clone_state(self, include_rng=False):
         """Bytes: magic, ROM/config fingerprint (16), include_rng flag (1), AleEnv."""
-        cdef bytes body = (<char*>self.env)[:sizeof(AleEnv)]
+        cdef AleEnv* copy = <AleEnv*>malloc(sizeof(AleEnv))
+        if copy == NULL:
+            raise MemoryError("cannot allocate a state")
+        memcpy(copy, self.env, sizeof(AleEnv))
+        env_clone_canonical(copy[0], bool(include_rng))
+        cdef bytes body = (<char*>copy)[:sizeof(AleEnv)]
+        free(copy)
         return STATE_MAGIC + self.fingerprint + (b"\x01" if include_rng else b"\x00") + body
 
     def raw_state(self):

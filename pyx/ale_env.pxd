@@ -64,3 +64,4 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
         long long lo
         long long hi
     StateFault env_state_check(const AleEnv& saved, const AleEnv& live, bint with_rng, bint kept_too)
+    void env_clone_canonical(AleEnv& s, bint with_rng)

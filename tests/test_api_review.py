@@ -80,3 +80,26 @@ def test_negative_seeds_keep_the_environment_seed_as_in_ale_py(spec):
     want = play(ale_vector.AtariVectorEnv("pong", num_envs=2, num_threads=1))
     got = play(AtariVectorEnv("pong", 2, num_threads=1))
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("game", ["pong", "breakout", "seaquest"])
+def test_state_bytes_after_restore_equal_the_clone_as_in_ale_py(game):
+    """clone, act, restore, clone again: the same bytes (ale-py: the same ALEState), since
+    the fields restore keeps from the live emulator are not part of a clone's bytes."""
+    ale_py = pytest.importorskip("ale_py")
+
+    def round_trip(a, raw):
+        a.setInt("random_seed", 0)
+        a.setFloat("repeat_action_probability", 0.0)
+        a.loadROM(str(rom_path(game)))
+        a.reset_game()
+        for _ in range(50):
+            a.act(1)
+        s = a.cloneState()
+        for _ in range(37):
+            a.act(3)
+        a.restoreState(s)
+        return raw(s) == raw(a.cloneState())
+
+    assert round_trip(ale_py.ALEInterface(), lambda s: s)
+    assert round_trip(ALEInterface(), lambda s: s.serialize())
