@@ -1,5 +1,6 @@
-"""API details a review found: positional cloneState, closed-env get_state, pickling
-refused with a pointer to the snapshot API, gpu_options validation."""
+"""API details where hybridsim follows ale-py or names a misuse: positional cloneState,
+closed-env get_state, pickling refused with a pointer to the snapshot API, gpu_options,
+negative reset seeds, and state bytes equal after a restore."""
 import pickle
 
 import numpy as np
