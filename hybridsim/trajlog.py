@@ -247,39 +247,50 @@ class TrajectoryWriter:
             raise TrajectoryLogError(f"{self.path}: cannot resume logging into it: {exc}") from exc
 
     def _truncate_for_resume(self, last_frame: int, expected_rows: int | None, restarts_envs: bool):
+        # Every check that can refuse the resume runs before the first write or warning: a
+        # refused resume leaves the file (and its rows after the checkpoint) as it was.
         steps = self.file["steps"]
         shape = steps["behavior_logits"].shape
         if shape[1:] != (self.batch_size, self.num_actions):
             raise TrajectoryLogError(f"{self.path}: holds batches of {shape[1:]}, this run logs "
                                      f"{(self.batch_size, self.num_actions)}; use a new log_dir")
+        obs = self.file["observations"] if "observations" in self.file else None
+        if obs is not None and self.observations is not None:
+            stride = int(obs.attrs.get("stride", -1))
+            if stride != self.observations.stride:
+                raise TrajectoryLogError(
+                    f"{self.path}: logs observations every {stride} steps, this run every "
+                    f"{self.observations.stride}; resume with that stride or use a new log_dir")
+            if obs["frames"].shape[1:] != tuple(self.observations.shape):
+                raise TrajectoryLogError(
+                    f"{self.path}: logs observations of shape {obs['frames'].shape[1:]}, this run "
+                    f"{tuple(self.observations.shape)}; use a new log_dir")
+        gaps = json_list_attr(self.file, "gaps")
+        restarts = json_list_attr(self.file, "restarts")
         frames = steps["global_frame"][:common_rows(steps)]
         last_row_frames = frames.max(axis=1) if frames.shape[0] else np.empty(0, np.int64)
         keep = int(np.searchsorted(last_row_frames, last_frame, "right"))
+        episodes = self.file["episodes"]
+        keep_eps = int((episodes["end_frame"][:common_rows(episodes)] <= last_frame).sum())
+        keep_obs = 0
+        if obs is not None:
+            index = obs["index"][:common_rows(obs)]
+            keep_obs = int((index[:, 2] <= last_frame).sum()) if index.shape[0] else 0
+        # the checks passed: from here on the file changes
         if expected_rows is not None and keep < expected_rows:
             # rows the checkpoint counted never reached the file (the job was killed first)
             since = int(last_row_frames[keep - 1]) if keep else 0
-            gaps = json_list_attr(self.file, "gaps") + [[since, int(last_frame)]]
-            self.file.attrs["gaps"] = json.dumps(gaps)
+            self.file.attrs["gaps"] = json.dumps(gaps + [[since, int(last_frame)]])
             print(f"warning: {self.path}: {expected_rows - keep} step rows after frame {since} (up to the "
                   f"checkpoint's frame {last_frame}) were lost before they reached the file; recorded "
                   f"in its `gaps` attribute (replay refuses episodes across a gap)", file=sys.stderr)
         if restarts_envs:
-            self.file.attrs["restarts"] = json.dumps(json_list_attr(self.file, "restarts") + [int(last_frame)])
+            self.file.attrs["restarts"] = json.dumps(restarts + [int(last_frame)])
         for name in (*STEP_FIELDS, "behavior_logits"):
             steps[name].resize(keep, axis=0)
-        episodes = self.file["episodes"]
-        keep_eps = int((episodes["end_frame"][:common_rows(episodes)] <= last_frame).sum())
         for name in EPISODE_FIELDS:
             episodes[name].resize(keep_eps, axis=0)
-        keep_obs = 0
-        if "observations" in self.file:
-            obs = self.file["observations"]
-            if self.observations is not None and int(obs.attrs.get("stride", -1)) != self.observations.stride:
-                raise TrajectoryLogError(
-                    f"{self.path}: logs observations every {int(obs.attrs.get('stride', -1))} steps, this "
-                    f"run every {self.observations.stride}; resume with that stride or use a new log_dir")
-            index = obs["index"][:common_rows(obs)]
-            keep_obs = int((index[:, 2] <= last_frame).sum()) if index.shape[0] else 0
+        if obs is not None:
             obs["frames"].resize(keep_obs, axis=0)
             obs["index"].resize(keep_obs, axis=0)
         elif self.observations is not None:  # a run that starts logging observations on resume

@@ -1,4 +1,5 @@
 """HDF5 trajectory logs: round trip, master virtual datasets, SWMR, kill -9, corrupt files."""
+import io
 import os
 import re
 import signal
@@ -520,3 +521,34 @@ def test_a_reader_does_not_keep_a_resume_out(tmp_path):
         reader.wait()
     assert trajlog.read_steps(path, "global_frame")["global_frame"][:, 0].tolist() == \
         [4 * s for s in range(11)] + [44]
+
+
+def test_a_refused_resume_leaves_the_file_as_it_was(tmp_path, capsys):
+    """The stride (or shape) check ran after the resume had recorded a gap and a restart
+    and cut the rows after the checkpoint: a refused resume lost those rows, left
+    observations pointing at deleted steps and warned of a gap that never happened."""
+    path = tmp_path / "traj_rank00000.h5"
+    rng = np.random.default_rng(3)
+    obs_cfg = trajlog.ObservationLogging(shape=(2, 3), stride=2, env_ids=(0,))
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, observations=obs_cfg) as w:
+        for s in range(10):  # frames 0 .. 36, episodes every 10 steps
+            w.append_step(**fake_step(rng, s, 2, 3), observation=np.full((2, 2, 3), s, np.uint8))
+            w.append_episode(0, s, 1.0, 4, 4 * s, 4 * s)
+    before = path.read_bytes()
+    capsys.readouterr()
+    for other, message in ((trajlog.ObservationLogging(shape=(2, 3), stride=5, env_ids=(0,)),
+                            "every 2 steps, this run every 5"),
+                           (trajlog.ObservationLogging(shape=(3, 3), stride=2, env_ids=(0,)),
+                            r"of shape \(2, 3\), this run \(3, 3\)")):
+        with pytest.raises(trajlog.TrajectoryLogError, match=message):
+            trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=16,
+                                     resume_expected_rows=12, resume_restarts_envs=True,
+                                     observations=other)
+        assert capsys.readouterr().err == ""  # no gap warning for a resume that did not happen
+        with trajlog.open_trajectory_file(path) as f:
+            assert f["steps/action"].shape[0] == 10 and f["episodes/env_id"].shape[0] == 10
+            assert f["observations/index"].shape[0] == 5
+            assert "gaps" not in f.attrs and "restarts" not in f.attrs
+    with h5py.File(path, "r", locking=False) as f, h5py.File(io.BytesIO(before), "r") as g:
+        for name in ("steps/global_frame", "episodes/end_frame", "observations/index"):
+            np.testing.assert_array_equal(f[name][()], g[name][()])
