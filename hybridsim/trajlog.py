@@ -875,9 +875,11 @@ def clear_stale_write_flags(path: pathlib.Path, idle_seconds: float = 65.0) -> b
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise TrajectoryLogError(f"{path}: another process has this file open (a running "
-                                         f"job's writer, or a reader such as hybridsim analyze); "
-                                         f"close it before resuming") from None
+                raise TrajectoryLogError(f"{path}: another process holds a lock on this file: a "
+                                         f"running job's trajectory writer, or a program that "
+                                         f"opened it with HDF5 file locking (a plain h5py.File; "
+                                         f"hybridsim's readers, analyze and replay, open it "
+                                         f"without locking); close it before resuming") from None
             raise TrajectoryLogError(f"{path}: left open by a writer, and this file system has no "
                                      f"flock to tell whether it is gone ({exc}); once it is, "
                                      f"run `h5clear -s {path}` and resume") from None
