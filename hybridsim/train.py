@@ -618,19 +618,32 @@ class Trainer:
         if "episode_tracker" in mine:
             self.episodes.load(mine["episode_tracker"])
         else:
-            self._skip_unknown_episode_starts()
+            self._skip_unknown_episode_starts(rank_states, saved.get("num_envs"))
         self._resume_traj_rows = mine.get("traj_rows")
         return mine.get("env_state")
 
-    def _skip_unknown_episode_starts(self):
+    def _skip_unknown_episode_starts(self, rank_states=(), saved_num_envs=None):
         """Episodes running at a checkpoint that lacks their start (older checkpoints, or a
-        rank count that changed) would report a partial return: number them on from the last
-        recorded episode and leave them out of the statistics."""
+        rank count that changed) would report a partial return: give each environment the
+        id its episode at the checkpoint was logged with (the one after its last recorded
+        episode, or the id in the checkpoint's trackers of its old ranks, whichever is
+        later) and leave them out of the statistics. A resume that restarts the
+        environments gives the restarted episodes the next id (_train)."""
         first = int(self.env_ids[0])
-        for env, episode, *_ in self.all_episodes:
+        ids = self.episodes.episode_ids
+
+        def at_least(env, episode_id):
             local = env - first
-            if 0 <= local < len(self.episodes.episode_ids):
-                self.episodes.episode_ids[local] = max(self.episodes.episode_ids[local], episode + 1)
+            if 0 <= local < len(ids):
+                ids[local] = max(ids[local], episode_id)
+        for env, episode, *_ in self.all_episodes:
+            at_least(int(env), int(episode) + 1)
+        if saved_num_envs:  # the trackers of the checkpoint's ranks (another rank count)
+            for r, rank_state in enumerate(rank_states):
+                tracker = rank_state.get("episode_tracker") if isinstance(rank_state, dict) else None
+                if tracker is not None:
+                    for i, episode in enumerate(np.asarray(tracker["episode_ids"])):
+                        at_least(r * int(saved_num_envs) + i, int(episode))
         self.episodes.start_frames[:] = -1  # unknown: EpisodeTracker.update drops these
 
     # ----- the loops -----------------------------------------------------------------
@@ -669,8 +682,12 @@ class Trainer:
                     if not hasattr(self.env, "set_state"):
                         print("note: this backend cannot restore environment states; environments "
                               "restart", file=sys.stderr)
-                    # the interrupted episodes end unfinished; the restarted ones get new ids
-                    self.episodes.episode_ids[self.episodes.lengths > 0] += 1
+                    # the interrupted episodes end unfinished; the restarted ones get new ids:
+                    # the next one where an episode was under way (steps logged with its id),
+                    # and wherever it is unknown whether one was (start -1: the checkpoint
+                    # lacks this rank's tracker, and the id is the interrupted episode's)
+                    interrupted = (self.episodes.lengths > 0) | (self.episodes.start_frames < 0)
+                    self.episodes.episode_ids[interrupted] += 1
                     self.episodes.returns[:] = self.episodes.lengths[:] = 0  # fresh episodes
                     self.episodes.start_frames[:] = self.frames
                 obs, state_info = self.env.reset(seed=self.env_seed)

@@ -124,6 +124,46 @@ def test_replay_across_a_resume_that_restarted_the_environments(tmp_path):
         assert result.reproduced, (k, result.mismatches)
 
 
+@pytest.mark.parametrize("checkpoint_edit", ["two_ranks", "no_tracker"])
+def test_every_episode_replays_after_a_resume_without_this_ranks_tracker(tmp_path, checkpoint_edit):
+    """A checkpoint of another rank count (or one without `episode_tracker`) does not tell
+    the resumed rank its episodes in progress: the environments restart, and the restarted
+    episodes took the id of the episode cut short at the checkpoint, so the two shared one
+    id and replay found more steps than the episodes table (MISMATCH). They get new ids."""
+    import torch
+    cfg = dict(game="breakout", backend="ale-py", num_envs=2, num_minibatches=1, log_dir=str(tmp_path),
+               num_threads=1, torch_threads=1, log_every=1000.0, max_episode_frames=600, noop_max=10,
+               repeat_action_probability=0.25, checkpoint_every=800)
+    Trainer(TrainConfig(**cfg, total_frames=1800)).train()
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    resumed_at = state["frames"]
+    tracker = state["rank_states"][0]["episode_tracker"]
+    assert (tracker["lengths"] > 0).all()  # both environments cut short mid-episode
+    if checkpoint_edit == "two_ranks":  # as if written by a 2-rank job
+        state["world_size"] = 2
+        state["rank_states"] = [state["rank_states"][0], dict(state["rank_states"][0])]
+    else:  # an older checkpoint: no tracker
+        del state["rank_states"][0]["episode_tracker"]
+    torch.save(state, tmp_path / "checkpoint.pt")
+    Trainer(TrainConfig(**cfg, total_frames=4000, resume=True)).train()
+    path = trajlog.rank_file(tmp_path, 0)
+    with trajlog.open_trajectory_file(path) as f:
+        assert trajlog.json_list_attr(f, "restarts") == [resumed_at]
+    episodes = trajlog.read_episodes(path)
+    pairs = list(zip(episodes["env_id"].tolist(), episodes["episode_id"].tolist()))
+    assert len(set(pairs)) == len(pairs), pairs
+    steps = trajlog.read_steps(path, fields=["env_id", "episode_id", "global_frame"])
+    for env in (0, 1):  # no id holds steps from both sides of the restart
+        mine = steps["env_id"] == env
+        before = set(steps["episode_id"][mine & (steps["global_frame"] <= resumed_at)].tolist())
+        after = set(steps["episode_id"][mine & (steps["global_frame"] > resumed_at)].tolist())
+        assert before and after and not before & after, (env, before, after)
+    assert (episodes["start_frame"] >= resumed_at).sum() >= 2
+    for k in range(episodes["env_id"].size):
+        result = replay.replay(path, k)
+        assert result.reproduced, (k, result.mismatches)
+
+
 def test_episodes_across_lost_rows_are_refused(short_episode_run, tmp_path):
     """Rows lost before a resume (the file's `gaps`): the episodes after them cannot be
     replayed, and replay says why instead of reporting a false mismatch."""
