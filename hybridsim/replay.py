@@ -164,6 +164,8 @@ def check_outputs(gif: str | None = None, png_dir: str | None = None) -> None:
         path = pathlib.Path(gif)
         if path.is_dir():
             raise IsADirectoryError(f"--gif {gif}: is a directory; name the GIF file to write")
+        if path.parent.exists() and not path.parent.is_dir():
+            raise NotADirectoryError(f"--gif {gif}: {path.parent} is a file, not a directory")
         if not path.parent.is_dir():
             raise FileNotFoundError(f"--gif {gif}: directory {path.parent} does not exist")
         if not os.access(path.parent, os.W_OK):
@@ -175,6 +177,13 @@ def check_outputs(gif: str | None = None, png_dir: str | None = None) -> None:
         if out.is_dir() and any(out.glob("frame_*.png")):
             raise FileExistsError(f"--png-dir {png_dir}: already holds frame_*.png files (another "
                                   f"replay's?); name an empty or new directory")
+        # save_frames makes the missing directories: the nearest one that exists must be a
+        # directory this process can write into
+        base = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
+        if not base.is_dir():
+            raise NotADirectoryError(f"--png-dir {png_dir}: {base} is a file, not a directory")
+        if not os.access(base, os.W_OK):
+            raise PermissionError(f"--png-dir {png_dir}: cannot write into {base}")
 
 
 def save_frames(frames, gif: str | None = None, png_dir: str | None = None, scale: int = 3) -> list[str]:

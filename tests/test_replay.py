@@ -203,6 +203,8 @@ def _a_file(d):
     ("--gif", lambda d: d / "missing" / "ep.gif", "directory .*missing does not exist"),
     ("--png-dir", _dir_with_old_frames, "already holds frame_\\*.png files"),
     ("--png-dir", _a_file, "is a file, not a directory"),
+    ("--png-dir", lambda d: _a_file(d) / "x" / "y", "--png-dir .*file/x/y: .*file is a file, not a directory"),
+    ("--gif", lambda d: _a_file(d) / "ep.gif", "--gif .*file/ep.gif: .*file is a file, not a directory"),
 ])
 def test_replay_refuses_outputs_it_cannot_write_before_replaying(short_episode_run, tmp_path,
                                                                    monkeypatch, option, make, message):
