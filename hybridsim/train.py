@@ -253,8 +253,9 @@ class Trainer:
         if rank == 0:
             try:
                 if cfg.resume and not self.log_dir.is_dir():  # made below: say so, make none
+                    why = "is not a directory" if self.log_dir.exists() else "does not exist"
                     raise FileNotFoundError(f"--resume: no checkpoint at {self.checkpoint_path()} "
-                                            f"({self.log_dir} does not exist)")
+                                            f"({self.log_dir} {why})")
                 self.log_dir.mkdir(parents=True, exist_ok=True)
                 self.run_lock = RunLock(self.log_dir, notice=_note).acquire()
                 decision = None if cfg.resume else _fresh_run_decision(self.log_dir)

@@ -271,6 +271,10 @@ def test_resume_without_a_run_leaves_no_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match="--resume: no checkpoint at"):
         Trainer(tiny_config(tmp_path / "typo" / "run", resume=True))
     assert not (tmp_path / "typo").exists()
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(FileNotFoundError, match=r"afile is not a directory\)"):
+        Trainer(tiny_config(tmp_path / "afile", resume=True))
+    assert (tmp_path / "afile").read_text() == "x"
 
 
 def test_resume_at_the_budget_does_nothing_and_says_so(tmp_path, capsys):
