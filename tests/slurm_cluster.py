@@ -3,7 +3,7 @@
 Everything lives in one temporary directory (key, sockets, state, spool, pid and log
 files) and the daemons listen on free ports, so several clusters can run side by side
 and nothing touches /etc. Needs root (munged runs as the munge user, jobs run as root)
-and Debian's slurm-wlm and munge (scripts/ci_install_slurm.sh).
+and Debian's slurm-wlm and munge (scripts/ci_install_system.sh).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def missing_requirements() -> str | None:
                if find_program(p) is None]
     if missing:
         return (f"Slurm/munge not installed (missing {', '.join(missing)}); "
-                f"run scripts/ci_install_slurm.sh")
+                f"run scripts/ci_install_system.sh")
     if os.geteuid() != 0:
         return "a test Slurm cluster needs root (SlurmUser=root, munged as the munge user)"
     try:

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("ale_py")
 from hybridsim import dist  # noqa: E402
-from mpi_util import mpiexec_or_skip  # noqa: E402
+from mpi_util import FAULT_SCRIPT, mpiexec_or_skip  # noqa: E402
 
 
 def mpiexec():
@@ -182,26 +182,6 @@ def test_a_backend_failing_its_first_allreduce_falls_back_to_mpi(tmp_path, mode)
     else:
         assert lines == [f"rank {k}: MPIComm initialized=False" for k in (0, 1)], r.stdout
         assert "the first gloo allreduce failed" in r.stderr and "using MPI" in r.stderr, r.stderr[-2000:]
-
-
-FAULT_SCRIPT = textwrap.dedent("""
-    import os, signal, sys
-    from hybridsim.train import TrainConfig, Trainer
-    mode, log_dir = sys.argv[1], sys.argv[2]
-    cfg = TrainConfig(game="pong", backend="ale-py", num_envs=2, num_minibatches=1,
-                      total_frames=10**7, log_dir=log_dir, num_threads=1, torch_threads=1,
-                      log_trajectories=False, log_every=1000.0)
-    trainer = Trainer(cfg)
-    learn = trainer.learn
-    def faulty_learn(*args):
-        learn(*args)
-        if trainer.rank == 1 and trainer.updates == 3:
-            if mode == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)
-            raise RuntimeError("injected failure on rank 1")
-    trainer.learn = faulty_learn
-    trainer.train()
-""")
 
 
 @pytest.mark.parametrize("mode", ["kill", "exception"])

@@ -1,6 +1,6 @@
 """mpi_launch/: the hybridsim-mpirun wrapper and the Slurm batch templates, run on a real
 one-node Slurm cluster started by tests/slurm_cluster.py (skipped without slurm-wlm and
-munge: scripts/ci_install_slurm.sh installs them)."""
+munge: scripts/ci_install_system.sh installs them)."""
 import csv
 import math
 import os
@@ -350,7 +350,7 @@ def test_shell_scripts_pass_shellcheck():
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck not installed")
     scripts = [WRAPPER, LAUNCH / "rank_env.sh", *sorted((LAUNCH / "slurm").iterdir()),
-               REPO / "scripts" / "ci_install_slurm.sh"]
+               REPO / "scripts" / "ci_install_system.sh"]
     scripts = [str(p) for p in scripts if p.suffix in ("", ".sh", ".sbatch")]
     proc = subprocess.run(["shellcheck", "-x", "-s", "bash", *scripts], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
