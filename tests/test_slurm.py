@@ -488,6 +488,21 @@ def test_wrapper_dry_run_without_mpi_or_train_arguments():
         assert "  " not in proc.stdout and "''" not in proc.stdout, proc.stdout
 
 
+def test_readme_says_when_a_missing_launcher_stops_a_dry_run():
+    """The README said --dry-run turns a missing launcher into a warning; without
+    --mpi-flavor the wrapper must ask the launcher its flavour, so it stops (status 2)."""
+    base = [str(WRAPPER), "--threads-per-rank", "1", "--mpiexec", "nosuch", "--python", "python3",
+            "--dry-run", "--check"]
+    proc = subprocess.run(base, capture_output=True, text=True, timeout=30, env=wrapper_env())
+    assert proc.returncode == 2 and "MPI launcher 'nosuch' not found" in proc.stderr, proc.stderr
+    proc = subprocess.run([*base, "--mpi-flavor", "mpich"], capture_output=True, text=True,
+                          timeout=30, env=wrapper_env())
+    assert proc.returncode == 0 and "warning: MPI launcher 'nosuch' not found" in proc.stderr, proc.stderr
+    readme = " ".join((LAUNCH / "README.md").read_text().split())
+    assert ("a missing launcher too, but only with `--mpi-flavor`: without it the flavour must be "
+            "asked of the launcher, so `--mpiexec nosuch --dry-run` stops with status 2") in readme
+
+
 # arrays these scripts never leave empty where they expand them
 NEVER_EMPTY = {"cmd", "rank_cmd", "launch", "args", "host_list"}
 
