@@ -421,20 +421,7 @@ class Trainer:
     def _open_logs(self):
         self.metrics_file = None
         self.tb = None
-        if self.rank == 0:
-            path = self.log_dir / "metrics.csv"
-            new = not path.exists() or not self.cfg.resume
-            # whole-line appends, cut back on a failed write: a full disk never leaves half a row
-            self.metrics_file = storage.AppendFile(path, "w" if new else "a")
-            if new:
-                self.metrics_file.write(_csv_line(["frames", "updates", "seconds", "fps",
-                                                   "mean_return_100", "episodes", "lr", "policy_loss",
-                                                   "baseline_loss", "entropy"]), "the header")
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-                self.tb = SummaryWriter(str(self.log_dir / "tensorboard"))
-            except ImportError:
-                print("tensorboard is not installed: metrics go to metrics.csv only", file=sys.stderr)
+        # the trajectory file first: its resume may be refused, before anything else is written
         if self.cfg.log_trajectories:
             from hybridsim import trajlog
             obs = None
@@ -452,6 +439,28 @@ class Trainer:
                        "config": dataclasses.asdict(self.cfg), "seed": self.cfg.seed,
                        "env_seed": self.env_seed, "package_versions": _package_versions(),
                        "git_revision": _git_revision()})
+        try:
+            if self.rank == 0:
+                path = self.log_dir / "metrics.csv"
+                new = not path.exists() or not self.cfg.resume
+                # whole-line appends, cut back on a failed write: a full disk never leaves half a row
+                self.metrics_file = storage.AppendFile(path, "w" if new else "a")
+                if new:
+                    self.metrics_file.write(_csv_line(["frames", "updates", "seconds", "fps",
+                                                       "mean_return_100", "episodes", "lr", "policy_loss",
+                                                       "baseline_loss", "entropy"]), "the header")
+                try:
+                    from torch.utils.tensorboard import SummaryWriter
+                    self.tb = SummaryWriter(str(self.log_dir / "tensorboard"))
+                except ImportError:
+                    print("tensorboard is not installed: metrics go to metrics.csv only", file=sys.stderr)
+        except BaseException:
+            if self.traj is not None:
+                try:
+                    self.traj.close()
+                except StorageError:
+                    pass
+            raise
 
     def _log_metrics(self, start_time, start_frames):
         """Collective: every rank calls it at the same iteration; rank 0 writes."""
@@ -672,13 +681,21 @@ class Trainer:
         env_state = self.load_checkpoint() if cfg.resume else None
         restore = env_state is not None and hasattr(self.env, "set_state")
         self._resume_restarts_envs = bool(cfg.resume and not restore)
-        self._open_logs()
+        if restore:  # before any log is opened: a state that does not load leaves the run untouched
+            try:
+                obs, state_info = self.env.set_state(env_state)
+            except BaseException:
+                self.env.close()
+                raise
+        try:
+            self._open_logs()
+        except BaseException:
+            self.env.close()
+            raise
         self._episodes_logged = self._episodes_merged = 0
         try:  # from the disk reserve on: an error anywhere below releases it
             self._hold_reserve()
-            if restore:
-                obs, state_info = self.env.set_state(env_state)
-            else:
+            if not restore:
                 if cfg.resume:
                     if not hasattr(self.env, "set_state"):
                         print("note: this backend cannot restore environment states; environments "

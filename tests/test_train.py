@@ -189,21 +189,23 @@ def test_a_run_that_cannot_start_leaves_no_directory(tmp_path):
 
 def test_an_error_after_the_disk_reserve_releases_it(tmp_path):
     """--resume from a checkpoint whose environment state was damaged fails in set_state,
-    after the disk reserve was taken: the reserve file goes, the run's files stay."""
-    Trainer(tiny_config(tmp_path, backend="cpu", total_frames=400)).train()
+    now before the logs are opened and the disk reserve is taken: no reserve file, and the
+    run's files stay as they were."""
+    Trainer(tiny_config(tmp_path, backend="cpu", total_frames=800)).train()
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    state["frames"], state["rank_states"][0]["traj_rows"] = 400, 400 // 16  # rows after it to keep
     env_state = bytearray(state["rank_states"][0]["env_state"])
     env_state[-100] ^= 1
     state["rank_states"][0]["env_state"] = bytes(env_state)
     torch.save(state, tmp_path / "checkpoint.pt")
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     with pytest.raises(ValueError, match="corrupted AtariVectorEnv state"):
-        Trainer(tiny_config(tmp_path, backend="cpu", total_frames=800, resume=True)).train()
+        Trainer(tiny_config(tmp_path, backend="cpu", total_frames=1200, resume=True)).train()
     assert not list(tmp_path.glob(".disk_reserve*"))
     after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
-    assert after["checkpoint.pt"] == before["checkpoint.pt"]
+    assert after == before
     with pytest.raises(ValueError, match="num_envs 4 -> 2"):
-        Trainer(tiny_config(tmp_path, backend="cpu", num_envs=2, total_frames=800, resume=True)).train()
+        Trainer(tiny_config(tmp_path, backend="cpu", num_envs=2, total_frames=1200, resume=True)).train()
 
 
 def test_config_file_integral_floats_are_ints(tmp_path):
@@ -305,3 +307,31 @@ def test_eval_refuses_a_checkpoint_whose_network_does_not_fit_the_game(tmp_path)
     torch.save(state, tmp_path / "full.pt")
     with pytest.raises(ValueError, match="picks among 18 actions, but pong on hybridsim gives"):
         evaluate.evaluate(tmp_path / "full.pt", episodes=1, env="hybridsim")
+
+
+def test_a_refused_resume_writes_nothing(tmp_path, capsys):
+    """A resume refused by the trajectory file (another --obs-stride) had already cut the
+    rows logged after the checkpoint, recorded a gap and a restart, warned of the gap and
+    started a tensorboard event file. Now nothing in the run directory changes."""
+    import h5py
+    cfg = dict(log_observations=True, obs_stride=100, checkpoint_every=800)
+    Trainer(tiny_config(tmp_path, total_frames=2400, **cfg)).train()
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    state["frames"] = 1600  # as if killed after the checkpoint at 1600, with rows after it
+    state["rank_states"][0]["traj_rows"] = 1600 // 16 + 5  # and some rows lost
+    torch.save(state, tmp_path / "checkpoint.pt")
+    before = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with h5py.File(tmp_path / "traj_rank00000.h5", "r", locking=False) as f:
+        rows = {name: f[name].shape[0] for name in ("steps/action", "episodes/env_id", "observations/index")}
+    capsys.readouterr()
+    with pytest.raises(trajlog.TrajectoryLogError, match="every 100 steps, this run every 7"):
+        Trainer(tiny_config(tmp_path, total_frames=3200, resume=True,
+                            **dict(cfg, obs_stride=7))).train()
+    assert "warning" not in capsys.readouterr().err
+    with h5py.File(tmp_path / "traj_rank00000.h5", "r", locking=False) as f:
+        assert {name: f[name].shape[0] for name in rows} == rows
+        assert "gaps" not in f.attrs and "restarts" not in f.attrs
+    after = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert sorted(after) == sorted(before)
+    assert {k: v for k, v in after.items() if k.suffix != ".h5"} == \
+        {k: v for k, v in before.items() if k.suffix != ".h5"}
