@@ -364,6 +364,20 @@ HS_HD inline int32_t env_lives(const AleEnv& e) { return game_lives(e.cfg.game, 
 
 namespace hs {
 
+// ALE serialises the DPC's fractional music clock as an integer count of 1e-8 (Stella's
+// CartDPC::save, uInt32 of fraction x 1e8) and restores count / 1e8. x lies in [0, 2)
+// (env_state_check).
+HS_HD HS_INLINE uint32_t dpc_fraction_count(double x) { return (uint32_t)(x * 100000000.0); }
+
+// The value a clone stores for fraction x: a function of x's count alone (equal counts,
+// equal bytes, as ALE's), from which restore recovers that count exactly. count / 1e8
+// itself would not do: (count / 1e8) * 1e8 can round below count, and the truncation
+// then loses one.
+HS_HD HS_INLINE double dpc_fraction_canonical(double x) {
+  uint32_t n = dpc_fraction_count(x);
+  return n == 0u ? 0.0 : ((double)n + 0.5) / 100000000.0;
+}
+
 // ALE's restoreState: what ALE serialises comes back; what it does not save (the TIA's
 // per-line shape selections, missile and ball masks, drawing position, input events, the sticky actions, the
 // bus value, the environment RNG unless it was saved) keeps its current value.
@@ -395,8 +409,7 @@ HS_HD inline void env_restore(AleEnv& cur, const AleEnv& saved, bool with_rng) {
   game_keep_unsaved(keep.cfg.game, cur.game, keep.game);
   if (!with_rng) cur.env_rng = keep.env_rng;
   game_after_restore(cur.cfg.game, cur.game, keep.game);
-  // ALE serialises the DPC's fractional music clock as an integer count of 1e-8.
-  cur.console.cart.dpc_fraction = (double)(int32_t)(uint32_t)(saved.console.cart.dpc_fraction * 100000000.0) / 100000000.0;
+  cur.console.cart.dpc_fraction = (double)(int32_t)dpc_fraction_count(saved.console.cart.dpc_fraction) / 100000000.0;
 }
 
 }  // namespace hs
@@ -431,13 +444,8 @@ HS_HD inline void env_clone_canonical(AleEnv& s, bool with_rng) {
     raw = (uint8_t*)&s.env_rng;
     for (uint32_t k = 0; k < (uint32_t)sizeof(MT19937); ++k) raw[k] = 0;
   }
-  // The settings' fields restore does not take from the state, as restore leaves them
-  // when the live ones are zero (Miniature Golf's bool round trip is idempotent).
-  GameState zero;
-  zero.score = zero.reward = zero.lives = zero.terminal = 0;
-  zero.aux[0] = zero.aux[1] = zero.aux[2] = zero.aux[3] = 0;
-  game_keep_unsaved(game, s.game, zero);
-  game_after_restore(game, s.game, zero);
+  game_clone_canonical(game, s.game);
+  s.console.cart.dpc_fraction = dpc_fraction_canonical(s.console.cart.dpc_fraction);
 }
 
 // ---- restoring untrusted bytes ----
@@ -450,12 +458,33 @@ HS_HD inline void env_clone_canonical(AleEnv& s, bool with_rng) {
 struct StateFault {
   const char* field;          // null: the state fits
   long long value, lo, hi;    // the field's value and the range it must lie in
+  const char* allowed;        // non-null: the value must be one of these (text)
+  double real;                // a floating-point field's value (is_real: must lie in [lo, hi))
+  int32_t is_real;
 };
+
+HS_HD HS_INLINE void state_fault_clear(StateFault& f) {
+  f.field = nullptr;
+  f.allowed = nullptr;
+  f.value = f.lo = f.hi = 0;
+  f.real = 0.0;
+  f.is_real = 0;
+}
 
 HS_HD HS_INLINE bool state_bad(StateFault& f, const char* field, long long value, long long lo, long long hi) {
   if (value >= lo && value <= hi) return false;
   f.field = field;
   f.value = value;
+  f.lo = lo;
+  f.hi = hi;
+  return true;
+}
+
+HS_HD HS_INLINE bool state_bad_real(StateFault& f, const char* field, double value, long long lo, long long hi) {
+  if (value >= (double)lo && value < (double)hi) return false;  // NaN fails too
+  f.field = field;
+  f.real = value;
+  f.is_real = 1;
   f.lo = lo;
   f.hi = hi;
   return true;
@@ -474,8 +503,7 @@ HS_HD inline int32_t mt_degenerate(const MT19937& g) {
 // rows, so there those fields come from the state as well).
 HS_HD inline StateFault env_state_check(const AleEnv& saved, const AleEnv& live, bool with_rng, bool kept_too) {
   StateFault f;
-  f.field = nullptr;
-  f.value = f.lo = f.hi = 0;
+  state_fault_clear(f);
 #define HS_CHECK(name, value, lo, hi) \
   if (state_bad(f, name, (long long)(value), (long long)(lo), (long long)(hi))) return f
   const Console& c = saved.console;
@@ -486,10 +514,14 @@ HS_HD inline StateFault env_state_check(const AleEnv& saved, const AleEnv& live,
   HS_CHECK("console.height", c.height, lc.height, lc.height);
   HS_CHECK("console.pal", c.pal, lc.pal, lc.pal);
   for (int32_t p = 0; p < 2; ++p) {
-    HS_CHECK("console.port_type", c.port_type[p], 0, 1);
-    HS_CHECK("console.port_jack", c.port_jack[p], 0, 1);  // indexes the events
+    HS_CHECK(p ? "console.port_type[1]" : "console.port_type[0]", c.port_type[p], 0, 1);
+    // indexes the events
+    HS_CHECK(p ? "console.port_jack[1]" : "console.port_jack[0]", c.port_jack[p], 0, 1);
   }
   HS_CHECK("console.swap_paddles", c.swap_paddles, 0, 1);
+  // act adds a delta to the paddle positions and clamps the sum: no int32 overflow
+  HS_CHECK("left_paddle", saved.left_paddle, -(1 << 30), 1 << 30);
+  HS_CHECK("right_paddle", saved.right_paddle, -(1 << 30), 1 << 30);
   HS_CHECK("console.hmove_blanks", c.hmove_blanks, 0, 1);
   // Cycles since the frame started: colour clocks (x3) must stay positive int32.
   HS_CHECK("console.cycles", c.cycles, 0, 0x20000000);
@@ -516,10 +548,9 @@ HS_HD inline StateFault env_state_check(const AleEnv& saved, const AleEnv& live,
   const Riot& r = c.riot;
   HS_CHECK("console.riot.timer", r.timer, 0, 255);
   if (r.interval_shift != 0 && r.interval_shift != 3 && r.interval_shift != 6 && r.interval_shift != 10) {
-    f.field = "console.riot.interval_shift (0, 3, 6 or 10)";
+    f.field = "console.riot.interval_shift";
     f.value = r.interval_shift;
-    f.lo = 0;
-    f.hi = 10;
+    f.allowed = "0, 3, 6 or 10";
     return f;
   }
   HS_CHECK("console.riot.irq_read_seen", r.irq_read_seen, 0, 1);
@@ -544,9 +575,13 @@ HS_HD inline StateFault env_state_check(const AleEnv& saved, const AleEnv& live,
   HS_CHECK("console.tia.clocks_left_in_line (line position)",
            ((long long)t.drawn_until_clock - t.frame_start_clock + t.clocks_left_in_line) % H_CLOCKS, 0, 0);
   HS_CHECK("console.tia.pf", t.pf, 0, 0xFFFFF);
+  const char* const kPos[5] = {"console.tia.pos[0]", "console.tia.pos[1]", "console.tia.pos[2]",
+                               "console.tia.pos[3]", "console.tia.pos[4]"};
+  const char* const kHm[5] = {"console.tia.hm[0]", "console.tia.hm[1]", "console.tia.hm[2]",
+                              "console.tia.hm[3]", "console.tia.hm[4]"};
   for (int32_t k = 0; k < 5; ++k) {
-    HS_CHECK("console.tia.pos", t.pos[k], 0, SCREEN_WIDTH - 1);  // object masks index by it
-    HS_CHECK("console.tia.hm", t.hm[k], 0, 15);
+    HS_CHECK(kPos[k], t.pos[k], 0, SCREEN_WIDTH - 1);  // object masks index by it
+    HS_CHECK(kHm[k], t.hm[k], 0, 15);
   }
   HS_CHECK("console.tia.pf_prio_score", t.pf_prio_score, (t.ctrlpf & 0x06) << 5, (t.ctrlpf & 0x06) << 5);
   HS_CHECK("console.tia.refp[0]", t.refp[0], 0, 1);
@@ -571,22 +606,23 @@ HS_HD inline StateFault env_state_check(const AleEnv& saved, const AleEnv& live,
       break;
   }
   if (k.type == CART_E0) {
-    for (int32_t s = 0; s < 3; ++s) HS_CHECK("console.cart.slice", k.slice[s], 0, 7);
+    const char* const kSlice[3] = {"console.cart.slice[0]", "console.cart.slice[1]", "console.cart.slice[2]"};
+    for (int32_t s = 0; s < 3; ++s) HS_CHECK(kSlice[s], k.slice[s], 0, 7);
     HS_CHECK("console.cart.slice[3]", k.slice[3], 7, 7);  // the fixed slice
   }
   if (k.type == CART_DPC) {
-    for (int32_t s = 0; s < 8; ++s) HS_CHECK("console.cart.dpc_counter", k.dpc_counter[s], 0, 0x07FF);
-    for (int32_t s = 0; s < 3; ++s) HS_CHECK("console.cart.dpc_music", k.dpc_music[s], 0, 1);
+    const char* const kCounter[8] = {
+        "console.cart.dpc_counter[0]", "console.cart.dpc_counter[1]", "console.cart.dpc_counter[2]",
+        "console.cart.dpc_counter[3]", "console.cart.dpc_counter[4]", "console.cart.dpc_counter[5]",
+        "console.cart.dpc_counter[6]", "console.cart.dpc_counter[7]"};
+    const char* const kMusic[3] = {"console.cart.dpc_music[0]", "console.cart.dpc_music[1]",
+                                   "console.cart.dpc_music[2]"};
+    for (int32_t s = 0; s < 8; ++s) HS_CHECK(kCounter[s], k.dpc_counter[s], 0, 0x07FF);
+    for (int32_t s = 0; s < 3; ++s) HS_CHECK(kMusic[s], k.dpc_music[s], 0, 1);
   }
-  // The music clock's fraction (restore converts it to an integer count of 1e-8).
-  if (!(k.dpc_fraction > -1.0 && k.dpc_fraction < 1.0)) {
-    f.field = "console.cart.dpc_fraction (-1 < x < 1)";
-    f.value = (long long)(k.dpc_fraction == k.dpc_fraction && k.dpc_fraction > -9e18 && k.dpc_fraction < 9e18
-                              ? k.dpc_fraction : 0.0);
-    f.lo = -1;
-    f.hi = 1;
-    return f;
-  }
+  // The music clock's fraction: the emulator keeps it in [0, 1); a restore can give 1.0
+  // (count 1e8), and a clone of that stores a little more (dpc_fraction_canonical).
+  if (state_bad_real(f, "console.cart.dpc_fraction", k.dpc_fraction, 0, 2)) return f;
 
   if (kept_too) {  // what env_restore keeps from the live environment
     bool same = true;
@@ -601,7 +637,12 @@ HS_HD inline StateFault env_state_check(const AleEnv& saved, const AleEnv& live,
     HS_CHECK("console.tia.p_hide_first[1]", t.p_hide_first[1], 0, 1);
     HS_CHECK("console.tia.pf_reflect_shape", t.pf_reflect_shape, 0, 1);
     HS_CHECK("console.tia.m0_shape", t.m0_shape, M0_NORMAL, M0_HIDDEN);
-    for (int32_t m = 0; m < 3; ++m) HS_CHECK("console.tia.shape_pos", t.shape_pos[m], 0, SCREEN_WIDTH - 1);
+    const char* const kShapePos[3] = {"console.tia.shape_pos[0]", "console.tia.shape_pos[1]",
+                                      "console.tia.shape_pos[2]"};
+    for (int32_t m = 0; m < 3; ++m) HS_CHECK(kShapePos[m], t.shape_pos[m], 0, SCREEN_WIDTH - 1);
+    // paddle_delta converts strength x PADDLE_DELTA to int32 (act takes any finite float)
+    if (state_bad_real(f, "paddle_a_strength", saved.paddle_a_strength, -1000000, 1000001)) return f;
+    if (state_bad_real(f, "paddle_b_strength", saved.paddle_b_strength, -1000000, 1000001)) return f;
     HS_CHECK("console.tia.shape_bl_size", t.shape_bl_size, 0, 3);
   }
 #undef HS_CHECK

@@ -247,6 +247,24 @@ HS_HD HS_INLINE bool game_action_legal(int32_t game, int32_t a) {
   return true;
 }
 
+// A clone's bytes of the settings: what restore overwrites from the live environment
+// (game_keep_unsaved, game_after_restore) is zeroed, and Miniature Golf's five counters,
+// which ALE saves as bools, become 0 or 1. Restoring the result gives what restoring
+// `g` gives; equal saves give equal bytes, as in ALE.
+HS_HD HS_INLINE void game_clone_canonical(int32_t game, GameState& g) {
+  switch (game) {
+    case kGameAtlantis2: g.lives = 0; break;
+    case kGameHangman: g.aux[1] = g.aux[2] = 0; break;
+    case kGameMiniatureGolf:
+      g.score = g.score != 0;
+      for (int32_t k = 0; k < 4; ++k) g.aux[k] = g.aux[k] != 0;
+      break;
+    case kGameVideoCheckers: g.aux[0] = 0; break;
+    case kGameVideoCube: g.aux[0] = g.aux[1] = 0; break;
+    default: break;
+  }
+}
+
 // The settings after ALE's restoreState: ALE reloads only what its saveState wrote, and
 // reads Miniature Golf's five counters back as ints although it wrote them as bools, so
 // each becomes one of the serializer's two bool patterns. `now` is the state before the

@@ -321,8 +321,7 @@ namespace hs {
 // the frame stack and the no-op RNG's index its words.
 HS_HD inline StateFault vec_state_check(const VecConfig& c, const VecEnvState& s) {
   StateFault f;
-  f.field = nullptr;
-  f.value = f.lo = f.hi = 0;
+  state_fault_clear(f);
   if (state_bad(f, "noop_rng.next_index", s.noop_rng.next_index, 0, MT_N)) return f;
   if (state_bad(f, "noop_rng (all-zero words)", mt_degenerate(s.noop_rng), 0, 0)) return f;
   if (state_bad(f, "stack_head", s.stack_head, 0, (long long)c.stack_num - 1)) return f;

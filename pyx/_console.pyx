@@ -215,12 +215,18 @@ cdef extern from "ale_env.h" nogil:
     void hs_set_simd_enabled(bint on)
     bint hs_simd_available()
 
+cdef str state_fault_text(StateFault fault):
+    """'FIELD = VALUE' and what it must be (hybridsim.state_faults.describe)."""
+    from hybridsim.state_faults import describe
+    allowed = None if fault.allowed == NULL else (<bytes>fault.allowed).decode()
+    return describe((<bytes>fault.field).decode(), fault.value, fault.lo, fault.hi, allowed,
+                    fault.real, fault.is_real != 0)
+
+
 cdef str state_fault_message(StateFault fault, int cart_type):
     """env_state_check's verdict as a sentence (the field, its value, the range)."""
     field = (<bytes>fault.field).decode()
-    where = "" if fault.lo == fault.hi else f" {fault.lo}..{fault.hi}"
-    text = (f"state field {field} = {fault.value} " +
-            (f"must be {fault.lo}" if fault.lo == fault.hi else f"out of range{where}"))
+    text = "state field " + state_fault_text(fault)
     if field.startswith("console.cart."):
         names = {v[0]: k for k, v in CART_TYPES.items()}
         text += f" for a{'n' if names.get(cart_type, '?')[0] in 'EF' else ''} {names.get(cart_type, '?')} cartridge"

@@ -63,5 +63,8 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
         long long value
         long long lo
         long long hi
+        const char* allowed
+        double real
+        int32_t is_real
     StateFault env_state_check(const AleEnv& saved, const AleEnv& live, bint with_rng, bint kept_too)
     void env_clone_canonical(AleEnv& s, bint with_rng)

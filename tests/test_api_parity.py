@@ -1,6 +1,7 @@
 """API details where hybridsim follows ale-py or names a misuse: positional cloneState,
 closed-env get_state, pickling refused with a pointer to the snapshot API, gpu_options,
-negative reset seeds, and state bytes equal after a restore."""
+negative reset seeds, state bytes equal after a restore, and shallow copies."""
+import copy
 import pickle
 
 import numpy as np
@@ -83,7 +84,8 @@ def test_negative_seeds_keep_the_environment_seed_as_in_ale_py(spec):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("game", ["pong", "breakout", "seaquest"])
+# pitfall2: the DPC's music clock fraction, which restore rounds to a count of 1e-8
+@pytest.mark.parametrize("game", ["pong", "breakout", "seaquest", "pitfall2"])
 def test_state_bytes_after_restore_equal_the_clone_as_in_ale_py(game):
     """clone, act, restore, clone again: the same bytes (ale-py: the same ALEState), since
     the fields restore keeps from the live emulator are not part of a clone's bytes."""
@@ -104,3 +106,53 @@ def test_state_bytes_after_restore_equal_the_clone_as_in_ale_py(game):
 
     assert round_trip(ale_py.ALEInterface(), lambda s: s)
     assert round_trip(ALEInterface(), lambda s: s.serialize())
+
+
+def test_miniature_golf_rewards_after_a_restore_match_ale_py():
+    """ALE saves Miniature Golf's five counters as bools and reads them back as ints (the
+    serializer's bool patterns); the clone's bytes must not apply that twice. The RAM
+    writes move the ball to another hole so that the counters decide the reward."""
+    ale_py = pytest.importorskip("ale_py")
+
+    def rewards(a):
+        a.setInt("random_seed", 0)
+        a.setFloat("repeat_action_probability", 0.0)
+        a.loadROM(str(rom_path("miniature_golf")))
+        a.reset_game()
+        for _ in range(5):
+            a.act(0)
+        s = a.cloneState()
+        for _ in range(10):
+            a.act(3)
+        a.restoreState(s)
+        out = []
+        for k in range(60):
+            if k == 3:
+                a.setRAM(0x08, 0)
+            if k == 6:
+                a.setRAM(0x2F, 0x05)
+            out.append(a.act(0))
+        return out
+
+    want = rewards(ale_py.ALEInterface())
+    assert any(want)  # the scenario reaches the counters
+    assert rewards(ALEInterface()) == want
+
+
+def test_shallow_copy_shares_the_engine_as_in_ale_py():
+    """copy.copy works on ale-py's AtariVectorEnv (a Python object around its C++ one);
+    pickling and deepcopy do not, in either."""
+    ale_vector = pytest.importorskip("ale_py.vector_env")
+    for env in (ale_vector.AtariVectorEnv("pong", num_envs=2, num_threads=1),
+                AtariVectorEnv("pong", 2, num_threads=1)):
+        env.reset(seed=3)
+        twin = copy.copy(env)
+        twin.step(np.zeros(2, dtype=np.int64))
+        after_twin = env.step(np.zeros(2, dtype=np.int64))[0]
+        env.reset(seed=3)
+        env.step(np.zeros(2, dtype=np.int64))
+        np.testing.assert_array_equal(env.step(np.zeros(2, dtype=np.int64))[0], after_twin)
+        for refused in (pickle.dumps, copy.deepcopy):
+            with pytest.raises(TypeError):
+                refused(env)
+        env.close()

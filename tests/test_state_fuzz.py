@@ -8,6 +8,7 @@ import concurrent.futures
 import json
 import os
 import pathlib
+import struct
 import subprocess
 import sys
 
@@ -213,6 +214,67 @@ def test_refusal_names_the_field_and_changes_nothing():
     assert a.cloneState(include_rng=True).serialize() == before
     for _ in range(100):
         a.act(0)
+
+
+@pytest.mark.parametrize("game, offset, value, message", [
+    # Console.riot.interval_shift at 152: one of four shifts
+    ("pong", 152, struct.pack("<I", 5), r"console\.riot\.interval_shift = 5 is not one of 0, 3, 6 or 10"),
+    # Console.cart (312) .dpc_fraction (+192), a double
+    ("pitfall2", 312 + 192, struct.pack("<d", float("nan")),
+     r"console\.cart\.dpc_fraction = nan out of range \[0, 2\) for a DPC cartridge"),
+    ("pitfall2", 312 + 192, struct.pack("<d", -0.5), r"dpc_fraction = -0\.5 out of range \[0, 2\)"),
+])
+def test_refusals_of_sets_and_reals_say_what_was_wanted(game, offset, value, message):
+    """The value printed is the field's, and the wanted set or interval contains no
+    value like it (were: 'interval_shift (0, 3, 6 or 10) = 5 out of range 0..10',
+    'dpc_fraction = 0 out of range -1..1' for NaN)."""
+    from hybridsim.ale import ALEInterface, ALEState
+    from hybridsim.roms import rom_path
+    a = ALEInterface()
+    a.loadROM(str(rom_path(game)))
+    for _ in range(100):
+        a.act(0)
+    s = bytearray(a.cloneState().serialize())
+    head = len(s) - len(_body_probe(a))
+    s[head + offset:head + offset + len(value)] = value
+    with pytest.raises(ValueError, match=message):
+        a.restoreState(ALEState(bytes(s), a._md5))
+
+
+def test_dpc_fraction_survives_clone_restore_cycles():
+    """ALE saves the DPC music clock's fraction as the count (uInt32)(x * 1e8) and restores
+    count / 1e8. A clone must restore to exactly that, also where count / 1e8 x 1e8 rounds
+    below the count (a plain count / 1e8 in the bytes would lose one there). Equal bytes
+    for equal saves: test_api_parity.py (pitfall2)."""
+    from hybridsim.ale import ALEInterface, ALEState
+    from hybridsim.roms import rom_path
+    a = ALEInterface()
+    a.loadROM(str(rom_path("pitfall2")))
+    for _ in range(100):
+        a.act(0)
+    s = bytearray(a.cloneState().serialize())
+    head = len(s) - len(_body_probe(a))
+    at = 312 + 192  # Console.cart (312) .dpc_fraction (+192)
+
+    def ale_restore(x):
+        return float(np.uint32(x * 1e8)) / 1e8
+
+    def live():
+        return struct.unpack("<d", _body_probe(a)[at:at + 8])[0]
+
+    rng = np.random.default_rng(5)
+    values = [k / 1e8 for k in rng.integers(1, 10**8, 2000)] + [0.0, 1e-9, 0.99999999, 1 - 1e-12, 1.0]
+    unstable = 0
+    for x in values:
+        s[head + at:head + at + 8] = struct.pack("<d", x)
+        a.restoreState(ALEState(bytes(s), a._md5))
+        assert live() == ale_restore(x), x
+        restored = live()
+        clone = a.cloneState().serialize()
+        a.restoreState(ALEState(clone, a._md5))
+        assert live() == ale_restore(restored), x  # what ALE's save and load of it give
+        unstable += ale_restore(restored) != restored
+    assert unstable > 0  # the values include counts that ALE's own round trip loses
 
 
 if __name__ == "__main__":
