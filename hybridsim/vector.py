@@ -626,6 +626,13 @@ class AtariVectorEnv(VectorEnv):
         payload = buf.getvalue()
         return STATE_MAGIC + self._fingerprint().encode() + _digest(payload) + payload
 
+    def __copy__(self):
+        # a shallow copy shares the engine, as copy.copy of ale-py's AtariVectorEnv shares
+        # its C++ object (__reduce_ex__ below would refuse it)
+        twin = type(self).__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        return twin
+
     def __reduce_ex__(self, protocol):
         # The engine is a C extension object; the snapshot is get_state()'s bytes.
         raise TypeError("cannot pickle hybridsim.vector.AtariVectorEnv: save get_state() and "
@@ -726,10 +733,9 @@ class AtariVectorEnv(VectorEnv):
         bad = _vector.check_state_rows(data["env"], data["state"], np.asarray(current["env"])[0],
                                        self._config["stack_num"])
         if bad is not None:
-            row, part, field, value, lo, hi = bad
-            want = f"must be {lo}" if lo == hi else f"out of range {lo}..{hi}"
+            row, part, text = bad
             raise ValueError(f"corrupted AtariVectorEnv state: environment {row}: state field "
-                             f"{'' if part == 'env' else 'vector.'}{field} = {value} {want}")
+                             f"{'' if part == 'env' else 'vector.'}{text}")
         return data
 
     # ----- misc ----------------------------------------------------------------------------
