@@ -604,8 +604,7 @@ class Trainer:
         if state["frames"] >= self.cfg.total_frames:
             raise BudgetReached(f"--resume: {path} has trained {state['frames']:,} frames, the "
                                 f"budget (--total-frames {self.cfg.total_frames:,}) is reached: "
-                                f"nothing to train, nothing written; raise --total-frames to "
-                                f"train on")
+                                f"nothing to train; raise --total-frames to train on")
         try:
             self.model.load_state_dict(state["model"])
         except RuntimeError as exc:

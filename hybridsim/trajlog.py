@@ -982,6 +982,34 @@ def write_master(run_dir) -> pathlib.Path:
     return master_path
 
 
+def complete_master(run_dir) -> str | None:
+    """For a run that will not train again (resumed at its budget): if its last job stopped
+    between the final checkpoint and writing the master file (a full disk, a kill), clear
+    the rank files' stale write flags and write the master now. Returns what it did, or
+    None when the master is there and newer than every rank file (or there are none)."""
+    run_dir = pathlib.Path(run_dir)
+    files = sorted(run_dir.glob("traj_rank*.h5"))
+    if not files:
+        return None
+    master = run_dir / MASTER_FILE
+    newest = max(p.stat().st_mtime for p in files)
+    flagged = []
+    for path in files:
+        with open(path, "rb") as fh:
+            head = fh.read(12)
+        if len(head) == 12 and head.startswith(HDF5_SIGNATURE) and head[8] in (2, 3) and head[11]:
+            flagged.append(path)
+    if master.exists() and master.stat().st_mtime >= newest and not flagged:
+        return None
+    why = "was missing" if not master.exists() else "was older than the rank files"
+    for path in flagged:
+        clear_stale_write_flags(path)
+    write_master(run_dir)
+    cleared = f"; write flags left by a stopped writer cleared on {', '.join(p.name for p in flagged)}"
+    return (f"{master} {why} (the last job stopped before writing it): written now from "
+            f"{len(files)} rank file(s)" + (cleared if flagged else ""))
+
+
 def read_episodes(path) -> dict[str, np.ndarray]:
     """The episodes table of a rank file or master file, as numpy columns."""
     with open_trajectory_file(path) as f:

@@ -295,6 +295,50 @@ def test_resume_at_the_budget_does_nothing_and_says_so(tmp_path, capsys):
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
+def test_resume_at_the_budget_writes_a_master_file_the_last_job_did_not(tmp_path, capsys):
+    """A job that stopped between its final checkpoint and the master file (a full disk,
+    a kill) left the run at its budget: --resume, the README's way on, wrote nothing and
+    the master stayed missing, or stale, and the rank file flagged as open. Now the
+    master is written (the flags cleared first), and only then."""
+    import os
+    import time
+    from hybridsim import cli, trajlog
+    Trainer(tiny_config(tmp_path, total_frames=400)).train()
+    master, rank = tmp_path / "trajectories.h5", tmp_path / "traj_rank00000.h5"
+    want = trajlog.read_steps(master)
+    args = ["train", "--game", "pong", "--backend", "ale-py", "--num-envs", "4", "--num-minibatches", "2",
+            "--num-threads", "1", "--torch-threads", "1", "--noop-max", "5", "--checkpoint-every", "800",
+            "--log-dir", str(tmp_path), "--total-frames", "400", "--resume"]
+
+    def resume_and_check(expect):
+        assert cli.main(args) == 0
+        out = capsys.readouterr().out
+        assert "the budget (--total-frames" in out
+        assert (expect in out) if expect else ("written now" not in out), out
+        got = trajlog.read_steps(master)
+        assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want)
+
+    master.unlink()
+    resume_and_check("trajectories.h5 was missing")
+    later = master.stat().st_mtime + 10
+    os.utime(rank, (later, later))
+    resume_and_check("was older than the rank files")
+    # the superblock's write flags a killed SWMR writer leaves (what h5clear -s clears)
+    data = bytearray(rank.read_bytes())
+    size = 12 + 4 * data[9]
+    data[11] = trajlog.SUPER_WRITE_ACCESS | trajlog.SUPER_SWMR_WRITE_ACCESS
+    data[size:size + 4] = trajlog.hdf5_checksum(bytes(data[:size])).to_bytes(4, "little")
+    rank.write_bytes(bytes(data))
+    old = time.time() - 300
+    os.utime(rank, (old, old))
+    master.unlink()
+    resume_and_check("write flags left by a stopped writer cleared on traj_rank00000.h5")
+    assert rank.read_bytes()[11] == 0
+    before = master.read_bytes()
+    resume_and_check(None)  # complete: nothing written
+    assert master.read_bytes() == before
+
+
 def test_eval_refuses_a_checkpoint_whose_network_does_not_fit_the_game(tmp_path):
     from hybridsim import evaluate
     from hybridsim.models import build_model
