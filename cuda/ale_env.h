@@ -117,10 +117,14 @@ HS_HD inline void env_apply_joysticks(AleEnv& e, int32_t a, int32_t b) {
   ev.joy[1] = joystick_bits(b - B_NOOP);
 }
 
-// Paddle delta of an action: RIGHT turns the resistance down (ALE's sign).
+// Paddle delta of an action: RIGHT turns the resistance down (ALE's sign). The caller
+// clamps the sum to the paddle range, so a magnitude past 1e9 (a strength over about
+// 43,000, or NaN) saturates there: ALE's float-to-int conversion is undefined beyond
+// int32, and x86 and CUDA would disagree.
 HS_HD HS_INLINE int32_t paddle_delta(int32_t action, float strength) {
   uint8_t bits = joystick_bits(action);
   float magnitude = (float)PADDLE_DELTA * (strength < 0.0f ? -strength : strength);
+  if (!(magnitude <= 1e9f)) magnitude = 1e9f;
   if (bits & JOY_RIGHT) return (int32_t)(-magnitude);
   if (bits & JOY_LEFT) return (int32_t)magnitude;
   return 0;
@@ -458,7 +462,7 @@ HS_HD inline void env_clone_canonical(AleEnv& s, bool with_rng) {
 struct StateFault {
   const char* field;          // null: the state fits
   long long value, lo, hi;    // the field's value and the range it must lie in
-  const char* allowed;        // non-null: the value must be one of these (text)
+  const char* allowed;        // non-null: what the value must be (a set, "finite")
   double real;                // a floating-point field's value (is_real: must lie in [lo, hi))
   int32_t is_real;
 };
@@ -640,9 +644,17 @@ HS_HD inline StateFault env_state_check(const AleEnv& saved, const AleEnv& live,
     const char* const kShapePos[3] = {"console.tia.shape_pos[0]", "console.tia.shape_pos[1]",
                                       "console.tia.shape_pos[2]"};
     for (int32_t m = 0; m < 3; ++m) HS_CHECK(kShapePos[m], t.shape_pos[m], 0, SCREEN_WIDTH - 1);
-    // paddle_delta converts strength x PADDLE_DELTA to int32 (act takes any finite float)
-    if (state_bad_real(f, "paddle_a_strength", saved.paddle_a_strength, -1000000, 1000001)) return f;
-    if (state_bad_real(f, "paddle_b_strength", saved.paddle_b_strength, -1000000, 1000001)) return f;
+    // any finite strength plays (paddle_delta saturates); step refuses non-finite ones
+    const float kStrength[2] = {saved.paddle_a_strength, saved.paddle_b_strength};
+    for (int32_t p = 0; p < 2; ++p) {
+      if (!(kStrength[p] >= -3.4e38f && kStrength[p] <= 3.4e38f)) {
+        f.field = p ? "paddle_b_strength" : "paddle_a_strength";
+        f.real = kStrength[p];
+        f.is_real = 1;
+        f.allowed = "finite";
+        return f;
+      }
+    }
     HS_CHECK("console.tia.shape_bl_size", t.shape_bl_size, 0, 3);
   }
 #undef HS_CHECK

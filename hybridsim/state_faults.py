@@ -4,6 +4,8 @@ hybridsim._console (restoreState) and hybridsim._vector (AtariVectorEnv.set_stat
 
 def describe(field: str, value: int, lo: int, hi: int, allowed: str | None, real: float, is_real: bool) -> str:
     """'FIELD = VALUE' and what it must be."""
+    if is_real and allowed is not None:
+        return f"{field} = {real!r} must be {allowed}"
     if is_real:
         return f"{field} = {real!r} out of range [{lo}, {hi})"
     if allowed is not None:

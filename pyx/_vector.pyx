@@ -136,7 +136,8 @@ cdef str _fault_text(StateFault fault):
 def check_state_rows(env_rows, state_rows, live_env_row, int stack_num):
     """Vector env set_state: every AleEnv row (env_state_check against a live row, whole
     rows, RNG included) and VecEnvState row (vec_state_check). None when all fit, else
-    (row, part, field, value, lo, hi) of the first that does not."""
+    (row, part, text) of the first that does not: part "env" or "state", text the field,
+    its value and what it must be (hybridsim.state_faults.describe)."""
     cdef cnp.ndarray envs = np.ascontiguousarray(env_rows, dtype=np.uint8)
     cdef cnp.ndarray states = np.ascontiguousarray(state_rows, dtype=np.uint8)
     cdef cnp.ndarray live = np.ascontiguousarray(live_env_row, dtype=np.uint8)

@@ -277,6 +277,34 @@ def test_dpc_fraction_survives_clone_restore_cycles():
     assert unstable > 0  # the values include counts that ALE's own round trip loses
 
 
+def test_huge_continuous_strengths_snapshot_and_forged_nan_is_refused():
+    """step takes any finite radius, and its snapshot must restore (the check refused
+    strengths past 1e6); a NaN strength, which step refuses, is refused in a snapshot.
+    Paddle deltas saturate, so a huge strength plays the same on every backend."""
+    import io
+    from hybridsim.vector import STATE_MAGIC, AtariVectorEnv, _digest
+    e = AtariVectorEnv("pong", 2, continuous=True, noop_max=0, num_threads=1)
+    e.reset(seed=1)
+    e.step(np.array([[2e6, 0, 0], [1234.5, 0, 0]], np.float32))
+    good = e.get_state()
+    e.set_state(good)
+    after = e.step(np.array([[3e9, 0, 0], [0.5, 0, 0]], np.float32))[0]
+    head = len(STATE_MAGIC) + 32
+    with np.load(io.BytesIO(good[head + 32:])) as z:
+        arrays = {k: z[k].copy() for k in z.files}
+    row = arrays["env"][1]
+    at = bytes(row).find(np.float32(1234.5).tobytes())
+    assert at >= 0
+    row[at:at + 4] = np.frombuffer(np.float32(np.nan).tobytes(), np.uint8)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    with pytest.raises(ValueError, match="environment 1: state field paddle_a_strength = nan must be finite"):
+        e.set_state(good[:head] + _digest(buf.getvalue()) + buf.getvalue())
+    e.set_state(good)
+    np.testing.assert_array_equal(e.step(np.array([[3e9, 0, 0], [0.5, 0, 0]], np.float32))[0], after)
+    e.close()
+
+
 if __name__ == "__main__":
     kind, game = sys.argv[1], sys.argv[2]
     (worker_ale if kind == "ale" else worker_vector)(game)
