@@ -208,11 +208,8 @@ def _cmd_train(args) -> int:
     except BudgetReached as done:  # every rank reads the same checkpoint: all end here
         if trainer.rank == 0:
             print(done, flush=True)
-            if cfg.log_trajectories:  # a last job that stopped before the master file
-                from hybridsim import trajlog
-                note = trajlog.complete_master(cfg.log_dir)
-                if note:
-                    print(note, flush=True)
+            if done.completed:
+                print(done.completed, flush=True)
         return 0
     if summary["stopped"] == "storage":
         if summary["rank"] == 0:  # the report covers every rank

@@ -192,7 +192,9 @@ class EpisodeTracker:
 
 class BudgetReached(Exception):
     """--resume of a run that has already trained its --total-frames (a finished Slurm
-    array task resubmitted with the rest): nothing to do, and not an error."""
+    array task resubmitted with the rest): nothing to train, and not an error.
+    `completed` says what of the last job's closing it finished (trajlog.complete_master)."""
+    completed: str | None = None
 
 
 def fallback_checkpoint_name(log_dir) -> str:
@@ -602,9 +604,19 @@ class Trainer:
                              f"start a new run in another --log-dir")
         # at the budget the loop would not run, and the end (metrics row, checkpoint) repeat
         if state["frames"] >= self.cfg.total_frames:
-            raise BudgetReached(f"--resume: {path} has trained {state['frames']:,} frames, the "
-                                f"budget (--total-frames {self.cfg.total_frames:,}) is reached: "
-                                f"nothing to train; raise --total-frames to train on")
+            done = BudgetReached(f"--resume: {path} has trained {state['frames']:,} frames, the "
+                                 f"budget (--total-frames {self.cfg.total_frames:,}) is reached: "
+                                 f"nothing to train; raise --total-frames to train on")
+            if self.rank == 0 and self.cfg.log_trajectories:
+                # the last job may have stopped before closing the logs: finish that, while
+                # this job still holds the run directory
+                from hybridsim import trajlog
+                rows = {trajlog.rank_file(self.log_dir, r).name: rs.get("traj_rows")
+                        for r, rs in enumerate(state.get("rank_states") or [])}
+                done.completed = trajlog.complete_master(
+                    self.log_dir, state["frames"], rows,
+                    idle_seconds=2 * (self.cfg.log_flush_seconds or 30.0) + 5.0)
+            raise done
         try:
             self.model.load_state_dict(state["model"])
         except RuntimeError as exc:

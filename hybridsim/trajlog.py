@@ -278,12 +278,7 @@ class TrajectoryWriter:
             keep_obs = int((index[:, 2] <= last_frame).sum()) if index.shape[0] else 0
         # the checks passed: from here on the file changes
         if expected_rows is not None and keep < expected_rows:
-            # rows the checkpoint counted never reached the file (the job was killed first)
-            since = int(last_row_frames[keep - 1]) if keep else 0
-            self.file.attrs["gaps"] = json.dumps(gaps + [[since, int(last_frame)]])
-            print(f"warning: {self.path}: {expected_rows - keep} step rows after frame {since} (up to the "
-                  f"checkpoint's frame {last_frame}) were lost before they reached the file; recorded "
-                  f"in its `gaps` attribute (replay refuses episodes across a gap)", file=sys.stderr)
+            _record_lost_rows(self.file, self.path, gaps, last_row_frames, keep, expected_rows, last_frame)
         if restarts_envs:
             self.file.attrs["restarts"] = json.dumps(restarts + [int(last_frame)])
         for name in (*STEP_FIELDS, "behavior_logits"):
@@ -474,6 +469,16 @@ class TrajectoryWriter:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _record_lost_rows(f, path, gaps: list, last_row_frames, kept: int, expected_rows: int, last_frame: int):
+    """Rows the checkpoint counted never reached the file (the job was stopped first):
+    record the frames they covered in the `gaps` attribute, and warn."""
+    since = int(last_row_frames[kept - 1]) if kept else 0
+    f.attrs["gaps"] = json.dumps(gaps + [[since, int(last_frame)]])
+    print(f"warning: {path}: {expected_rows - kept} step rows after frame {since} (up to the "
+          f"checkpoint's frame {last_frame}) were lost before they reached the file; recorded "
+          f"in its `gaps` attribute (replay refuses episodes across a gap)", file=sys.stderr)
 
 
 def rank_file(run_dir, rank: int) -> pathlib.Path:
@@ -937,11 +942,21 @@ def write_master(run_dir) -> pathlib.Path:
     if len(num_actions) != 1:
         raise TrajectoryLogError(f"{run_dir}: rank files disagree on the number of actions {num_actions}")
     (num_actions,) = num_actions
+    master_path = run_dir / MASTER_FILE
+    tmp_path = run_dir / (MASTER_FILE + ".tmp")
+    try:
+        _write_master_file(tmp_path, infos, num_actions)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)  # a full disk: leave no half-written file behind
+        raise
+    os.replace(tmp_path, master_path)
+    return master_path
+
+
+def _write_master_file(tmp_path, infos, num_actions):
     s_max = max(i["steps"] for i in infos)
     b_total = sum(i["batch"] for i in infos)
     e_total = sum(i["episodes"] for i in infos)
-    master_path = run_dir / MASTER_FILE
-    tmp_path = run_dir / (MASTER_FILE + ".tmp")
     with h5py.File(tmp_path, "w", libver="latest") as m:
         for key, value in infos[0]["attrs"].items():
             if key not in ("rank", "file_id"):
@@ -978,36 +993,60 @@ def write_master(run_dir) -> pathlib.Path:
                         info["name"], f"episodes/{name}", shape=(info["episodes"],))
                 row += info["episodes"]
             episodes.create_virtual_dataset(name, layout)
-    os.replace(tmp_path, master_path)
-    return master_path
 
 
-def complete_master(run_dir) -> str | None:
-    """For a run that will not train again (resumed at its budget): if its last job stopped
-    between the final checkpoint and writing the master file (a full disk, a kill), clear
-    the rank files' stale write flags and write the master now. Returns what it did, or
-    None when the master is there and newer than every rank file (or there are none)."""
+def complete_master(run_dir, last_frame: int, expected_rows: dict | None = None,
+                    idle_seconds: float = 65.0) -> str | None:
+    """For a run that will not train again (resumed at its budget, `last_frame` frames): if
+    its last job stopped between the final checkpoint and the master file (a full disk, a
+    kill), finish what closing would have done: clear the rank files' stale write flags,
+    record in a rank file's `gaps` the rows the checkpoint counted (`expected_rows`, by
+    file name) that never reached it, and write the master. Returns what it did, or None
+    when the master is there and newer than every rank file, which are complete."""
     run_dir = pathlib.Path(run_dir)
     files = sorted(run_dir.glob("traj_rank*.h5"))
     if not files:
         return None
-    master = run_dir / MASTER_FILE
-    newest = max(p.stat().st_mtime for p in files)
-    flagged = []
+    expected_rows = expected_rows or {}
+    flagged, short = [], []
     for path in files:
         with open(path, "rb") as fh:
             head = fh.read(12)
         if len(head) == 12 and head.startswith(HDF5_SIGNATURE) and head[8] in (2, 3) and head[11]:
             flagged.append(path)
-    if master.exists() and master.stat().st_mtime >= newest and not flagged:
+        elif expected_rows.get(path.name) is not None:
+            with open_trajectory_file(path) as f:
+                if common_rows(f["steps"]) < expected_rows[path.name]:
+                    short.append(path)
+    master = run_dir / MASTER_FILE
+    newest = max(p.stat().st_mtime for p in files)
+    if master.exists() and master.stat().st_mtime >= newest and not flagged and not short:
         return None
     why = "was missing" if not master.exists() else "was older than the rank files"
     for path in flagged:
-        clear_stale_write_flags(path)
+        clear_stale_write_flags(path, idle_seconds=idle_seconds)
+    lost = []
+    for path in files:
+        want = expected_rows.get(path.name)
+        if want is None:
+            continue
+        with h5py.File(path, "a", libver="latest") as f:
+            _check_contents(f, path, master_ok=False)
+            steps = f["steps"]
+            kept = common_rows(steps)
+            if kept < want:
+                frames = steps["global_frame"][:kept]
+                last_row_frames = frames.max(axis=1) if kept else np.empty(0, np.int64)
+                _record_lost_rows(f, path, json_list_attr(f, "gaps"), last_row_frames, kept, want, last_frame)
+                lost.append(path.name)
     write_master(run_dir)
-    cleared = f"; write flags left by a stopped writer cleared on {', '.join(p.name for p in flagged)}"
-    return (f"{master} {why} (the last job stopped before writing it): written now from "
-            f"{len(files)} rank file(s)" + (cleared if flagged else ""))
+    done = [f"{master} {why} (the last job stopped before writing it): written now from "
+            f"{len(files)} rank file(s)"]
+    if flagged:
+        done.append(f"write flags left by a stopped writer cleared on {', '.join(p.name for p in flagged)}")
+    if lost:
+        done.append(f"lost rows recorded in the `gaps` of {', '.join(lost)}")
+    return "; ".join(done)
 
 
 def read_episodes(path) -> dict[str, np.ndarray]:

@@ -187,7 +187,7 @@ def test_a_run_that_cannot_start_leaves_no_directory(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
-def test_an_error_after_the_disk_reserve_releases_it(tmp_path):
+def test_a_damaged_environment_state_refuses_the_resume_before_any_write(tmp_path):
     """--resume from a checkpoint whose environment state was damaged fails in set_state,
     now before the logs are opened and the disk reserve is taken: no reserve file, and the
     run's files stay as they were."""
@@ -337,6 +337,20 @@ def test_resume_at_the_budget_writes_a_master_file_the_last_job_did_not(tmp_path
     before = master.read_bytes()
     resume_and_check(None)  # complete: nothing written
     assert master.read_bytes() == before
+    # rows the checkpoint counted that never reached the file (a full disk at the close):
+    # recorded as a gap, then the master
+    import h5py
+    with h5py.File(rank, "a") as f:
+        rows = f["steps"]["action"].shape[0]
+        for name in list(f["steps"]):
+            f["steps"][name].resize(rows - 2, axis=0)
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert state["rank_states"][0]["traj_rows"] == rows
+    want = {k: v[:rows - 2] for k, v in want.items()}
+    resume_and_check("lost rows recorded in the `gaps` of traj_rank00000.h5")
+    with h5py.File(rank, "r", locking=False) as f:
+        assert trajlog.json_list_attr(f, "gaps")[-1][1] == 400  # up to the checkpoint's frame
+    assert not (tmp_path / "trajectories.h5.tmp").exists()
 
 
 def test_eval_refuses_a_checkpoint_whose_network_does_not_fit_the_game(tmp_path):

@@ -555,3 +555,20 @@ def test_a_refused_resume_leaves_the_file_as_it_was(tmp_path, capsys):
     with h5py.File(path, "r", locking=False) as f, h5py.File(io.BytesIO(before), "r") as g:
         for name in ("steps/global_frame", "episodes/end_frame", "observations/index"):
             np.testing.assert_array_equal(f[name][()], g[name][()])
+
+
+def test_a_failed_master_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """A full disk while writing the master: the error stands and trajectories.h5.tmp is
+    removed (it was left behind for the next resume to trip over)."""
+    write_rank(trajlog.rank_file(tmp_path, 0), steps=10, batch=2, actions=3, seed=0)
+    real = trajlog._write_master_file
+
+    def full_disk(tmp, *args):
+        real(tmp, *args)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(trajlog, "_write_master_file", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        trajlog.write_master(tmp_path)
+    assert not (tmp_path / (trajlog.MASTER_FILE + ".tmp")).exists()
+    assert not (tmp_path / trajlog.MASTER_FILE).exists()
