@@ -18,6 +18,14 @@ def _ale():
     return a
 
 
+def _load(a, game):
+    """ale-py's or hybridsim's ALEInterface `a` on `game`, seed 0, no sticky actions."""
+    a.setInt("random_seed", 0)
+    a.setFloat("repeat_action_probability", 0.0)
+    a.loadROM(str(rom_path(game)))
+    a.reset_game()
+
+
 def test_clone_state_takes_include_rng_positionally():
     a = _ale()
     assert a.cloneState(True).serialize() == a.cloneState(include_rng=True).serialize()
@@ -92,10 +100,7 @@ def test_state_bytes_after_restore_equal_the_clone_as_in_ale_py(game):
     ale_py = pytest.importorskip("ale_py")
 
     def round_trip(a, raw):
-        a.setInt("random_seed", 0)
-        a.setFloat("repeat_action_probability", 0.0)
-        a.loadROM(str(rom_path(game)))
-        a.reset_game()
+        _load(a, game)
         for _ in range(50):
             a.act(1)
         s = a.cloneState()
@@ -115,10 +120,7 @@ def test_miniature_golf_rewards_after_a_restore_match_ale_py():
     ale_py = pytest.importorskip("ale_py")
 
     def rewards(a):
-        a.setInt("random_seed", 0)
-        a.setFloat("repeat_action_probability", 0.0)
-        a.loadROM(str(rom_path("miniature_golf")))
-        a.reset_game()
+        _load(a, "miniature_golf")
         for _ in range(5):
             a.act(0)
         s = a.cloneState()

@@ -84,6 +84,16 @@ def test_unknown_replay_env_is_named(short_episode_run):
         replay.replay(trajlog.rank_file(short_episode_run, 0), 0, env="gpu")
 
 
+def _restarting_run(tmp_path) -> dict:
+    """A breakout run on ale-py's vector env (which cannot restore its environments: a
+    resume restarts them) trained to 1,800 frames; returns its settings."""
+    cfg = dict(game="breakout", backend="ale-py", num_envs=2, num_minibatches=1, log_dir=str(tmp_path),
+               num_threads=1, torch_threads=1, log_every=1000.0, max_episode_frames=600, noop_max=10,
+               repeat_action_probability=0.25, checkpoint_every=800)
+    Trainer(TrainConfig(**cfg, total_frames=1800)).train()
+    return cfg
+
+
 def test_bad_config_attribute_and_gif_path_are_named(short_episode_run, tmp_path):
     src = trajlog.rank_file(short_episode_run, 0)
     copy = tmp_path / src.name
@@ -103,10 +113,7 @@ def test_replay_across_a_resume_that_restarted_the_environments(tmp_path):
     """ale-py's environments cannot be restored: a resumed run restarts them from their
     seeds. The file records that frame, the interrupted episodes keep their ids and the new
     ones get fresh ids, and replay resets there: episodes on both sides reproduce."""
-    cfg = dict(game="breakout", backend="ale-py", num_envs=2, num_minibatches=1, log_dir=str(tmp_path),
-               num_threads=1, torch_threads=1, log_every=1000.0, max_episode_frames=600, noop_max=10,
-               repeat_action_probability=0.25, checkpoint_every=800)
-    Trainer(TrainConfig(**cfg, total_frames=1800)).train()
+    cfg = _restarting_run(tmp_path)
     import torch
     resumed_at = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["frames"]
     Trainer(TrainConfig(**cfg, total_frames=4000, resume=True)).train()
@@ -131,10 +138,7 @@ def test_every_episode_replays_after_a_resume_without_this_ranks_tracker(tmp_pat
     episodes took the id of the episode cut short at the checkpoint, so the two shared one
     id and replay found more steps than the episodes table (MISMATCH). They get new ids."""
     import torch
-    cfg = dict(game="breakout", backend="ale-py", num_envs=2, num_minibatches=1, log_dir=str(tmp_path),
-               num_threads=1, torch_threads=1, log_every=1000.0, max_episode_frames=600, noop_max=10,
-               repeat_action_probability=0.25, checkpoint_every=800)
-    Trainer(TrainConfig(**cfg, total_frames=1800)).train()
+    cfg = _restarting_run(tmp_path)
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     resumed_at = state["frames"]
     tracker = state["rank_states"][0]["episode_tracker"]
