@@ -70,6 +70,11 @@ def _png_bytes(rgb: np.ndarray) -> bytes:
             + chunk(b"IEND", b""))
 
 
+class UnavailableSettingError(ValueError, RuntimeError):
+    """A mode or difficulty the game does not have. A ValueError, and a RuntimeError as
+    ale-py's ("Invalid game mode requested"), so code written for either catches it."""
+
+
 def _require_int(what: str, value) -> None:
     """ale-py's integer arguments refuse floats and strings (no truncation); bools pass, as
     in ale-py (they are ints)."""
@@ -234,7 +239,7 @@ class ALEInterface:
         emu = self._require_rom()
         _require_int("setMode", mode)
         if mode not in self._entry["modes"]:
-            raise ValueError(f"mode {mode} is not available for {self._entry['name']}: "
+            raise UnavailableSettingError(f"mode {mode} is not available for {self._entry['name']}: "
                              f"choose one of {self._entry['modes']}")
         from hybridsim.console_props import mode_select_for
         emu.set_mode(mode, mode_select_for(self._entry.get("set_mode"), mode))
@@ -244,7 +249,7 @@ class ALEInterface:
         emu = self._require_rom()
         _require_int("setDifficulty", difficulty)
         if difficulty not in self._entry["difficulties"]:
-            raise ValueError(f"difficulty {difficulty} is not available for {self._entry['name']}: "
+            raise UnavailableSettingError(f"difficulty {difficulty} is not available for {self._entry['name']}: "
                              f"choose one of {self._entry['difficulties']}")
         emu.set_difficulty(difficulty)
         self._difficulty = difficulty

@@ -19,6 +19,11 @@ import numpy as np
 class AtariEnv(ale_py.env.AtariEnv):
     """ale_py.env.AtariEnv driven by hybridsim's emulator (same arguments)."""
 
+    # No display window of its own (ale-py's "human" mode opens SDL's): rgb_array only, so
+    # gymnasium.make(..., render_mode="human") wraps it in gymnasium's HumanRendering
+    # (pygame), and gymnasium's env checker, which makes every listed mode, passes.
+    metadata = {**ale_py.env.AtariEnv.metadata, "render_modes": ["rgb_array"]}
+
     # ale-py's constructor assigns `self.ale = ale_py.ALEInterface()` and configures it
     # at once; this property puts hybridsim's drop-in ALEInterface in its place.
     @property
@@ -58,13 +63,15 @@ class AtariEnv(ale_py.env.AtariEnv):
         if self.continuous:
             return super().step(self._continuous_action(action))
         if not (type(action) is int and 0 <= action < len(self._action_set)):
-            index = np.asarray(action)  # numpy ints, 0-d arrays; everything else is refused
-            if index.shape != () or index.dtype.kind not in "iu":
+            # numpy ints and 0-d int arrays; a Python bool is an int (and in gymnasium's
+            # Discrete, and ale-py plays it), numpy's bool is neither: refused like the rest
+            index = np.asarray(action)
+            if index.shape != () or (index.dtype.kind not in "iu" and type(action) is not bool):
                 raise TypeError(f"action must be an int index into the action set, got {action!r}")
             if not 0 <= int(index) < len(self._action_set):
                 raise ValueError(f"action must be in 0..{len(self._action_set) - 1} (the action set "
                                  f"has {len(self._action_set)} actions), got {int(index)}")
-        return super().step(action)
+        return super().step(int(action))
 
     @staticmethod
     def _continuous_action(action) -> np.ndarray:

@@ -5,7 +5,7 @@ import numpy as np
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 
-# name -> (type, default). Read from a fresh ale_py.ALEInterface; tests/test_settings.py
+# name -> (type, default). Read from a fresh ale_py.ALEInterface; tests/test_ale_surface.py
 # checks every default against ale-py.
 ALE_SETTINGS: dict[str, tuple[type, object]] = {
     "random_seed": (int, -1),
@@ -23,6 +23,7 @@ ALE_SETTINGS: dict[str, tuple[type, object]] = {
     "truncate_on_loss_of_life": (bool, False),
     "display_screen": (bool, False),
     "sound_obs": (bool, False),
+    "sound": (bool, False),
     "run_length_encoding": (bool, True),
     "restricted_action_set": (bool, False),
     "send_rgb": (bool, False),
@@ -37,6 +38,7 @@ ALE_SETTINGS: dict[str, tuple[type, object]] = {
 UNSUPPORTED = {
     "display_screen": "hybridsim has no display window; draw getScreenRGB() frames yourself",
     "sound_obs": "hybridsim does not emulate sound (no getAudio)",
+    "sound": "hybridsim does not emulate sound",
     "record_screen_dir": "hybridsim does not record screens; save getScreenRGB() frames yourself",
     "record_sound_filename": "hybridsim does not emulate sound",
 }

@@ -159,10 +159,12 @@ def test_arguments_are_not_coerced(tmp_path):
     for key, value in (("record_screen_dir", str(tmp_path)), ("record_sound_filename", "a.wav")):
         with pytest.raises(ValueError, match="does not"):
             env.setString(key, value)
-    for key in ("sound_obs", "display_screen"):
+    for key in ("sound_obs", "display_screen", "sound"):
         with pytest.raises(ValueError, match=key):
             env.setBool(key, True)
     env.setBool("sound_obs", False)
+    env.setBool("sound", False)  # ale-py's default (it was an unknown key)
+    assert env.getBool("sound") is False
     env.setFloat("repeat_action_probability", np.float32(0.5))  # numpy floats, as ale-py
     assert env.getFloat("repeat_action_probability") == 0.5
     with pytest.raises(RuntimeError, match="does not exist"):  # ale-py: RuntimeError too

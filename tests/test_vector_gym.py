@@ -85,7 +85,7 @@ def test_arguments_the_environments_do_not_have_are_errors():
                                **{key: value})
     env = gymnasium.make("hybridsim/Pong-v5")
     env.reset(seed=0)
-    for action, error in ((-1, ValueError), (6, ValueError), (1.0, TypeError), (True, TypeError)):
+    for action, error in ((-1, ValueError), (6, ValueError), (1.0, TypeError), (np.bool_(True), TypeError)):
         with pytest.raises(error, match="action"):
             env.step(action)
     env.step(np.int64(5))
@@ -122,3 +122,34 @@ def test_continuous_actions_are_checked_and_match_ale_py():
             ours.step(bad)
     ours.close()
     theirs.close()
+
+
+def test_gymnasiums_env_checker_passes_and_human_mode_uses_human_rendering():
+    """metadata listed "human", which needs a display window hybridsim does not have:
+    the env checker (which makes every listed mode) failed on every id. Only rgb_array
+    is listed now, so gymnasium wraps a "human" env in its HumanRendering (pygame)."""
+    from gymnasium.utils.env_checker import check_env
+    from gymnasium.wrappers import HumanRendering
+    for kwargs in ({}, {"obs_type": "ram"}, {"continuous": True}):
+        check_env(gymnasium.make("hybridsim/Pong-v5", **kwargs).unwrapped)
+    with pytest.warns(UserWarning, match="HumanRendering wrapper is being applied"):
+        env = gymnasium.make("hybridsim/Pong-v5", render_mode="human")
+    assert isinstance(env, HumanRendering) and env.unwrapped.render_mode == "rgb_array"
+
+
+def test_bool_actions_and_unavailable_modes_behave_as_on_ale_py():
+    """True is a member of Discrete(n) (ale-py plays action 1; it was refused; numpy's bool
+    is not, and ale-py fails on it too), and a mode
+    the game lacks is a RuntimeError as in ale-py (hybridsim's is also a ValueError)."""
+    ours, theirs = gymnasium.make("hybridsim/Pong-v5"), gymnasium.make("ALE/Pong-v5")
+    ours.reset(seed=4)
+    theirs.reset(seed=4)
+    for action in (True, False, 1, 0):
+        x, y = ours.step(action), theirs.step(action)
+        assert np.array_equal(x[0], y[0]) and x[1:] == y[1:]
+    for kwargs in ({"mode": 99}, {"difficulty": 99}):
+        for env_id in ("hybridsim/Pong-v5", "ALE/Pong-v5"):
+            with pytest.raises(RuntimeError):
+                gymnasium.make(env_id, **kwargs)
+        with pytest.raises(ValueError, match="is not available for pong"):
+            gymnasium.make("hybridsim/Pong-v5", **kwargs)
