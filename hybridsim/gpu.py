@@ -271,6 +271,7 @@ class CupyDevice:
         self.cubin = cubin
         self.options = tuple(options)
         self._fns = {}
+        self._limits = {}
         self.module = self.module_for("base")
 
     def module_for(self, part: str):
@@ -296,9 +297,24 @@ class CupyDevice:
         """Compile (or load from the caches) the module holding kernel `name` now."""
         self._fn(name)
 
+    def max_block(self, name: str) -> int:
+        """The most threads a block of kernel `name` may have on this device: fewer than
+        1024 when its registers per thread need it (the emulator kernels use about 255 on
+        sm_90, so 256; CUDA programming guide, compute capabilities table: 64K registers
+        per block). CuPy reads it from the driver (RawKernel.attributes)."""
+        limit = self._limits.get(name)
+        if limit is None:
+            limit = self._limits[name] = int(self._fn(name).attributes["max_threads_per_block"])
+        return limit
+
     def launch(self, name: str, threads: int, block: int, args) -> None:
         if threads <= 0:
             return
+        if block > self.max_block(name):  # the launch would fail with "too many resources"
+            raise ValueError(f"{name}: a block of {block} threads is more than this kernel can "
+                             f"have on device {self.device_id} ({self.max_block(name)}, set by its "
+                             f"registers per thread); use gpu_options block or pixel_block <= "
+                             f"{self.max_block(name)}")
         kinds = KERNELS[name]
         conv = []
         for kind, a in zip(kinds, args, strict=True):
@@ -328,11 +344,13 @@ class CupyDevice:
         return self.device
 
     def to_host(self, a) -> np.ndarray:
-        self.stream.synchronize()
-        return self.cp.asnumpy(self.cp.asarray(a))  # a cupy array, or a CUDA torch tensor
+        with self.device:  # the current stream is per device
+            self.stream.synchronize()
+            return self.cp.asnumpy(self.cp.asarray(a))  # a cupy array, or a CUDA torch tensor
 
     def synchronize(self) -> None:
-        self.stream.synchronize()
+        with self.device:
+            self.stream.synchronize()
 
     def pinned_empty(self, shape, dtype) -> np.ndarray:
         """A numpy array in page-locked memory (asynchronous copies to the device)."""
@@ -452,6 +470,9 @@ class HostEmulatedDevice:
     def load(self, name: str) -> None:
         self._fn(name)
 
+    def max_block(self, name: str) -> int:
+        return 1024  # CUDA's limit for any kernel; register limits are the device's
+
     def _fn(self, name):
         fn = self._fns.get(name)
         if fn is None:
@@ -481,6 +502,15 @@ class HostEmulatedDevice:
         return np.empty(shape, dtype=dtype)
 
     def copy_to_device(self, dst, src) -> None:
+        # what cupy.ndarray.set refuses (CuPy's core: no casting, no broadcasting, a
+        # contiguous target), so the emulation catches a call a real device would refuse
+        src = np.asarray(src)
+        if src.dtype != dst.dtype:
+            raise TypeError(f"copy_to_device: dtype {src.dtype} into {dst.dtype}")
+        if src.shape != dst.shape:
+            raise ValueError(f"copy_to_device: shape {src.shape} into {dst.shape}")
+        if not dst.flags.c_contiguous:
+            raise RuntimeError("copy_to_device: the device array is not contiguous")
         dst[...] = src
 
     def __repr__(self):
@@ -521,6 +551,10 @@ class GpuEngine:
         self.dev = make_device(device, emulate=emulate, cubin=cubin)
         d = self.dev
         self.design = design
+        for key, value in (("block", block), ("pixel_block", pixel_block)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= 1024:
+                raise ValueError(f"gpu_options {key} must be an int in 1..1024 (CUDA's most threads "
+                                 f"per block), got {value!r}")
         self.block = int(block)
         self.pixel_block = int(pixel_block)
         self.num_envs = int(num_envs)
@@ -584,6 +618,10 @@ class GpuEngine:
         # The emulator kernel's first build takes minutes: here, where it is expected (and
         # before training's stall watchdog starts), not inside the first step.
         d.load(EXECUTE_KERNEL[design])
+        if self.block > d.max_block(EXECUTE_KERNEL[design]):  # say so now, not at the first step
+            raise ValueError(f"gpu_options block {self.block} is more than the {design} emulator "
+                             f"kernel can have on this device ({d.max_block(EXECUTE_KERNEL[design])} "
+                             f"threads per block, set by its registers per thread)")
         self._id_cache = (None, None)
         self._force_cache = {}
 

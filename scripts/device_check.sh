@@ -76,7 +76,9 @@ fi
 
 # 6. GPU tests (skip cleanly without a device), then bit-exactness over long runs.
 run_tests() {
-  cd tests && "$PY" -m pytest -q -rs test_gpu_device.py test_gpu_emulated.py -k "device or balance" \
+  # not the emulated-device tests: they build the host-emulation library first (minutes)
+  cd tests && "$PY" -m pytest -q -rs test_gpu_device.py test_gpu_emulated.py \
+    -k "(device or balance) and not emulated_engines" \
     -p no:cacheprovider >"$OUT/pytest.log" 2>&1
   local rc=$?
   tail -5 "$OUT/pytest.log"

@@ -408,3 +408,41 @@ def test_training_on_the_emulated_kernels_equals_training_on_the_cpu_backend(
     assert a.updates == b.updates > 0 and a.all_episodes == b.all_episodes != []
     for name, value in a.model.state_dict().items():
         assert torch.equal(value, b.model.state_dict()[name]), name
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(block=0), "block must be an int in 1..1024"),
+    (dict(block=2048), "block must be an int in 1..1024"),
+    (dict(block=True), "block must be an int in 1..1024"),
+    (dict(pixel_block=64.0), "pixel_block must be an int in 1..1024"),
+])
+def test_block_sizes_outside_cudas_limits_are_refused(emulation_library, options, message):
+    with pytest.raises(ValueError, match=message):
+        AtariVectorEnv("pong", 2, backend="gpu", gpu_options=dict(options, emulate=True))
+
+
+def test_a_block_over_a_kernels_register_limit_is_refused_before_launching():
+    """The emulator kernels use about 255 registers per thread on sm_90, so a block may
+    have 256 threads at most; a launch with more fails on a device ("too many resources
+    requested") and cannot fail in emulation: CupyDevice asks the driver's limit first."""
+    import contextlib
+    from hybridsim import gpu
+
+    launched = []
+
+    class Kernel:
+        attributes = {"max_threads_per_block": 256}
+
+        def __call__(self, grid, block, args):
+            launched.append((grid, block))
+
+    dev = gpu.CupyDevice.__new__(gpu.CupyDevice)  # no CuPy here: only what launch reads
+    dev.device_id, dev.device, dev._limits = 0, contextlib.nullcontext(), {}
+    dev._fns = {"hs_vec_materialize": Kernel()}
+    args = (None, None, 4)
+    with pytest.raises(ValueError, match=r"hs_vec_materialize: a block of 512 threads is more than this "
+                                         r"kernel can have on device 0 \(256"):
+        dev.launch("hs_vec_materialize", 1000, 512, args)
+    assert launched == []
+    dev.launch("hs_vec_materialize", 1000, 256, args)
+    assert launched == [((4,), (256,))]
