@@ -493,7 +493,7 @@ class HostEmulatedDevice:
         return contextlib.nullcontext()
 
     def to_host(self, a) -> np.ndarray:
-        return np.asarray(a)
+        return np.asarray(a).copy()  # cupy.asnumpy gives a new host array, never a view
 
     def synchronize(self) -> None:
         pass

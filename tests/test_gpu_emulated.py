@@ -446,3 +446,23 @@ def test_a_block_over_a_kernels_register_limit_is_refused_before_launching():
     assert launched == []
     dev.launch("hs_vec_materialize", 1000, 256, args)
     assert launched == [((4,), (256,))]
+
+
+def test_the_emulated_device_copies_where_cupy_does(emulation_library):
+    """cupy.asnumpy always returns a new host array, and cupy.ndarray.set refuses a dtype
+    or shape it would have to convert: the emulation does the same, so code that relied
+    on sharing memory or on numpy's casting fails here instead of on a device."""
+    from hybridsim.gpu import HostEmulatedDevice
+    dev = HostEmulatedDevice(emulation_library)
+    on_device = dev.zeros(4, np.int32)
+    host = dev.to_host(on_device)
+    host[0] = 7
+    assert on_device[0] == 0
+    with pytest.raises(TypeError, match="dtype"):
+        dev.copy_to_device(on_device, np.zeros(4, np.int64))
+    with pytest.raises(ValueError, match="shape"):
+        dev.copy_to_device(on_device, np.zeros(2, np.int32))
+    with pytest.raises(RuntimeError, match="contiguous"):
+        dev.copy_to_device(dev.zeros((4, 4), np.int32)[:, 0], np.zeros(4, np.int32))
+    dev.copy_to_device(on_device, np.arange(4, dtype=np.int32))
+    assert on_device.tolist() == [0, 1, 2, 3]
