@@ -1008,37 +1008,28 @@ def complete_master(run_dir, last_frame: int, expected_rows: dict | None = None,
     if not files:
         return None
     expected_rows = expected_rows or {}
-    flagged, short = [], []
-    for path in files:
-        with open(path, "rb") as fh:
-            head = fh.read(12)
-        if len(head) == 12 and head.startswith(HDF5_SIGNATURE) and head[8] in (2, 3) and head[11]:
-            flagged.append(path)
-        elif expected_rows.get(path.name) is not None:
-            with open_trajectory_file(path) as f:
-                if common_rows(f["steps"]) < expected_rows[path.name]:
-                    short.append(path)
     master = run_dir / MASTER_FILE
-    newest = max(p.stat().st_mtime for p in files)
+    newest = max(p.stat().st_mtime for p in files)  # before clearing flags touches them
+    # a file without flags is left untouched (clear_stale_write_flags returns False)
+    flagged = [p for p in files if clear_stale_write_flags(p, idle_seconds=idle_seconds)]
+    short = {}
+    for path in files:
+        want = expected_rows.get(path.name)
+        if want is not None:
+            with open_trajectory_file(path) as f:
+                if common_rows(f["steps"]) < want:
+                    short[path] = want
     if master.exists() and master.stat().st_mtime >= newest and not flagged and not short:
         return None
     why = "was missing" if not master.exists() else "was older than the rank files"
-    for path in flagged:
-        clear_stale_write_flags(path, idle_seconds=idle_seconds)
-    lost = []
-    for path in files:
-        want = expected_rows.get(path.name)
-        if want is None:
-            continue
+    for path, want in short.items():
         with h5py.File(path, "a", libver="latest") as f:
-            _check_contents(f, path, master_ok=False)
             steps = f["steps"]
             kept = common_rows(steps)
-            if kept < want:
-                frames = steps["global_frame"][:kept]
-                last_row_frames = frames.max(axis=1) if kept else np.empty(0, np.int64)
-                _record_lost_rows(f, path, json_list_attr(f, "gaps"), last_row_frames, kept, want, last_frame)
-                lost.append(path.name)
+            frames = steps["global_frame"][:kept]
+            last_row_frames = frames.max(axis=1) if kept else np.empty(0, np.int64)
+            _record_lost_rows(f, path, json_list_attr(f, "gaps"), last_row_frames, kept, want, last_frame)
+    lost = [p.name for p in short]
     write_master(run_dir)
     done = [f"{master} {why} (the last job stopped before writing it): written now from "
             f"{len(files)} rank file(s)"]
