@@ -74,7 +74,7 @@ import numpy as np
 cimport numpy as cnp
 
 from ale_env cimport (AleEnv, EnvConfig, FrameBuffers, FrameReplay, StateFault, console_materialize,
-                     env_clone_canonical, env_state_check, kFrameBytes)
+                     env_clone_canonical, env_state_check, kFrameBytes, state_fault_text)
 
 cdef extern from "ale_env.h" namespace "hs" nogil:
     cdef struct ConsoleProps:
@@ -215,14 +215,6 @@ cdef extern from "ale_env.h" nogil:
     void hs_set_simd_enabled(bint on)
     bint hs_simd_available()
 
-cdef str state_fault_text(StateFault fault):
-    """'FIELD = VALUE' and what it must be (hybridsim.state_faults.describe)."""
-    from hybridsim.state_faults import describe
-    allowed = None if fault.allowed == NULL else (<bytes>fault.allowed).decode()
-    return describe((<bytes>fault.field).decode(), fault.value, fault.lo, fault.hi, allowed,
-                    fault.real, fault.is_real != 0)
-
-
 cdef str state_fault_message(StateFault fault, int cart_type):
     """env_state_check's verdict as a sentence (the field, its value, the range)."""
     field = (<bytes>fault.field).decode()
@@ -231,27 +223,6 @@ cdef str state_fault_message(StateFault fault, int cart_type):
         names = {v[0]: k for k, v in CART_TYPES.items()}
         text += f" for a{'n' if names.get(cart_type, '?')[0] in 'EF' else ''} {names.get(cart_type, '?')} cartridge"
     return text + " (corrupted or crafted state)"
-
-
-def check_state_row(row, live_row, bint with_rng=True, bint kept_too=True):
-    """env_state_check of AleEnv bytes `row` against `live_row` (the vector engine's
-    set_state): None when the row fits, else the reason."""
-    cdef bytes a = bytes(row), b = bytes(live_row)
-    if len(a) != <Py_ssize_t>sizeof(AleEnv) or len(b) != <Py_ssize_t>sizeof(AleEnv):
-        raise ValueError(f"an AleEnv row holds {sizeof(AleEnv)} bytes")
-    cdef AleEnv* saved = <AleEnv*>malloc(sizeof(AleEnv))
-    cdef AleEnv* live = <AleEnv*>malloc(sizeof(AleEnv))
-    if saved == NULL or live == NULL:
-        free(saved)
-        free(live)
-        raise MemoryError("cannot allocate a state")
-    memcpy(saved, <const char*>a, sizeof(AleEnv))
-    memcpy(live, <const char*>b, sizeof(AleEnv))
-    cdef StateFault fault = env_state_check(saved[0], live[0], with_rng, kept_too)
-    cdef int cart_type = live.console.cart.type
-    free(saved)
-    free(live)
-    return None if fault.field == NULL else state_fault_message(fault, cart_type)
 
 
 CART_TYPES = {"2K": (0, 2048), "4K": (1, 4096), "F8": (2, 8192), "F8 swapped": (3, 8192),

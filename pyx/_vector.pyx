@@ -32,7 +32,7 @@ import numpy as np
 cimport numpy as cnp
 
 from ale_env cimport (AleEnv, FrameBuffers, FrameReplay, MT19937, StateFault, console_materialize,
-                     env_state_check, kFrameBytes, mt_seed)
+                     env_state_check, kFrameBytes, mt_seed, state_fault_text)
 from preprocess cimport ResizePlan, resize_plan_init, resize_plan_error
 
 cdef extern from "vector_engine.h" namespace "hs" nogil:
@@ -126,13 +126,6 @@ cdef inline uint8_t* _ptr(cnp.ndarray a):
     return <uint8_t*>cnp.PyArray_DATA(a)
 
 
-cdef str _fault_text(StateFault fault):
-    from hybridsim.state_faults import describe
-    allowed = None if fault.allowed == NULL else (<bytes>fault.allowed).decode()
-    return describe((<bytes>fault.field).decode(), fault.value, fault.lo, fault.hi, allowed,
-                    fault.real, fault.is_real != 0)
-
-
 def check_state_rows(env_rows, state_rows, live_env_row, int stack_num):
     """Vector env set_state: every AleEnv row (env_state_check against a live row, whole
     rows, RNG included) and VecEnvState row (vec_state_check). None when all fit, else
@@ -163,11 +156,11 @@ def check_state_rows(env_rows, state_rows, live_env_row, int stack_num):
             memcpy(row, _ptr(envs) + k * sizeof(AleEnv), sizeof(AleEnv))
             fault = env_state_check(row[0], ref[0], True, True)
             if fault.field != NULL:
-                return (k, "env", _fault_text(fault))
+                return (k, "env", state_fault_text(fault))
             memcpy(&vs, _ptr(states) + k * sizeof(VecEnvState), sizeof(VecEnvState))
             fault = vec_state_check(cfg, vs)
             if fault.field != NULL:
-                return (k, "state", _fault_text(fault))
+                return (k, "state", state_fault_text(fault))
         return None
     finally:
         free(row)

@@ -68,3 +68,12 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
         int32_t is_real
     StateFault env_state_check(const AleEnv& saved, const AleEnv& live, bint with_rng, bint kept_too)
     void env_clone_canonical(AleEnv& s, bint with_rng)
+
+
+cdef inline str state_fault_text(StateFault fault):
+    """'FIELD = VALUE' and what it must be (hybridsim.state_faults.describe); shared by
+    _console (restoreState) and _vector (AtariVectorEnv.set_state)."""
+    from hybridsim.state_faults import describe
+    allowed = None if fault.allowed == NULL else (<bytes>fault.allowed).decode()
+    return describe((<bytes>fault.field).decode(), fault.value, fault.lo, fault.hi, allowed,
+                    fault.real, fault.is_real != 0)
