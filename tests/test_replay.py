@@ -94,6 +94,19 @@ def _restarting_run(tmp_path) -> dict:
     return cfg
 
 
+def _resume_restarting_run(tmp_path, cfg, resumed_at):
+    """Resume _restarting_run's run to 4,000 frames; the rank file records the restart at
+    `resumed_at` and no (env, episode id) names two episodes. Returns the file, episodes."""
+    Trainer(TrainConfig(**cfg, total_frames=4000, resume=True)).train()
+    path = trajlog.rank_file(tmp_path, 0)
+    with trajlog.open_trajectory_file(path) as f:
+        assert trajlog.json_list_attr(f, "restarts") == [resumed_at]
+    episodes = trajlog.read_episodes(path)
+    pairs = list(zip(episodes["env_id"].tolist(), episodes["episode_id"].tolist()))
+    assert len(set(pairs)) == len(pairs), pairs  # no id names two episodes
+    return path, episodes
+
+
 def test_bad_config_attribute_and_gif_path_are_named(short_episode_run, tmp_path):
     src = trajlog.rank_file(short_episode_run, 0)
     copy = tmp_path / src.name
@@ -116,13 +129,7 @@ def test_replay_across_a_resume_that_restarted_the_environments(tmp_path):
     cfg = _restarting_run(tmp_path)
     import torch
     resumed_at = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["frames"]
-    Trainer(TrainConfig(**cfg, total_frames=4000, resume=True)).train()
-    path = trajlog.rank_file(tmp_path, 0)
-    with trajlog.open_trajectory_file(path) as f:
-        assert trajlog.json_list_attr(f, "restarts") == [resumed_at]
-    episodes = trajlog.read_episodes(path)
-    pairs = list(zip(episodes["env_id"].tolist(), episodes["episode_id"].tolist()))
-    assert len(set(pairs)) == len(pairs), pairs  # no id names two episodes
+    path, episodes = _resume_restarting_run(tmp_path, cfg, resumed_at)
     after = np.nonzero(episodes["start_frame"] >= resumed_at)[0]
     before = np.nonzero(episodes["end_frame"] <= resumed_at)[0]
     assert after.size and before.size
@@ -149,13 +156,7 @@ def test_every_episode_replays_after_a_resume_without_this_ranks_tracker(tmp_pat
     else:  # an older checkpoint: no tracker
         del state["rank_states"][0]["episode_tracker"]
     torch.save(state, tmp_path / "checkpoint.pt")
-    Trainer(TrainConfig(**cfg, total_frames=4000, resume=True)).train()
-    path = trajlog.rank_file(tmp_path, 0)
-    with trajlog.open_trajectory_file(path) as f:
-        assert trajlog.json_list_attr(f, "restarts") == [resumed_at]
-    episodes = trajlog.read_episodes(path)
-    pairs = list(zip(episodes["env_id"].tolist(), episodes["episode_id"].tolist()))
-    assert len(set(pairs)) == len(pairs), pairs
+    path, episodes = _resume_restarting_run(tmp_path, cfg, resumed_at)
     steps = trajlog.read_steps(path, fields=["env_id", "episode_id", "global_frame"])
     for env in (0, 1):  # no id holds steps from both sides of the restart
         mine = steps["env_id"] == env
