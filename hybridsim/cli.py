@@ -183,7 +183,11 @@ def _cmd_info(args) -> int:
     if args.brief:
         if args.json or sections:
             raise ValueError("--brief prints one fixed line; it takes neither --json nor --sections")
-        print(sysinfo.brief(), flush=True)
+        # one write of line and newline: the launcher merges the ranks' stdout, and print()
+        # writes its end separately when stdout is unbuffered (PYTHONUNBUFFERED), so two
+        # ranks' lines could interleave
+        sys.stdout.write(sysinfo.brief() + "\n")
+        sys.stdout.flush()
         return 0
     report = sysinfo.collect(sections)
     print(json.dumps(report, indent=2) if args.json else sysinfo.format_report(report))

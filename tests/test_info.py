@@ -110,3 +110,24 @@ def test_brief_line_names_rank_cores_threads_and_gpus():
     assert f" cores {sysinfo.cpu_list(cores)} ({len(cores)}) OMP_NUM_THREADS=3 engine threads {len(cores)} " in line
     assert " CUDA_VISIBLE_DEVICES=2 GPUs " in line
     assert sysinfo.cpu_list([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8" and sysinfo.cpu_list([3]) == "3"
+
+
+def test_brief_line_reaches_stdout_in_one_write(monkeypatch):
+    """Ranks share the launcher's stdout: the line and its newline must go out in one write,
+    or two ranks' lines interleave (seen under PYTHONUNBUFFERED in hybridsim-mpirun --check)."""
+    class Recorder:
+        def __init__(self):
+            self.writes = []
+
+        def write(self, text):
+            self.writes.append(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+    out = Recorder()
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["info", "--brief"]) == 0
+    assert len(out.writes) == 1 and out.writes[0].startswith("rank ") and out.writes[0].endswith("\n")
+    assert out.writes[0].count("\n") == 1, out.writes

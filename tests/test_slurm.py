@@ -285,7 +285,8 @@ def test_wrapper_check_shows_where_each_rank_lands():
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert [line.split()[:4] for line in lines] == [["rank", "0/2", "local", "0"], ["rank", "1/2", "local", "1"]]
+    assert [line.split()[:4] for line in lines] == [["rank", "0/2", "local", "0"], ["rank", "1/2", "local", "1"]], \
+        proc.stdout
     assert all("OMP_NUM_THREADS=1 engine threads 1 CUDA_VISIBLE_DEVICES= GPUs " in line for line in lines)
     if len(os.sched_getaffinity(0)) >= 2:  # bound to one core each, different cores
         cores = [line.split(" cores ")[1].split()[0] for line in lines]
