@@ -16,6 +16,11 @@ import ale_py
 import ale_py.env
 import numpy as np
 
+class ActionOutOfRangeError(ValueError, IndexError):
+    """An action index outside the action set. A ValueError, and an IndexError as ale-py's
+    (it indexes a list with the action), so code written for either catches it."""
+
+
 class AtariEnv(ale_py.env.AtariEnv):
     """ale_py.env.AtariEnv driven by hybridsim's emulator (same arguments)."""
 
@@ -69,8 +74,9 @@ class AtariEnv(ale_py.env.AtariEnv):
             if index.shape != () or (index.dtype.kind not in "iu" and type(action) is not bool):
                 raise TypeError(f"action must be an int index into the action set, got {action!r}")
             if not 0 <= int(index) < len(self._action_set):
-                raise ValueError(f"action must be in 0..{len(self._action_set) - 1} (the action set "
-                                 f"has {len(self._action_set)} actions), got {int(index)}")
+                size = len(self._action_set)
+                raise ActionOutOfRangeError(f"action must be in 0..{size - 1} (the action set has "
+                                            f"{size} actions), got {int(index)}")
         return super().step(int(action))
 
     @staticmethod
