@@ -22,6 +22,7 @@ import os
 import pathlib
 import sys
 import time
+import zlib
 
 import numpy as np
 import torch
@@ -188,6 +189,23 @@ class EpisodeTracker:
         for name in ("returns", "lengths", "start_frames", "episode_ids"):
             getattr(self, name)[...] = state[name]
 
+
+
+def _decoded_env_state(rank_state: dict, path, rank: int) -> bytes | None:
+    """A checkpointed rank's environment state as get_state() returned it (checkpoints
+    before the codec field hold it uncompressed)."""
+    env_state, codec = rank_state.get("env_state"), rank_state.get("env_state_codec")
+    if env_state is None or codec is None:
+        return env_state
+    if codec != "zlib":
+        raise ValueError(f"--resume: {path}: rank {rank}'s environment state is in an unknown "
+                         f"encoding {codec!r} (a checkpoint from a newer hybridsim?)")
+    try:
+        return zlib.decompress(env_state)
+    except (zlib.error, TypeError) as exc:
+        raise ValueError(f"--resume: {path}: rank {rank}'s environment state is damaged (it does "
+                         f"not decompress: {exc}); resume from an intact checkpoint, or start a "
+                         f"new run in another --log-dir") from None
 
 
 class BudgetReached(Exception):
@@ -579,7 +597,10 @@ class Trainer:
         """What a resumed rank needs besides the shared model: its environments (None where
         the backend cannot snapshot them) and its episodes in progress."""
         getter = getattr(self.env, "get_state", None)
-        return {"env_state": None if getter is None else getter(),
+        # compressed: ~200 KB per environment raw (mostly frames), 13-27x smaller at level 1
+        # (BENCHMARKS.md), which is what the gather to rank 0 and the checkpoint carry
+        env_state = None if getter is None else zlib.compress(getter(), 1)
+        return {"env_state": env_state, "env_state_codec": None if env_state is None else "zlib",
                 "episode_tracker": self.episodes.state(),
                 "traj_rows": None if self.traj is None else self.traj.steps_logged}
 
@@ -641,7 +662,7 @@ class Trainer:
         else:
             self._skip_unknown_episode_starts(rank_states, saved.get("num_envs"))
         self._resume_traj_rows = mine.get("traj_rows")
-        return mine.get("env_state")
+        return _decoded_env_state(mine, path, self.rank)
 
     def _skip_unknown_episode_starts(self, rank_states=(), saved_num_envs=None):
         """Episodes running at a checkpoint that lacks their start (older checkpoints, or a

@@ -1,6 +1,7 @@
 """The training loop end to end on a tiny budget (ale-py's vector env as the backend)."""
 import csv
 import json
+import zlib
 
 import numpy as np
 import pytest
@@ -194,16 +195,23 @@ def test_a_damaged_environment_state_refuses_the_resume_before_any_write(tmp_pat
     Trainer(tiny_config(tmp_path, backend="cpu", total_frames=800)).train()
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     state["frames"], state["rank_states"][0]["traj_rows"] = 400, 400 // 16  # rows after it to keep
-    env_state = bytearray(state["rank_states"][0]["env_state"])
+    intact = dict(state["rank_states"][0])
+    env_state = bytearray(zlib.decompress(intact["env_state"]))
     env_state[-100] ^= 1
-    state["rank_states"][0]["env_state"] = bytes(env_state)
-    torch.save(state, tmp_path / "checkpoint.pt")
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
-    with pytest.raises(ValueError, match="corrupted AtariVectorEnv state"):
-        Trainer(tiny_config(tmp_path, backend="cpu", total_frames=1200, resume=True)).train()
-    assert not list(tmp_path.glob(".disk_reserve*"))
-    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
-    assert after == before
+    compressed = bytearray(intact["env_state"])
+    compressed[len(compressed) // 2] ^= 0xFF
+    for damaged, message in (
+            (dict(intact, env_state=zlib.compress(bytes(env_state))), "corrupted AtariVectorEnv state"),
+            (dict(intact, env_state=bytes(compressed)), "rank 0's environment state is damaged"),
+            (dict(intact, env_state_codec="lz9"), "unknown encoding 'lz9'")):
+        state["rank_states"][0] = damaged
+        torch.save(state, tmp_path / "checkpoint.pt")
+        before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+        with pytest.raises(ValueError, match=message):
+            Trainer(tiny_config(tmp_path, backend="cpu", total_frames=1200, resume=True)).train()
+        assert not list(tmp_path.glob(".disk_reserve*"))
+        after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+        assert after == before
     with pytest.raises(ValueError, match="num_envs 4 -> 2"):
         Trainer(tiny_config(tmp_path, backend="cpu", num_envs=2, total_frames=1200, resume=True)).train()
 

@@ -1,4 +1,7 @@
 """The training loop on hybridsim's own engine (backend cpu), sync and async, with a resume."""
+import shutil
+import zlib
+
 import pytest
 
 pytest.importorskip("torch")
@@ -40,18 +43,30 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
     first._a2c_iteration = stop_midway
     first.train()
     assert first.preempted and 0 < first.frames < base["total_frames"]
-    resumed = Trainer(TrainConfig(**base, log_dir=str(tmp_path / "split"), resume=True))
-    resumed.train()
+    # the environments' state travels compressed; a checkpoint from before the codec field
+    # (raw get_state bytes) resumes the same
+    state = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)
+    rank_state = dict(state["rank_states"][0])
+    assert rank_state["env_state_codec"] == "zlib"
+    raw = zlib.decompress(rank_state["env_state"])
+    assert len(raw) > 4 * 150_000 and len(rank_state["env_state"]) < len(raw) / 5
+    shutil.copytree(tmp_path / "split", tmp_path / "split_raw")
+    del rank_state["env_state_codec"]
+    state["rank_states"] = [dict(rank_state, env_state=raw)]
+    torch.save(state, tmp_path / "split_raw" / "checkpoint.pt")
+    for run in ("split", "split_raw"):
+        resumed = Trainer(TrainConfig(**base, log_dir=str(tmp_path / run), resume=True))
+        resumed.train()
 
-    assert resumed.frames == whole.frames and resumed.updates == whole.updates
-    for name, value in whole.model.state_dict().items():
-        assert torch.equal(value, resumed.model.state_dict()[name]), name
-    a, b = whole.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
-    for key in a:
-        for field in a[key]:
-            assert torch.equal(torch.as_tensor(a[key][field]), torch.as_tensor(b[key][field]))
-    assert len(whole.all_episodes) == 4  # each ends after the stop
-    assert resumed.all_episodes == whole.all_episodes
+        assert resumed.frames == whole.frames and resumed.updates == whole.updates
+        for name, value in whole.model.state_dict().items():
+            assert torch.equal(value, resumed.model.state_dict()[name]), (run, name)
+        a, b = whole.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
+        for key in a:
+            for field in a[key]:
+                assert torch.equal(torch.as_tensor(a[key][field]), torch.as_tensor(b[key][field]))
+        assert len(whole.all_episodes) == 4  # each ends after the stop
+        assert resumed.all_episodes == whole.all_episodes
 
 
 class _TensorBatches:
