@@ -360,6 +360,8 @@ class Trainer:
         # environments restart from their seeds (trajlog records a gap or a restart)
         self._resume_traj_rows = None
         self._resume_restarts_envs = False
+        self._resume_impala = None  # the checkpoint's actions in flight (impala), for a restored env
+        self._loop_state: dict = {}
         self.tb = None
         self.metrics_file = None
 
@@ -527,17 +529,26 @@ class Trainer:
                   flush=True)
 
     def _log_step(self, env_ids, episode_ids, actions, rewards, dones_term, dones_trunc, lives,
-                  values, logits, frame, obs=None):
+                  values, logits, frame, obs=None, stepped=None):
+        """One row; `stepped` False marks a slot that holds no step (an impala environment's
+        first observation): it gets the fill values of an unwritten row (env_id -1, ...)."""
         if self.traj is None:
             return
         clipped = np.clip(rewards, -1, 1) if self.cfg.reward_clip else rewards
+        row = dict(action=actions, reward_raw=rewards, reward_clipped=clipped, terminated=dones_term,
+                   truncated=dones_trunc, lives=lives, value=values,
+                   env_id=np.asarray(env_ids) + int(self.env_ids[0]), episode_id=episode_ids,
+                   global_frame=np.full(len(env_ids), frame, np.int64), behavior_logits=logits)
+        if stepped is not None and not stepped.all():
+            from hybridsim.trajlog import STEP_FIELDS
+            empty = ~np.asarray(stepped, bool)
+            for name, value in row.items():
+                dtype, fill = STEP_FIELDS.get(name, (np.float32, np.nan))
+                row[name] = np.array(_host(value), dtype=dtype, copy=True)
+                row[name][empty] = fill
         try:
             self.traj.append_step(
-                action=actions, reward_raw=rewards, reward_clipped=clipped, terminated=dones_term,
-                truncated=dones_trunc, lives=lives, value=values,
-                env_id=np.asarray(env_ids) + int(self.env_ids[0]), episode_id=episode_ids,
-                global_frame=np.full(len(env_ids), frame, np.int64), behavior_logits=logits,
-                observation=None if obs is None or not self.cfg.log_observations else _host(obs))
+                **row, observation=None if obs is None or not self.cfg.log_observations else _host(obs))
         except StorageError as exc:
             # the writer keeps this and later rows buffered; the loop stops after this
             # iteration and the stop retries them once the disk reserve is released
@@ -602,7 +613,18 @@ class Trainer:
         env_state = None if getter is None else zlib.compress(getter(), 1)
         return {"env_state": env_state, "env_state_codec": None if env_state is None else "zlib",
                 "episode_tracker": self.episodes.state(),
-                "traj_rows": None if self.traj is None else self.traj.steps_logged}
+                "traj_rows": None if self.traj is None else self.traj.steps_logged,
+                "impala_in_flight": self._impala_in_flight()}
+
+    def _impala_in_flight(self) -> dict | None:
+        """The impala loop's actions sent but not yet answered: the restored environments
+        answer them after a resume, and their rows need the action, logits and value."""
+        state = self._loop_state
+        if "outstanding" not in state:
+            return None
+        last_action, last_logits, last_value = state["last"]
+        return {"outstanding": state["outstanding"].copy(), "action": last_action.copy(),
+                "logits": last_logits.copy(), "value": last_value.copy()}
 
     def _gather_rank_states(self):
         """Collective before rank 0 writes a checkpoint: every rank's _rank_state on rank 0."""
@@ -662,6 +684,7 @@ class Trainer:
         else:
             self._skip_unknown_episode_starts(rank_states, saved.get("num_envs"))
         self._resume_traj_rows = mine.get("traj_rows")
+        self._resume_impala = mine.get("impala_in_flight")
         return _decoded_env_state(mine, path, self.rank)
 
     def _skip_unknown_episode_starts(self, rank_states=(), saved_num_envs=None):
@@ -745,7 +768,9 @@ class Trainer:
             last_log = time.perf_counter()
             next_checkpoint = (self.frames // cfg.checkpoint_every + 1) * cfg.checkpoint_every
             loop = self._a2c_iteration if cfg.schedule == "a2c" else self._impala_iteration
-            state = {"obs": obs, "info": state_info}
+            state = self._loop_state = {"obs": obs, "info": state_info}
+            if restore and cfg.schedule == "impala" and self._resume_impala is not None:
+                self._restore_impala_in_flight(state, self._resume_impala)
             while self.frames < cfg.total_frames:
                 self.set_learning_rate()
                 loop(state)
@@ -951,12 +976,7 @@ class Trainer:
         cfg = self.cfg
         T = cfg.num_steps
         if "traj" not in state:
-            state["traj"] = {e: self._empty_trajectory() for e in range(cfg.num_envs)}
-            state["ready"] = []
-            state["outstanding"] = np.zeros(cfg.num_envs, bool)  # an action was sent, no reply yet
-            state["last"] = (np.zeros(cfg.num_envs, np.int64),
-                             np.zeros((cfg.num_envs, self.num_actions), np.float32),
-                             np.zeros(cfg.num_envs, np.float32))
+            self._init_impala_state(state)
         traj, ready, outstanding = state["traj"], state["ready"], state["outstanding"]
         last_action, last_logits, last_value = state["last"]
         obs, info = state["obs"], state["info"]
@@ -977,21 +997,29 @@ class Trainer:
             self.env.send(actions)
             obs, reward, terminated, truncated, info = self.env.recv()
             ids = np.asarray(info["env_id"])
-            answered = outstanding[ids]  # False: a first observation after the initial reset
+            # False: no step, the environment's first observation after the reset (the reset
+            # returns only env_batch of them; recv hands out the others)
+            answered = outstanding[ids]
+            outstanding[ids] = False
             reward, terminated, truncated = reward * answered, terminated & answered, truncated & answered
             done = np.logical_or(terminated, truncated)
             for k, e in enumerate(ids):
-                if answered[k]:
-                    traj[int(e)]["rew"].append(reward[k])
-                    traj[int(e)]["done"].append(done[k])
-            outstanding[ids] = False
-            self.local_frames += self.frames_per_agent_step(len(ids))
+                buf = traj[int(e)]
+                # the reward of the buffer's last action; after a resume the buffers start
+                # empty, and an action sent before the checkpoint is not in them
+                if answered[k] and len(buf["rew"]) < len(buf["act"]):
+                    buf["rew"].append(reward[k])
+                    buf["done"].append(done[k])
+            if not answered.any():
+                continue
+            stepped = ids[answered]
+            self.local_frames += self.frames_per_agent_step(len(stepped))
             frame = self.frames + self.local_frames
             episode_ids = self.episodes.episode_ids[ids].copy()
-            self.episodes.update(ids, reward, done, frame)
+            self.episodes.update(stepped, reward[answered], done[answered], frame)
             self._log_step(ids, episode_ids, last_action[ids], np.asarray(reward, np.float32), terminated,
                            truncated, info.get("lives", np.zeros(len(ids))), last_value[ids],
-                           last_logits[ids], frame, obs)
+                           last_logits[ids], frame, obs, stepped=answered)
         state["obs"], state["info"] = obs, info
         batch, state["ready"] = ready[:cfg.learner_batch], ready[cfg.learner_batch:]
 
@@ -1000,6 +1028,33 @@ class Trainer:
 
         self.learn(stack("obs"), stack("act"), stack("logit").astype(np.float32),
                    stack("rew").astype(np.float32), stack("done").astype(np.float32))
+
+    def _init_impala_state(self, state):
+        n = self.cfg.num_envs
+        state["traj"] = {e: self._empty_trajectory() for e in range(n)}
+        state["ready"] = []
+        state["outstanding"] = np.zeros(n, bool)  # an action was sent, no reply yet
+        state["last"] = (np.zeros(n, np.int64), np.zeros((n, self.num_actions), np.float32),
+                         np.zeros(n, np.float32))
+
+    def _restore_impala_in_flight(self, state, saved: dict):
+        """The checkpoint's unanswered actions, for the restored environments that answer
+        them (their trajectories in progress are not kept: learning resumes from fresh ones)."""
+        self._init_impala_state(state)
+        n = self.cfg.num_envs
+        try:
+            outstanding = np.asarray(saved["outstanding"], bool)
+            fields = (np.asarray(saved["action"], np.int64), np.asarray(saved["logits"], np.float32),
+                      np.asarray(saved["value"], np.float32))
+            ok = outstanding.shape == (n,) and [f.shape for f in fields] == [(n,), (n, self.num_actions), (n,)]
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"--resume: {self.checkpoint_path()}: rank {self.rank}'s impala actions in "
+                             f"flight do not fit {n} environments with {self.num_actions} actions")
+        state["outstanding"][:] = outstanding
+        for dst, src in zip(state["last"], fields):
+            dst[...] = src
 
     @staticmethod
     def _empty_trajectory():

@@ -79,7 +79,9 @@ def _dataset_kwargs(compression: str | None):
 
 @dataclasses.dataclass
 class ObservationLogging:
-    """Which observations to keep: every `stride`-th step, for the listed env ids."""
+    """Which observations to keep: for each listed env id, its first step in each block of
+    `stride` rows (every `stride`-th row when every row holds every environment, as in the
+    synchronous schedule; in the asynchronous one an environment is in some rows only)."""
     shape: tuple
     stride: int = 100
     env_ids: tuple = (0,)
@@ -153,6 +155,7 @@ class TrajectoryWriter:
         self._new_buffers(self.flush_every)
         self._pending_episodes: list[tuple] = []
         self._pending_obs: list[tuple] = []
+        self._obs_last_block: dict[int, int] = {}  # env id -> row // stride of its last observation
         kw = self._dataset_kw = _dataset_kwargs(compression)
         self._alive = None  # a shared lock on the file while this writer lives (see _hold_alive)
         if resume_after_frame is not None and self.path.exists():
@@ -276,6 +279,8 @@ class TrajectoryWriter:
         if obs is not None:
             index = obs["index"][:common_rows(obs)]
             keep_obs = int((index[:, 2] <= last_frame).sum()) if index.shape[0] else 0
+            stride = max(1, int(obs.attrs.get("stride", 1)))
+            last_block = {int(env): int(row) // stride for row, env, _ in index[:keep_obs]}
         # the checks passed: from here on the file changes
         if expected_rows is not None and keep < expected_rows:
             _record_lost_rows(self.file, self.path, gaps, last_row_frames, keep, expected_rows, last_frame)
@@ -291,6 +296,8 @@ class TrajectoryWriter:
         elif self.observations is not None:  # a run that starts logging observations on resume
             self._create_observations(self.file, self.observations, self._dataset_kw)
         self._steps_written, self._episodes_written, self._obs_written = keep, keep_eps, keep_obs
+        if obs is not None:
+            self._obs_last_block = last_block
         self.chunk_steps = steps["action"].chunks[0]
         self.file.flush()
         self.file.swmr_mode = True
@@ -320,15 +327,8 @@ class TrajectoryWriter:
         buffers["behavior_logits"][i] = behavior_logits
         self._buffered = i + 1
         step_index = self._steps_written + i
-        obs_cfg = self.observations
-        if obs_cfg is not None and observation is not None and step_index % obs_cfg.stride == 0:
-            env_ids = np.asarray(env_id)
-            for k, eid in enumerate(env_ids):
-                if int(eid) in obs_cfg.env_ids:
-                    frame = np.array(observation[k], dtype=np.uint8, copy=True)
-                    self._pending_obs.append((frame, (step_index, int(eid),
-                                                      int(np.asarray(global_frame)[k]))))
-                    self._obs_bytes += frame.nbytes
+        if self.observations is not None and observation is not None:
+            self._buffer_observations(step_index, np.asarray(env_id), observation, global_frame)
         if self.failed is None and (
                 self._buffered >= self.flush_every or self._obs_bytes >= self.flush_bytes
                 or (self.flush_seconds is not None and now - self._last_flush >= self.flush_seconds)
@@ -336,6 +336,20 @@ class TrajectoryWriter:
                     and (self._steps_written + self._buffered) % self.chunk_steps == 0
                     and now - self._last_flush >= self.min_flush_seconds)):
             self.flush()
+
+    def _buffer_observations(self, step_index, env_ids, observation, global_frame):
+        """Each observed environment's first step in this block of `stride` rows."""
+        cfg = self.observations
+        block = step_index // cfg.stride
+        if all(self._obs_last_block.get(e, -1) >= block for e in cfg.env_ids):
+            return  # the usual case: a cheap test per row
+        for k in np.flatnonzero(np.isin(env_ids, cfg.env_ids)):
+            eid = int(env_ids[k])
+            if block > self._obs_last_block.get(eid, -1):
+                self._obs_last_block[eid] = block
+                frame = np.array(observation[k], dtype=np.uint8, copy=True)
+                self._pending_obs.append((frame, (step_index, eid, int(np.asarray(global_frame)[k]))))
+                self._obs_bytes += frame.nbytes
 
     def _grow_buffers(self):
         old, n = self._buffers, self._buffered

@@ -222,3 +222,60 @@ def test_replay_refuses_outputs_it_cannot_write_before_replaying(short_episode_r
         cli._cmd_replay(cli.build_parser().parse_args(
             ["replay", str(trajlog.rank_file(short_episode_run, 0)), "--episode", "0",
              option, str(target)]))
+
+
+@pytest.fixture(scope="module")
+def impala_run(tmp_path_factory):
+    """The asynchronous schedule: 3 environments answering in batches of 2 (one worker
+    thread: the pool answers in submission order), with observations every 10 rows, stopped
+    at the budget and resumed from the checkpoint (the environments restored, one with an
+    action in flight)."""
+    run = tmp_path_factory.mktemp("impala")
+    base = dict(game="breakout", backend="cpu", schedule="impala", num_envs=3, env_batch_size=2,
+                learner_batch=2, num_minibatches=1, log_dir=str(run), num_threads=1, torch_threads=1,
+                log_every=1000.0, max_episode_frames=400, noop_max=10, repeat_action_probability=0.25,
+                log_observations=True, obs_stride=10, checkpoint_every=10**9)
+    first = Trainer(TrainConfig(**base, total_frames=2400))
+    first.train()
+    resumed = Trainer(TrainConfig(**base, total_frames=4800, resume=True))
+    resumed.train()
+    return run, first.frames, resumed.frames
+
+
+def test_an_impala_log_holds_only_steps_and_every_episode_replays(impala_run):
+    """The reset hands out only env_batch first observations; recv returns the others. Those
+    are no steps: their slots hold the fill values (env_id -1), no frames are counted for
+    them, and every logged action is one the environment took, also for the actions in
+    flight at the checkpoint, answered after the resume."""
+    run, first_frames, frames = impala_run
+    path = trajlog.rank_file(run, 0)
+    steps = trajlog.read_steps(path, fields=["env_id", "action", "episode_id", "global_frame",
+                                             "reward_raw", "value"])
+    stepped = steps["env_id"] >= 0
+    assert (~stepped).sum() == 1  # environment 2's first observation, beside a step
+    empty = ~stepped
+    assert (steps["action"][empty] == -1).all() and (steps["episode_id"][empty] == -1).all()
+    assert np.isnan(steps["reward_raw"][empty]).all() and np.isnan(steps["value"][empty]).all()
+    assert (steps["action"][stepped] >= 0).all()
+    assert frames == 4 * stepped.sum()  # frame skip 4, one rank
+    assert 4 * stepped[steps["global_frame"].max(axis=1) <= first_frames].sum() == first_frames
+    episodes = trajlog.read_episodes(path)
+    assert episodes["env_id"].size >= 8 and set(episodes["env_id"].tolist()) == {0, 1, 2}
+    crossing = (episodes["start_frame"] < first_frames) & (episodes["end_frame"] > first_frames)
+    assert crossing.any()
+    for k in range(episodes["env_id"].size):
+        result = replay.replay(path, k)
+        assert result.reproduced, (k, int(episodes["env_id"][k]), result.mismatches)
+
+
+def test_an_impala_log_keeps_observations_of_its_first_environment(impala_run):
+    """Environment 0 is in some rows only: its first step in each block of obs_stride rows
+    is kept (a row-number test found none of its steps with an even stride)."""
+    run, _, _ = impala_run
+    with trajlog.open_trajectory_file(trajlog.rank_file(run, 0)) as f:
+        index = f["observations/index"][()]
+        rows = f["steps/env_id"].shape[0]
+        env0_rows = np.nonzero((f["steps/env_id"][()] == 0).any(axis=1))[0]
+    blocks = index[:, 0] // 10
+    assert (index[:, 1] == 0).all() and (np.diff(blocks) > 0).all()
+    assert set(blocks.tolist()) == set((env0_rows // 10).tolist()) and len(index) >= rows // 20
