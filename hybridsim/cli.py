@@ -198,15 +198,22 @@ def _cmd_train(args) -> int:
     from hybridsim import dist
     from hybridsim.config import build_config
     from hybridsim.train import BudgetReached, TrainConfig, Trainer
+    # Slurm sends SIGUSR1 (--signal) before the time limit and SIGTERM on preemption:
+    # finish the iteration, write a checkpoint, exit with PREEMPTED_EXIT_CODE. One that
+    # comes while the trainer is built (MPI start, environments, a GPU module compile)
+    # waits for it; by default it would end the rank with no checkpoint and no requeue.
+    early = []
+    for sig in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: early.append(signum))
     # MPI first: a bad setting found on one rank then ends the whole job (main's
     # abort_job) instead of leaving the other ranks waiting for it in a collective.
     comm = dist.init_comm()
     cfg = build_config(TrainConfig, args)
     trainer = Trainer(cfg, comm=comm)
-    # Slurm sends SIGUSR1 (--signal) before the time limit and SIGTERM on preemption:
-    # finish the iteration, write a checkpoint, exit with PREEMPTED_EXIT_CODE.
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, trainer.request_stop)
+    if early:
+        trainer.request_stop()
     try:
         summary = trainer.train()
     except BudgetReached as done:  # every rank reads the same checkpoint: all end here

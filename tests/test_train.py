@@ -401,3 +401,30 @@ def test_a_refused_resume_writes_nothing(tmp_path, capsys):
     assert sorted(after) == sorted(before)
     assert {k: v for k, v in after.items() if k.suffix != ".h5"} == \
         {k: v for k, v in before.items() if k.suffix != ".h5"}
+
+
+def test_a_stop_signal_while_the_trainer_is_built_stops_at_a_checkpoint(tmp_path):
+    """Slurm's SIGUSR1 (or a preemption's SIGTERM) can come while the ranks still start
+    (MPI, environments, a GPU compile): the run then stops after its first iteration with a
+    checkpoint and exit status 3, which a batch script requeues; the signal's default
+    action ended the process (status -10) without either."""
+    import subprocess
+    import sys
+    script = (
+        "import os, signal, sys\n"
+        "import hybridsim.train as train\n"
+        "from hybridsim.cli import main\n"
+        "built = train.Trainer.__init__\n"
+        "def slow_start(self, *a, **k):\n"
+        "    built(self, *a, **k)\n"
+        "    os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "train.Trainer.__init__ = slow_start\n"
+        "sys.exit(main(sys.argv[1:]))\n")
+    proc = subprocess.run([sys.executable, "-c", script, "train", "--backend", "ale-py", "--num-envs", "2",
+                           "--num-minibatches", "1", "--total-frames", "100000", "--log-dir", str(tmp_path),
+                           "--num-threads", "1", "--torch-threads", "1", "--noop-max", "5"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3, (proc.returncode, proc.stderr[-2000:])
+    assert "stopped by a signal" in proc.stdout
+    frames = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["frames"]
+    assert 0 < frames < 100000
