@@ -3,7 +3,8 @@ with a ValueError or the emulator plays on without crashing (cuda/ale_env.h
 env_state_check). Each game runs in a subprocess, so a segfault fails the test instead of
 killing pytest. The default run samples the corruptions (about a minute on 2 cores);
 HS_STATE_FUZZ=full corrupts every byte of the state with 0xFF, 0x00 and a random value,
-each case played 100 frames with a reset_game in between (minutes per game)."""
+each case played 100 frames with a reset_game in between (minutes per game). The samples
+depend on the game and HS_STATE_FUZZ_SEED (default 0) only; a failure prints its seed."""
 import concurrent.futures
 import json
 import os
@@ -11,6 +12,7 @@ import pathlib
 import struct
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -21,6 +23,14 @@ GAMES = ["pong", "seaquest", "ms_pacman", "asterix", "road_runner", "darkchamber
          "elevator_action", "montezuma_revenge", "robotank", "pitfall2"]
 VECTOR_GAMES = ["pong", "ms_pacman"] + (["pitfall2", "montezuma_revenge"] if FULL else [])
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _fuzz_rng(game: str, kind: str) -> np.random.Generator:
+    """The same samples in every process (str hash() is salted per process)."""
+    seed = zlib.crc32(f"{kind}/{game}".encode()) ^ int(os.environ.get("HS_STATE_FUZZ_SEED", "0"))
+    print(f"{kind} {game}: seed {seed} (HS_STATE_FUZZ_SEED={os.environ.get('HS_STATE_FUZZ_SEED', '0')})",
+          file=sys.stderr, flush=True)
+    return np.random.default_rng(seed)
 
 
 def _spawn(args, timeout):
@@ -46,7 +56,8 @@ def _run_worker(*args, timeout):
     future = _RUNS.get(args) or _POOL.submit(_spawn, args, timeout)
     proc = future.result()
     tail = (proc.stdout + proc.stderr)[-3000:]
-    assert proc.returncode == 0, f"worker {args} died (rc {proc.returncode}):\n{tail}"
+    seed = next((line for line in proc.stderr.splitlines() if ": seed " in line), "")
+    assert proc.returncode == 0, f"worker {args} died (rc {proc.returncode}; {seed}):\n{tail}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -87,7 +98,7 @@ def _play_ale(a, rng, frames):
 def worker_ale(game):
     from hybridsim.ale import ALEInterface, ALEState
     from hybridsim.roms import rom_path
-    rng = np.random.default_rng(abs(hash(game)) % 2**32)
+    rng = _fuzz_rng(game, "ale")
     a = ALEInterface()
     a.setInt("random_seed", 0)
     a.setFloat("repeat_action_probability", 0.25)
@@ -131,7 +142,7 @@ def _body_probe(a):
 def worker_vector(game):
     import io
     from hybridsim.vector import STATE_MAGIC, AtariVectorEnv, _digest
-    rng = np.random.default_rng(abs(hash(game)) % 2**32 + 1)
+    rng = _fuzz_rng(game, "vector")
     e = AtariVectorEnv(game, 2, num_threads=1)
     e.reset(seed=0)
     for _ in range(5):
