@@ -406,14 +406,26 @@ def test_a_stop_signal_that_cannot_be_honoured_is_noticed(tmp_path):
     """SIGUSR1/SIGTERM reach the watchdog through the wakeup fd while the main thread is
     blocked in C; with no progress for grace_seconds after it, the watchdog ends the job
     (here, without MPI, it only reports)."""
+    import threading
     proc = subprocess.Popen([sys.executable, "-c", WATCHDOG_SCRIPT], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    lines, reported = [], threading.Event()
+
+    def read_stderr():
+        for line in proc.stderr:
+            lines.append(line)
+            if "has not moved since" in line:
+                reported.set()
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     try:
         assert proc.stdout.readline().strip() == "ready"
         time.sleep(0.5)
         proc.send_signal(signal.SIGUSR1)
-        time.sleep(6.0)  # grace 2 s, checked every second
+        reported.wait(60)  # grace 2 s, checked every second; a loaded machine may take longer
     finally:
         proc.kill()
-        _, err = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        reader.join(timeout=30)
+    err = "".join(lines)
     assert "a stop signal came" in err and "has not moved since" in err, err

@@ -87,10 +87,10 @@ def read(path):
 
 
 # The template asks for 4 ranks x 8 cores for 24 h; this machine's cluster gets 2 x 1 for
-# 3 minutes (Slurm kills the job at its time limit, so nothing outlives the test). The
-# USR1 warning comes 5 s before that limit rather than 300 s (which is more than the
-# whole limit here).
-SMALL_JOB = ["--ntasks-per-node=2", "--cpus-per-task=1", "--time=3", "--signal=B:USR1@5"]
+# 10 minutes (the fixture cancels every job at the end; Slurm's limit is the backstop). The
+# USR1 warning comes 5 s before that limit rather than 300 s, and sbatch(1) allows it up to
+# 60 s early: still minutes after these ~35 s jobs end. The USR1 test sends its own.
+SMALL_JOB = ["--ntasks-per-node=2", "--cpus-per-task=1", "--time=10", "--signal=B:USR1@5"]
 
 
 def test_single_node_template_trains_to_the_budget(cluster, tmp_path):
