@@ -231,6 +231,8 @@ def _cmd_train(args) -> int:
             print(f"stopped by a signal at {summary['frames']:,} frames; checkpoint written to "
                   f"{summary['checkpoint']}; run again with --resume to continue")
         return _after_report(trainer, PREEMPTED_EXIT_CODE)
+    if summary["rank"] != 0:  # rank 0 holds the run's episodes and reports for all
+        return 0
     print(f"trained {summary['frames']:,} frames in {summary['updates']:,} updates; "
           f"{summary['episodes']} episodes, mean return of the last 100: "
           f"{summary['mean_return_100']:.2f}")

@@ -88,6 +88,8 @@ def test_two_ranks_resume_each_their_own_environments(tmp_path):
                               str(tmp_path / log_dir), *extra],
                              capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+        # rank 0 reports the run (the others' episode lists are not the run's)
+        assert run.stdout.count("frames in") == 1 and run.stdout.count("checkpoint: ") == 1, run.stdout
 
     train("whole", 2560)
     train("split", 1280)
