@@ -142,7 +142,8 @@ class TorchDistComm(MPIComm):
         self.device = device
         self.gradient_path = f"{backend} (torch.distributed, bootstrapped over MPI)"
         hosts = comm.allgather(socket.gethostname())
-        address = problem = None
+        timeout = datetime.timedelta(seconds=timeout_s)
+        address = problem = store = None
         if self.rank == 0:
             host = os.environ.get("HYBRIDSIM_DIST_ADDR")
             if not host and len(set(hosts)) == 1:
@@ -155,15 +156,22 @@ class TorchDistComm(MPIComm):
                     problem = (f"{hosts[0]} resolves only to loopback addresses; set "
                                f"HYBRIDSIM_DIST_ADDR to an address of it the other nodes reach")
             if host:
-                with socket.socket() as s:  # a free port on rank 0's host; its TCPStore listens there
-                    s.bind(("", 0))
-                    port = s.getsockname()[1]
-                address = f"tcp://{host}:{port}"
+                # port 0: the store binds a free port itself (a port probed first and bound
+                # later could be taken in between)
+                try:
+                    store = tdist.TCPStore(host, 0, self.size, is_master=True, timeout=timeout,
+                                           wait_for_workers=False)
+                    address = (host, store.port)
+                except (RuntimeError, OSError) as exc:
+                    problem = f"rank 0 could not open the torch.distributed store on {host}: {exc}"
         address, problem = comm.bcast((address, problem), root=0)
         if problem:
             raise ValueError(problem)
-        tdist.init_process_group(backend, init_method=address, rank=self.rank, world_size=self.size,
-                                 timeout=datetime.timedelta(seconds=timeout_s))
+        if store is None:
+            store = tdist.TCPStore(address[0], address[1], self.size, is_master=False, timeout=timeout)
+        self._store = store
+        tdist.init_process_group(backend, store=store, rank=self.rank, world_size=self.size,
+                                 timeout=timeout)
         self._tdist = tdist
         # NCCL builds its communicator at the first collective, not in init_process_group: a
         # setup it refuses must fail here, where the caller can still fall back to MPI.
