@@ -191,6 +191,11 @@ class EpisodeTracker:
 
 
 
+def _impala_env_batch(config: dict) -> int:
+    """The asynchronous vector env's batch in the impala schedule (0: num_envs / 2)."""
+    return int(config.get("env_batch_size") or max(1, int(config.get("num_envs", 2)) // 2))
+
+
 def _decoded_env_state(rank_state: dict, path, rank: int) -> bytes | None:
     """A checkpointed rank's environment state as get_state() returned it (checkpoints
     before the codec field hold it uncompressed)."""
@@ -324,7 +329,7 @@ class Trainer:
         self.action_counters = np.zeros(cfg.num_envs, dtype=np.uint64)
         env_batch = 0
         if cfg.schedule == "impala":
-            env_batch = cfg.env_batch_size or max(1, cfg.num_envs // 2)
+            env_batch = _impala_env_batch(dataclasses.asdict(cfg))
         self.env_batch = env_batch or cfg.num_envs
         self.env = make_vector_env(cfg, self.env_seed, env_batch, self.device)
         self.num_actions = int(self.env.single_action_space.n)
@@ -484,17 +489,23 @@ class Trainer:
                     pass
             raise
 
-    def _log_metrics(self, start_time, start_frames):
-        """Collective: every rank calls it at the same iteration; rank 0 writes."""
+    def _merge_episodes(self):
+        """Collective: the episodes every rank finished since the last call join rank 0's
+        all_episodes (the metrics and the checkpoint's run statistics)."""
         first = int(self.env_ids[0])
         new = [(e[0] + first, *e[1:]) for e in self.episodes.finished[self._episodes_merged:]]
         self._episodes_merged = len(self.episodes.finished)
         gathered = self.comm.gather(new)
-        elapsed = time.perf_counter() - start_time
-        fps = (self.frames - start_frames) / max(elapsed, 1e-9)
         if self.rank == 0:
             for part in gathered:
                 self.all_episodes.extend(part)
+
+    def _log_metrics(self, start_time, start_frames):
+        """Collective: every rank calls it at the same iteration; rank 0 writes."""
+        self._merge_episodes()
+        elapsed = time.perf_counter() - start_time
+        fps = (self.frames - start_frames) / max(elapsed, 1e-9)
+        if self.rank == 0:
             recent = [e[2] for e in self.all_episodes[-100:]]
             mean_return = float(np.mean(recent)) if recent else float("nan")
             lr = self.optimizer.param_groups[0]["lr"]
@@ -641,6 +652,12 @@ class Trainer:
         if state.get("world_size", 1) == self.world_size and saved.get("num_envs", self.cfg.num_envs) != self.cfg.num_envs:
             changed.append(f"num_envs {saved['num_envs']!r} -> {self.cfg.num_envs!r} (with the same "
                            f"number of ranks the environments resume as they were)")
+        elif (state.get("world_size", 1) == self.world_size and self.cfg.schedule == "impala"
+              and any(isinstance(r, dict) and r.get("env_state") is not None
+                      for r in state.get("rank_states") or [])
+              and _impala_env_batch(saved) != _impala_env_batch(dataclasses.asdict(self.cfg))):
+            changed.append(f"env_batch_size {saved.get('env_batch_size')!r} -> {self.cfg.env_batch_size!r} "
+                           f"(the saved environments answer in batches of {_impala_env_batch(saved)})")
         if changed:
             raise ValueError(f"--resume: these settings differ from the checkpoint's ({path}): "
                              f"{'; '.join(changed)}. Resume with the settings the run started with, or "
@@ -798,6 +815,9 @@ class Trainer:
                     # that a resume would continue from: a kill after it leaves no hole
                     self._flush_trajectories()
                     if not self.comm.allreduce_sum(np.array([int(self.storage_failure is not None)]))[0]:
+                        # the episodes finished since the last metrics row belong in it too:
+                        # the rank states hold only the ones still running
+                        self._merge_episodes()
                         self._gather_rank_states()
                         try:
                             self.save_checkpoint()

@@ -428,3 +428,27 @@ def test_a_stop_signal_while_the_trainer_is_built_stops_at_a_checkpoint(tmp_path
     assert "stopped by a signal" in proc.stdout
     frames = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["frames"]
     assert 0 < frames < 100000
+
+
+def test_a_checkpoint_holds_every_episode_finished_before_it(tmp_path):
+    """The run's episode list reached rank 0 only with each metrics row (every log_every
+    seconds): a checkpoint between two rows lacked the episodes finished since, and a
+    resume from it (after a kill) lost them from the run's statistics."""
+    cfg = tiny_config(tmp_path, backend="cpu", log_every=1000.0, checkpoint_every=800,
+                      total_frames=2400, max_episode_frames=100)
+    trainer = Trainer(cfg)
+    saved, write = [], trainer.save_checkpoint
+
+    def keep_a_copy(path=None):
+        written = write(path)
+        saved.append(torch.load(written, weights_only=False))
+        return written
+    trainer.save_checkpoint = keep_a_copy
+    trainer.train()
+    episodes = trajlog.read_episodes(trajlog.rank_file(tmp_path, 0))
+    first = saved[0]
+    assert first["frames"] < cfg.total_frames
+    ended = sorted(zip(episodes["env_id"][episodes["end_frame"] <= first["frames"]].tolist(),
+                       episodes["episode_id"][episodes["end_frame"] <= first["frames"]].tolist()))
+    assert len(ended) >= 4
+    assert sorted((e[0], e[1]) for e in first["episodes"]) == ended

@@ -16,6 +16,10 @@ def test_train_on_the_cpu_engine_and_resume(tmp_path, schedule):
                 checkpoint_every=400, noop_max=5, schedule=schedule, env_batch_size=2, learner_batch=2)
     summary = Trainer(TrainConfig(**base)).train()
     assert summary["frames"] >= 800 and summary["updates"] > 0
+    # the saved environments answer in batches of 2; set_state would refuse another batch
+    # with a message about "another game, settings or build"
+    with pytest.raises(ValueError, match=r"env_batch_size 2 -> 3 \(the saved environments answer in batches of 2\)"):
+        Trainer(TrainConfig(**dict(base, total_frames=1600, resume=True, env_batch_size=3))).train()
     resumed = Trainer(TrainConfig(**dict(base, total_frames=1600, resume=True))).train()
     assert resumed["frames"] >= 1600
 
