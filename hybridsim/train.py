@@ -20,6 +20,7 @@ import json
 import math
 import os
 import pathlib
+import pickle
 import sys
 import time
 import zlib
@@ -628,14 +629,20 @@ class Trainer:
                 "impala_in_flight": self._impala_in_flight()}
 
     def _impala_in_flight(self) -> dict | None:
-        """The impala loop's actions sent but not yet answered: the restored environments
-        answer them after a resume, and their rows need the action, logits and value."""
+        """The impala loop's state between iterations: the actions sent but not yet answered
+        (the restored environments answer them after a resume, and their rows need the
+        action, logits and value), and the trajectories in progress or waiting for the
+        learner (compressed: mostly observations), so a resumed run learns from every step."""
         state = self._loop_state
         if "outstanding" not in state:
             return None
         last_action, last_logits, last_value = state["last"]
+        pending = {"traj": {int(e): {k: [_host(x) for x in v] for k, v in buf.items()}
+                            for e, buf in state["traj"].items()},
+                   "ready": [{k: _host(v) for k, v in item.items()} for item in state["ready"]]}
         return {"outstanding": state["outstanding"].copy(), "action": last_action.copy(),
-                "logits": last_logits.copy(), "value": last_value.copy()}
+                "logits": last_logits.copy(), "value": last_value.copy(),
+                "trajectories": zlib.compress(pickle.dumps(pending, protocol=pickle.HIGHEST_PROTOCOL), 1)}
 
     def _gather_rank_states(self):
         """Collective before rank 0 writes a checkpoint: every rank's _rank_state on rank 0."""
@@ -701,8 +708,10 @@ class Trainer:
         else:
             self._skip_unknown_episode_starts(rank_states, saved.get("num_envs"))
         self._resume_traj_rows = mine.get("traj_rows")
-        self._resume_impala = mine.get("impala_in_flight")
-        return _decoded_env_state(mine, path, self.rank)
+        env_state = _decoded_env_state(mine, path, self.rank)
+        if env_state is not None and self.cfg.schedule == "impala" and mine.get("impala_in_flight") is not None:
+            self._resume_impala = self._checked_impala_state(mine["impala_in_flight"], path)
+        return env_state
 
     def _skip_unknown_episode_starts(self, rank_states=(), saved_num_envs=None):
         """Episodes running at a checkpoint that lacks their start (older checkpoints, or a
@@ -1057,24 +1066,59 @@ class Trainer:
         state["last"] = (np.zeros(n, np.int64), np.zeros((n, self.num_actions), np.float32),
                          np.zeros(n, np.float32))
 
-    def _restore_impala_in_flight(self, state, saved: dict):
-        """The checkpoint's unanswered actions, for the restored environments that answer
-        them (their trajectories in progress are not kept: learning resumes from fresh ones)."""
-        self._init_impala_state(state)
-        n = self.cfg.num_envs
+    def _checked_impala_state(self, saved: dict, path) -> dict:
+        """_impala_in_flight's record, checked against this run before anything is written:
+        a damaged one is an error naming the checkpoint, never a misaligned trajectory."""
+        n, a, T = self.cfg.num_envs, self.num_actions, self.cfg.num_steps
+        fields = ("obs", "act", "logit", "rew", "done")
+
+        def ready_ok(item):  # T transitions and the next observation
+            return (isinstance(item, dict) and set(item) == set(fields)
+                    and np.shape(item["obs"]) == (T + 1, *self.obs_shape)
+                    and np.shape(item["act"]) == np.shape(item["rew"]) == np.shape(item["done"]) == (T,)
+                    and np.shape(item["logit"]) == (T, a))
+
+        def in_progress_ok(buf, in_flight):  # an observation and an action per step; the
+            # rewards of the answered ones (the one in flight has none yet)
+            if not isinstance(buf, dict) or set(buf) != set(fields):
+                return False
+            steps = len(buf["act"])
+            return (len(buf["obs"]) == len(buf["logit"]) == steps <= T
+                    and len(buf["rew"]) == len(buf["done"]) == steps - int(bool(in_flight and steps))
+                    and all(np.shape(o) == self.obs_shape for o in buf["obs"])
+                    and all(np.shape(x) == (a,) for x in buf["logit"])
+                    and all(np.shape(x) == () for k in ("act", "rew", "done") for x in buf[k]))
         try:
-            outstanding = np.asarray(saved["outstanding"], bool)
-            fields = (np.asarray(saved["action"], np.int64), np.asarray(saved["logits"], np.float32),
-                      np.asarray(saved["value"], np.float32))
-            ok = outstanding.shape == (n,) and [f.shape for f in fields] == [(n,), (n, self.num_actions), (n,)]
-        except (KeyError, TypeError, ValueError):
-            ok = False
+            out = {"outstanding": np.asarray(saved["outstanding"], bool),
+                   "last": (np.asarray(saved["action"], np.int64), np.asarray(saved["logits"], np.float32),
+                            np.asarray(saved["value"], np.float32)),
+                   "traj": None, "ready": []}
+            ok = out["outstanding"].shape == (n,) and [f.shape for f in out["last"]] == [(n,), (n, a), (n,)]
+            if ok and saved.get("trajectories") is not None:  # absent before they were saved
+                pending = pickle.loads(zlib.decompress(saved["trajectories"]))
+                traj, ready = pending["traj"], list(pending["ready"])
+                ok = (isinstance(traj, dict) and sorted(traj) == list(range(n))
+                      and all(in_progress_ok(traj[e], out["outstanding"][e]) for e in range(n))
+                      and all(ready_ok(item) for item in ready))
+                out["traj"], out["ready"] = traj, ready
+        except Exception as exc:  # unpickling damaged bytes raises many kinds
+            raise ValueError(f"--resume: {path}: rank {self.rank}'s impala state is damaged "
+                             f"({type(exc).__name__}: {exc})") from None
         if not ok:
-            raise ValueError(f"--resume: {self.checkpoint_path()}: rank {self.rank}'s impala actions in "
-                             f"flight do not fit {n} environments with {self.num_actions} actions")
-        state["outstanding"][:] = outstanding
-        for dst, src in zip(state["last"], fields):
+            raise ValueError(f"--resume: {path}: rank {self.rank}'s impala state does not fit {n} "
+                             f"environments, {a} actions and --num-steps {T}")
+        return out
+
+    def _restore_impala_in_flight(self, state, saved: dict):
+        """The checked impala state of the checkpoint (_checked_impala_state)."""
+        self._init_impala_state(state)
+        state["outstanding"][:] = saved["outstanding"]
+        for dst, src in zip(state["last"], saved["last"]):
             dst[...] = src
+        if saved["traj"] is not None:
+            state["traj"] = {e: {k: list(v) for k, v in saved["traj"][e].items()}
+                             for e in range(self.cfg.num_envs)}
+            state["ready"] = saved["ready"]
 
     @staticmethod
     def _empty_trajectory():

@@ -20,31 +20,56 @@ def test_train_on_the_cpu_engine_and_resume(tmp_path, schedule):
     # with a message about "another game, settings or build"
     with pytest.raises(ValueError, match=r"env_batch_size 2 -> 3 \(the saved environments answer in batches of 2\)"):
         Trainer(TrainConfig(**dict(base, total_frames=1600, resume=True, env_batch_size=3))).train()
+    # a damaged impala state is refused by name before anything is written
+    import pickle
+    import torch
+    path = tmp_path / "checkpoint.pt"
+    intact = torch.load(path, weights_only=False)
+    saved = intact["rank_states"][0]["impala_in_flight"]
+    pending = pickle.loads(zlib.decompress(saved["trajectories"]))
+    pending["traj"][1]["rew"].append(1.0)  # a reward without its action
+    for damaged, message in ((dict(saved, trajectories=saved["trajectories"][:-9]), "impala state is damaged"),
+                             (dict(saved, trajectories=zlib.compress(pickle.dumps(pending))),
+                              "impala state does not fit 4 environments, 6 actions and --num-steps 5"),
+                             (dict(saved, logits=saved["logits"][:, :3]), "impala state does not fit")):
+        state = dict(intact, rank_states=[dict(intact["rank_states"][0], impala_in_flight=damaged)])
+        torch.save(state, path)
+        before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+        with pytest.raises(ValueError, match=message):
+            Trainer(TrainConfig(**dict(base, total_frames=1600, resume=True))).train()
+        assert before == {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    torch.save(intact, path)
     resumed = Trainer(TrainConfig(**dict(base, total_frames=1600, resume=True))).train()
     assert resumed["frames"] >= 1600
 
 
-def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
-    """Synchronous schedule: stopped by a signal mid-run and resumed, the run ends with the
-    same parameters, optimizer state and episode records as one that never stopped, also
-    for the episodes running at the stop (short truncated episodes cross it)."""
+@pytest.mark.parametrize("schedule", ["a2c", "impala"])
+def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, schedule):
+    """Stopped by a signal mid-run and resumed, the run ends with the same parameters,
+    optimizer state and episode records as one that never stopped, also for the episodes
+    running at the stop (short truncated episodes cross it). Impala (one worker thread, so
+    the batches come in submission order): with the actions in flight at the stop and the
+    trajectories in progress or waiting for the learner."""
     import torch
     base = dict(game="pong", backend="cpu", num_envs=4, num_minibatches=2, total_frames=4000,
                 num_threads=1, torch_threads=1, log_every=0.0, checkpoint_every=10**9, noop_max=5,
-                max_episode_frames=600, log_trajectories=False)
+                max_episode_frames=600, log_trajectories=False, schedule=schedule)
+    if schedule == "impala":
+        base.update(env_batch_size=2, learner_batch=3)  # leaves trajectories waiting
     whole = Trainer(TrainConfig(**base, log_dir=str(tmp_path / "whole")))
     whole.train()
 
     first = Trainer(TrainConfig(**base, log_dir=str(tmp_path / "split")))
-    iteration, calls = first._a2c_iteration, []
+    name = f"_{schedule}_iteration"
+    iteration, calls = getattr(first, name), []
 
     def stop_midway(state):
         iteration(state)
         calls.append(1)
-        if len(calls) == 7:  # 7 x 4 envs x 5 steps x 4 frames = 560 frames: mid-episode
+        if len(calls) == 7:  # a2c: 7 x 4 envs x 5 steps x 4 frames = 560 frames: mid-episode
             first.request_stop()
 
-    first._a2c_iteration = stop_midway
+    setattr(first, name, stop_midway)
     first.train()
     assert first.preempted and 0 < first.frames < base["total_frames"]
     # the environments' state travels compressed; a checkpoint from before the codec field
@@ -71,6 +96,8 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
                 assert torch.equal(torch.as_tensor(a[key][field]), torch.as_tensor(b[key][field]))
         assert len(whole.all_episodes) == 4  # each ends after the stop
         assert resumed.all_episodes == whole.all_episodes
+        if schedule == "impala":
+            assert len(first._loop_state["ready"]) and state["rank_states"][0]["impala_in_flight"]["outstanding"].any()
 
 
 class _TensorBatches:
