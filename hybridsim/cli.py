@@ -149,11 +149,17 @@ def _cmd_eval(args) -> int:
     from hybridsim import evaluate
     r = evaluate.evaluate(args.checkpoint, episodes=args.episodes, env=args.env,
                           num_envs=args.num_envs, seed=args.seed, greedy=args.greedy,
-                          random_policy=args.random)
+                          random_policy=args.random, repeat_action_probability=args.sticky,
+                          noop_max=args.noop_max, max_episode_frames=args.max_episode_frames)
+    if args.json:
+        import json
+        print(json.dumps(r, indent=2))
+        return 0
     policy = ("uniformly random actions" if args.random
               else f"policy trained for {r['frames_trained']:,} frames")
     print(f"{r['game']} on {r['env']}: {r['episodes']} episodes, return {r['mean']:.2f} "
-          f"+- {r['std']:.2f} ({policy})")
+          f"+- {r['std']:.2f} (population std; {policy})")
+    print(f"settings: {evaluate.describe_settings(r['settings'])}")
     return 0
 
 
@@ -333,15 +339,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gif", default="", help="write the episode as an animated GIF")
     p.add_argument("--png-dir", default="", help="write the episode's frames as PNGs")
     p.set_defaults(func=_cmd_replay)
-    p = sub.add_parser("eval", help="score a checkpoint on hybridsim's or ale-py's environment")
-    p.add_argument("checkpoint", help="a checkpoint.pt written by hybridsim train")
+    p = sub.add_parser("eval", help="score a checkpoint on hybridsim's or ale-py's environment",
+                       description="Score a checkpoint's policy. The environment takes the "
+                       "checkpoint's settings (frame skip, sticky actions, no-op starts, episode "
+                       "frame limit, preprocessing) with episodic life off; --sticky, --noop-max "
+                       "and --max-episode-frames override them. The result names them all.")
+    p.add_argument("checkpoint", help="a checkpoint.pt written by hybridsim train (or its run directory)")
     p.add_argument("--episodes", type=int, default=10, help="episodes to play")
     p.add_argument("--env", default="hybridsim", choices=["hybridsim", "ale-py"],
                    help="whose environment to play on")
     p.add_argument("--num-envs", type=int, default=4, help="environments played in parallel")
-    p.add_argument("--seed", type=int, default=12345, help="environment and sampling seed")
+    p.add_argument("--seed", type=int, default=12345,
+                   help="environment and sampling seed (environment k gets seed + k)")
+    p.add_argument("--sticky", type=float, default=None, metavar="P",
+                   help="sticky action probability (default: the checkpoint's; ALE v5: 0.25)")
+    p.add_argument("--noop-max", type=int, default=None,
+                   help="up to this many no-ops at each reset (default: the checkpoint's)")
+    p.add_argument("--max-episode-frames", type=int, default=None,
+                   help="cut episodes at this many frames, 0: never (default: the checkpoint's)")
+    p.add_argument("--json", action="store_true",
+                   help="print the result as JSON: every episode's return and the settings")
     policy = p.add_mutually_exclusive_group()
-    policy.add_argument("--greedy", action="store_true", help="take the most likely action")
+    policy.add_argument("--greedy", action="store_true",
+                        help="take the most likely action (default: sample from the policy)")
     policy.add_argument("--random", action="store_true",
                    help="play uniformly random actions instead (the level training starts from)")
     p.set_defaults(func=_cmd_eval)

@@ -1,11 +1,14 @@
 """`hybridsim eval CHECKPOINT`: score a trained policy on hybridsim's or ale-py's environment.
 
 The environment is rebuilt with the checkpoint's own settings (game, frame skip, sticky
-actions, preprocessing), so a policy trained here can be scored on ALE itself.
+actions, no-op starts, episode frame limit, preprocessing; episodic life off), so a policy
+trained here can be scored on ALE itself; sticky actions, no-op starts and the frame limit
+may be overridden (ALE's v5 protocol: sticky 0.25). The result names every setting used.
 """
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 
 import numpy as np
 import torch
@@ -14,23 +17,52 @@ from hybridsim.models import build_model
 from hybridsim.train import TrainConfig, make_vector_env, read_checkpoint
 
 ENVS = {"hybridsim": "cpu", "ale-py": "ale-py"}
+SEED_LIMIT = 2**31  # environment k gets seed + k, a C int in ALE
+
+
+class IncompleteEvaluation(RuntimeError):
+    """Fewer episodes ended than were asked for within the step limit."""
 
 
 def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: int = 4,
              seed: int = 12345, greedy: bool = False, max_steps: int = 1_000_000,
-             random_policy: bool = False) -> dict:
-    """Mean return of the checkpoint's policy over `episodes` episodes; with random_policy,
-    of uniformly random actions on the same environment (the level training starts from)."""
+             random_policy: bool = False, repeat_action_probability: float | None = None,
+             noop_max: int | None = None, max_episode_frames: int | None = None) -> dict:
+    """Mean return (and the population std) of the checkpoint's policy over `episodes`
+    episodes, actions sampled from it (greedy: its most likely one); with random_policy, of
+    uniformly random actions on the same environment (the level training starts from).
+    None for a setting keeps the checkpoint's. Fewer episodes than asked within max_steps
+    steps per environment raise IncompleteEvaluation."""
     if env not in ENVS:
         raise ValueError(f"--env must be one of {sorted(ENVS)}, got {env!r}")
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if not 0 <= seed <= SEED_LIMIT - num_envs:
+        raise ValueError(f"seed must be in 0..2**31 - num_envs = {SEED_LIMIT - num_envs} (environment k "
+                         f"gets seed + k, a C int in ALE), got {seed}")
+    overrides = {"repeat_action_probability": repeat_action_probability, "noop_max": noop_max,
+                 "max_episode_frames": max_episode_frames}
+    if pathlib.Path(checkpoint).is_dir():  # a run directory: its checkpoint
+        checkpoint = pathlib.Path(checkpoint) / "checkpoint.pt"
     state = read_checkpoint(checkpoint, map_location="cpu")
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     cfg = TrainConfig(**{k: v for k, v in state["config"].items() if k in fields})
     cfg.backend, cfg.num_envs, cfg.num_minibatches, cfg.episodic_life = ENVS[env], num_envs, 1, False
+    for name, value in overrides.items():
+        if value is not None:
+            setattr(cfg, name, value)
+    if not 0 <= cfg.repeat_action_probability <= 1:
+        raise ValueError(f"sticky action probability must be in [0, 1], got {cfg.repeat_action_probability}")
+    if cfg.noop_max < 0 or cfg.max_episode_frames < 0:
+        raise ValueError(f"noop_max and max_episode_frames must be >= 0, got {cfg.noop_max} and "
+                         f"{cfg.max_episode_frames}")
+    settings = {"repeat_action_probability": float(cfg.repeat_action_probability),
+                "noop_max": int(cfg.noop_max), "max_episode_frames": int(cfg.max_episode_frames),
+                "frame_skip": int(cfg.frame_skip), "episodic_life": False,
+                "actions": "random" if random_policy else "greedy" if greedy else "sampled",
+                "seed": int(seed)}
     try:
         vec = make_vector_env(cfg, seed)
     except Exception as exc:  # gymnasium, ale-py and hybridsim each raise their own kinds
@@ -74,7 +106,27 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
         if not quota.any():
             break
     vec.close()
-    return {"env": env, "game": cfg.game, "episodes": len(returns), "returns": returns,
-            "mean": float(np.mean(returns)) if returns else float("nan"),
-            "std": float(np.std(returns)) if returns else float("nan"),
-            "frames_trained": int(state["frames"]), "policy": "random" if random_policy else "trained"}
+    result = {"env": env, "game": cfg.game, "episodes": len(returns), "returns": returns,
+              "mean": float(np.mean(returns)) if returns else float("nan"),
+              "std": float(np.std(returns)) if returns else float("nan"),
+              "frames_trained": int(state["frames"]), "policy": "random" if random_policy else "trained",
+              "settings": settings}
+    if len(returns) < episodes:
+        # a partial score favours the episodes that end soonest: not a result
+        done = (f"the {len(returns)} that did returned {result['mean']:.2f} +- {result['std']:.2f}"
+                if returns else "none did")
+        limit = ("no frame limit (max_episode_frames 0)" if not cfg.max_episode_frames
+                 else f"episodes cut at {cfg.max_episode_frames:,} frames")
+        raise IncompleteEvaluation(
+            f"only {len(returns)} of {episodes} episodes ended within {max_steps:,} steps per "
+            f"environment ({limit}); {done}. Pass --max-episode-frames to cut episodes short")
+    return result
+
+
+def describe_settings(settings: dict) -> str:
+    """One line naming the protocol an evaluation ran under."""
+    limit = (f"episodes cut at {settings['max_episode_frames']:,} frames" if settings["max_episode_frames"]
+             else "no episode frame limit")
+    return (f"sticky actions {settings['repeat_action_probability']:g}, up to {settings['noop_max']} "
+            f"no-ops at reset, {limit}, frame skip {settings['frame_skip']}, episodic life off, "
+            f"{settings['actions']} actions, seed {settings['seed']}")

@@ -220,3 +220,12 @@ def test_read_steps_names_unknown_fields(tmp_path):
     assert trajlog.read_steps(path, []) == {}
     with pytest.raises(trajlog.TrajectoryLogError, match="a directory"):
         trajlog.read_steps(tmp_path)
+
+
+@pytest.mark.parametrize("size, window", [(200, 40), (7, 3), (5, 1), (3, 100), (1, 1)])
+def test_the_returns_curve_is_the_mean_of_the_last_window_episodes(size, window):
+    rng = np.random.default_rng(size)
+    values = rng.normal(size=size)
+    expected = [values[max(0, i - window + 1):i + 1].mean() for i in range(size)]
+    np.testing.assert_allclose(analyze.trailing_mean(values, window), expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(analyze.trailing_mean(np.full(size, -20.0), window), np.full(size, -20.0))

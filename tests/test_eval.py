@@ -1,0 +1,66 @@
+"""`hybridsim eval`: the protocol it plays under, the same returns on hybridsim and ale-py,
+and results it refuses to give."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("ale_py")
+
+from hybridsim import evaluate  # noqa: E402
+from hybridsim.train import TrainConfig, Trainer  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run = tmp_path_factory.mktemp("run")
+    Trainer(TrainConfig(game="pong", backend="cpu", num_envs=2, num_minibatches=1, total_frames=800,
+                        log_dir=str(run), num_threads=1, torch_threads=1, log_every=1000.0,
+                        log_trajectories=False, noop_max=30)).train()
+    return run
+
+
+def test_the_same_episodes_on_hybridsim_and_ale_py_under_the_settings_asked_for(run_dir):
+    kw = dict(episodes=3, num_envs=2, seed=7, repeat_action_probability=0.25, noop_max=5,
+              max_episode_frames=1200)
+    ours = evaluate.evaluate(run_dir / "checkpoint.pt", env="hybridsim", **kw)
+    theirs = evaluate.evaluate(run_dir, env="ale-py", **kw)  # a run directory names its checkpoint
+    assert ours["episodes"] == 3 and ours["returns"] == theirs["returns"]
+    assert ours == evaluate.evaluate(run_dir, env="hybridsim", **kw)  # same seed, same numbers
+    assert ours["settings"] == {"repeat_action_probability": 0.25, "noop_max": 5, "max_episode_frames": 1200,
+                                "frame_skip": 4, "episodic_life": False, "actions": "sampled", "seed": 7}
+    default = evaluate.evaluate(run_dir, episodes=1, num_envs=1, greedy=True, max_episode_frames=400)
+    assert default["settings"]["repeat_action_probability"] == 0.0  # the checkpoint's
+    assert default["settings"]["noop_max"] == 30 and default["settings"]["actions"] == "greedy"
+
+
+def test_too_few_finished_episodes_are_an_error_not_a_score(run_dir):
+    """A partial result favours the episodes that end soonest."""
+    with pytest.raises(evaluate.IncompleteEvaluation, match=r"only 0 of 2 episodes ended within 50 steps"):
+        evaluate.evaluate(run_dir, episodes=2, num_envs=1, max_steps=50)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(seed=-1), r"seed must be in 0\.\.2\*\*31 - num_envs = 2147483646"),
+    (dict(seed=2**31 - 1), "seed must be in"),
+    (dict(repeat_action_probability=1.5), r"sticky action probability must be in \[0, 1\]"),
+    (dict(noop_max=-2), "noop_max and max_episode_frames must be >= 0"),
+])
+def test_bad_settings_are_named(run_dir, kw, message):
+    with pytest.raises(ValueError, match=message):
+        evaluate.evaluate(run_dir, episodes=1, num_envs=2, **kw)
+
+
+def test_the_command_names_its_settings_and_prints_json(run_dir):
+    args = [sys.executable, "-m", "hybridsim", "eval", str(run_dir), "--episodes", "2", "--num-envs", "2",
+            "--sticky", "0.25", "--max-episode-frames", "800"]
+    text = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert text.returncode == 0, text.stderr
+    assert "settings: sticky actions 0.25, up to 30 no-ops at reset, episodes cut at 800 frames, frame " \
+           "skip 4, episodic life off, sampled actions, seed 12345" in text.stdout
+    as_json = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=300)
+    result = json.loads(as_json.stdout)
+    assert len(result["returns"]) == 2 and result["settings"]["max_episode_frames"] == 800
+    assert f"return {result['mean']:.2f}" in text.stdout
