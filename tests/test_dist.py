@@ -73,12 +73,16 @@ def test_two_ranks_match_one_rank_with_all_environments(tmp_path):
     assert sorted(set(steps["env_id"].ravel().tolist())) == list(range(8))
 
 
-def test_two_ranks_resume_each_their_own_environments(tmp_path):
-    """The checkpoint holds every rank's environments and running episodes: two ranks
-    stopped at 1,280 frames and resumed to 2,560 end exactly like two ranks that ran
-    2,560 frames at once (constant learning rate, so the budget does not change it)."""
+@pytest.mark.parametrize("schedule", ["a2c", "impala"])
+def test_two_ranks_resume_each_their_own_environments(tmp_path, schedule):
+    """The checkpoint holds every rank's environments and running episodes (impala: also
+    its actions in flight and trajectories in progress): two ranks stopped at 1,280 frames
+    and resumed to 2,560 end exactly like two ranks that ran 2,560 frames at once (constant
+    learning rate, so the budget does not change it)."""
     exe = mpiexec()
-    args = ["--game", "pong", "--backend", "cpu", "--num-envs", "2", "--num-minibatches", "2",
+    envs = (["--num-envs", "2"] if schedule == "a2c" else
+            ["--num-envs", "3", "--schedule", "impala", "--env-batch-size", "2", "--learner-batch", "2"])
+    args = ["--game", "pong", "--backend", "cpu", *envs, "--num-minibatches", "2",
             "--num-threads", "1", "--torch-threads", "1", "--noop-max", "5", "--log-every", "0",
             "--lr-decay", "false", "--max-episode-frames", "400", "--log-trajectories", "false"]
 
