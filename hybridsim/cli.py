@@ -208,9 +208,14 @@ def _cmd_train(args) -> int:
     # finish the iteration, write a checkpoint, exit with PREEMPTED_EXIT_CODE. One that
     # comes while the trainer is built (MPI start, environments, a GPU module compile)
     # waits for it; by default it would end the rank with no checkpoint and no requeue.
+    # A second one (a start that hangs) ends it as before.
     early = []
+
+    def remember(signum, _frame):
+        early.append(signum)
+        signal.signal(signum, signal.SIG_DFL)
     for sig in (signal.SIGUSR1, signal.SIGTERM):
-        signal.signal(sig, lambda signum, _frame: early.append(signum))
+        signal.signal(sig, remember)
     # MPI first: a bad setting found on one rank then ends the whole job (main's
     # abort_job) instead of leaving the other ranks waiting for it in a collective.
     comm = dist.init_comm()

@@ -709,8 +709,16 @@ class Trainer:
             self._skip_unknown_episode_starts(rank_states, saved.get("num_envs"))
         self._resume_traj_rows = mine.get("traj_rows")
         env_state = _decoded_env_state(mine, path, self.rank)
-        if env_state is not None and self.cfg.schedule == "impala" and mine.get("impala_in_flight") is not None:
-            self._resume_impala = self._checked_impala_state(mine["impala_in_flight"], path)
+        if env_state is not None and self.cfg.schedule == "impala":
+            if mine.get("impala_in_flight") is None and self.env_batch < self.cfg.num_envs:
+                # a checkpoint from before the impala state was saved: the environments would
+                # answer actions nobody remembers (their steps lost from the logs and the
+                # episodes), so they restart from their seeds instead
+                print(f"note: {path} does not hold rank {self.rank}'s impala actions in flight "
+                      f"(an older checkpoint); environments restart", file=sys.stderr)
+                return None
+            if mine.get("impala_in_flight") is not None:
+                self._resume_impala = self._checked_impala_state(mine["impala_in_flight"], path)
         return env_state
 
     def _skip_unknown_episode_starts(self, rank_states=(), saved_num_envs=None):
@@ -759,15 +767,26 @@ class Trainer:
 
     def _train(self):
         cfg = self.cfg
-        env_state = self.load_checkpoint() if cfg.resume else None
-        restore = env_state is not None and hasattr(self.env, "set_state")
-        self._resume_restarts_envs = bool(cfg.resume and not restore)
-        if restore:  # before any log is opened: a state that does not load leaves the run untouched
-            try:
+        refusal = None
+        try:  # before any log is opened: a state that does not load leaves the run untouched
+            env_state = self.load_checkpoint() if cfg.resume else None
+            restore = env_state is not None and hasattr(self.env, "set_state")
+            if restore:
                 obs, state_info = self.env.set_state(env_state)
-            except BaseException:
-                self.env.close()
-                raise
+        except BudgetReached:
+            raise  # every rank reads the same checkpoint: all end there
+        except Exception as exc:
+            refusal = exc
+        # Some refusals are one rank's own (its environments' state): the other ranks must
+        # not open the logs (a resume cuts them) before the job ends, so all learn of it.
+        refused = self.comm.bcast(self.comm.gather(None if refusal is None else str(refusal)))
+        if refusal is not None or any(refused):
+            self.env.close()
+            if refusal is not None:
+                raise refusal
+            rank, why = next((r, why) for r, why in enumerate(refused) if why)
+            raise ValueError(f"rank {rank} refused the resume: {why}")
+        self._resume_restarts_envs = bool(cfg.resume and not restore)
         try:
             self._open_logs()
         except BaseException:

@@ -108,6 +108,29 @@ def test_two_ranks_resume_each_their_own_environments(tmp_path, schedule):
     assert s2["episodes"] == s1["episodes"] and len(s1["episodes"]) >= 4
 
 
+def test_one_ranks_refused_resume_leaves_the_run_directory_as_it_was(tmp_path):
+    """Rank 1's environment state is damaged: rank 1 refuses it, and rank 0, whose own
+    state loads, must not go on to open (and cut back) its trajectory file, take the disk
+    reserve or start TensorBoard before the job ends."""
+    exe = mpiexec()
+    args = [exe, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train", "--game", "pong",
+            "--backend", "cpu", "--num-envs", "2", "--num-minibatches", "1", "--num-threads", "1",
+            "--torch-threads", "1", "--noop-max", "5", "--log-dir", str(tmp_path)]
+    first = subprocess.run(args + ["--total-frames", "640"], capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    state["frames"] = 320  # the rank files hold rows after it: a resume would cut them
+    state["rank_states"][1]["env_state"] = b"not zlib data"
+    torch.save(state, tmp_path / "checkpoint.pt")
+    before = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    resumed = subprocess.run(args + ["--total-frames", "1280", "--resume"], capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode != 0
+    assert "rank 1's environment state is damaged" in resumed.stderr, resumed.stderr[-3000:]
+    after = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert sorted(after) == sorted(before) and after == before
+
+
 def test_gloo_allreduce_bootstrapped_from_mpi_matches_one_rank(tmp_path):
     """torch.distributed (gloo on CPU; nccl takes the same path on GPUs) set up from the MPI
     ranks averages the gradients like the MPI path: 2 ranks x 4 envs == 1 rank x 8 envs."""

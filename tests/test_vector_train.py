@@ -10,7 +10,7 @@ from hybridsim.train import TrainConfig, Trainer  # noqa: E402
 
 
 @pytest.mark.parametrize("schedule", ["impala"])  # async engine + set_state; a2c is the sync path
-def test_train_on_the_cpu_engine_and_resume(tmp_path, schedule):
+def test_train_on_the_cpu_engine_and_resume(tmp_path, schedule, capsys):
     base = dict(game="pong", backend="cpu", num_envs=4, num_minibatches=2, total_frames=800,
                 log_dir=str(tmp_path), num_threads=1, torch_threads=1, log_every=0.0,
                 checkpoint_every=400, noop_max=5, schedule=schedule, env_batch_size=2, learner_batch=2)
@@ -38,6 +38,21 @@ def test_train_on_the_cpu_engine_and_resume(tmp_path, schedule):
         with pytest.raises(ValueError, match=message):
             Trainer(TrainConfig(**dict(base, total_frames=1600, resume=True))).train()
         assert before == {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    # a checkpoint from before the impala state was saved: its environments would answer
+    # actions nobody remembers, so they restart from their seeds (a restart in the log)
+    old = tmp_path / "old"
+    old.mkdir()
+    for p in tmp_path.iterdir():
+        if p.is_file() and not p.name.startswith("."):
+            shutil.copy2(p, old / p.name)
+    torch.save(dict(intact, rank_states=[{k: v for k, v in intact["rank_states"][0].items()
+                                          if k != "impala_in_flight"}]), old / "checkpoint.pt")
+    Trainer(TrainConfig(**dict(base, log_dir=str(old), total_frames=1600, resume=True))).train()
+    assert "does not hold rank 0's impala actions in flight (an older checkpoint); environments restart" \
+        in capsys.readouterr().err
+    from hybridsim import trajlog
+    with trajlog.open_trajectory_file(trajlog.rank_file(old, 0)) as f:
+        assert trajlog.json_list_attr(f, "restarts") == [intact["frames"]]
     torch.save(intact, path)
     resumed = Trainer(TrainConfig(**dict(base, total_frames=1600, resume=True))).train()
     assert resumed["frames"] >= 1600
