@@ -192,9 +192,9 @@ class EpisodeTracker:
 
 
 
-def _impala_env_batch(config: dict) -> int:
+def _impala_env_batch(env_batch_size: int, num_envs: int) -> int:
     """The asynchronous vector env's batch in the impala schedule (0: num_envs / 2)."""
-    return int(config.get("env_batch_size") or max(1, int(config.get("num_envs", 2)) // 2))
+    return int(env_batch_size or max(1, int(num_envs) // 2))
 
 
 def _decoded_env_state(rank_state: dict, path, rank: int) -> bytes | None:
@@ -330,7 +330,7 @@ class Trainer:
         self.action_counters = np.zeros(cfg.num_envs, dtype=np.uint64)
         env_batch = 0
         if cfg.schedule == "impala":
-            env_batch = _impala_env_batch(dataclasses.asdict(cfg))
+            env_batch = _impala_env_batch(cfg.env_batch_size, cfg.num_envs)
         self.env_batch = env_batch or cfg.num_envs
         self.env = make_vector_env(cfg, self.env_seed, env_batch, self.device)
         self.num_actions = int(self.env.single_action_space.n)
@@ -366,7 +366,7 @@ class Trainer:
         # environments restart from their seeds (trajlog records a gap or a restart)
         self._resume_traj_rows = None
         self._resume_restarts_envs = False
-        self._resume_impala = None  # the checkpoint's actions in flight (impala), for a restored env
+        self._resume_impala = None  # the checkpoint's checked impala state, for restored envs
         self._loop_state: dict = {}
         self.tb = None
         self.metrics_file = None
@@ -626,9 +626,9 @@ class Trainer:
         return {"env_state": env_state, "env_state_codec": None if env_state is None else "zlib",
                 "episode_tracker": self.episodes.state(),
                 "traj_rows": None if self.traj is None else self.traj.steps_logged,
-                "impala_in_flight": self._impala_in_flight()}
+                "impala_in_flight": self._impala_resume_state()}
 
-    def _impala_in_flight(self) -> dict | None:
+    def _impala_resume_state(self) -> dict | None:
         """The impala loop's state between iterations: the actions sent but not yet answered
         (the restored environments answer them after a resume, and their rows need the
         action, logits and value), and the trajectories in progress or waiting for the
@@ -662,9 +662,11 @@ class Trainer:
         elif (state.get("world_size", 1) == self.world_size and self.cfg.schedule == "impala"
               and any(isinstance(r, dict) and r.get("env_state") is not None
                       for r in state.get("rank_states") or [])
-              and _impala_env_batch(saved) != _impala_env_batch(dataclasses.asdict(self.cfg))):
+              and _impala_env_batch(saved.get("env_batch_size"), self.cfg.num_envs) != self.env_batch):
+            # (num_envs is the checkpoint's here)
             changed.append(f"env_batch_size {saved.get('env_batch_size')!r} -> {self.cfg.env_batch_size!r} "
-                           f"(the saved environments answer in batches of {_impala_env_batch(saved)})")
+                           f"(the saved environments answer in batches of "
+                           f"{_impala_env_batch(saved.get('env_batch_size'), self.cfg.num_envs)})")
         if changed:
             raise ValueError(f"--resume: these settings differ from the checkpoint's ({path}): "
                              f"{'; '.join(changed)}. Resume with the settings the run started with, or "
@@ -709,16 +711,17 @@ class Trainer:
             self._skip_unknown_episode_starts(rank_states, saved.get("num_envs"))
         self._resume_traj_rows = mine.get("traj_rows")
         env_state = _decoded_env_state(mine, path, self.rank)
+        impala = mine.get("impala_in_flight")
         if env_state is not None and self.cfg.schedule == "impala":
-            if mine.get("impala_in_flight") is None and self.env_batch < self.cfg.num_envs:
+            if impala is not None:
+                self._resume_impala = self._checked_impala_state(impala, path)
+            elif self.env_batch < self.cfg.num_envs:
                 # a checkpoint from before the impala state was saved: the environments would
                 # answer actions nobody remembers (their steps lost from the logs and the
                 # episodes), so they restart from their seeds instead
                 print(f"note: {path} does not hold rank {self.rank}'s impala actions in flight "
                       f"(an older checkpoint); environments restart", file=sys.stderr)
                 return None
-            if mine.get("impala_in_flight") is not None:
-                self._resume_impala = self._checked_impala_state(mine["impala_in_flight"], path)
         return env_state
 
     def _skip_unknown_episode_starts(self, rank_states=(), saved_num_envs=None):
@@ -814,7 +817,7 @@ class Trainer:
             next_checkpoint = (self.frames // cfg.checkpoint_every + 1) * cfg.checkpoint_every
             loop = self._a2c_iteration if cfg.schedule == "a2c" else self._impala_iteration
             state = self._loop_state = {"obs": obs, "info": state_info}
-            if restore and cfg.schedule == "impala" and self._resume_impala is not None:
+            if restore and self._resume_impala is not None:  # set for impala only
                 self._restore_impala_in_flight(state, self._resume_impala)
             while self.frames < cfg.total_frames:
                 self.set_learning_rate()
@@ -1086,7 +1089,7 @@ class Trainer:
                          np.zeros(n, np.float32))
 
     def _checked_impala_state(self, saved: dict, path) -> dict:
-        """_impala_in_flight's record, checked against this run before anything is written:
+        """_impala_resume_state's record, checked against this run before anything is written:
         a damaged one is an error naming the checkpoint, never a misaligned trajectory."""
         n, a, T = self.cfg.num_envs, self.num_actions, self.cfg.num_steps
         fields = ("obs", "act", "logit", "rew", "done")
