@@ -17,7 +17,6 @@ from hybridsim.models import build_model
 from hybridsim.train import TrainConfig, make_vector_env, read_checkpoint
 
 ENVS = {"hybridsim": "cpu", "ale-py": "ale-py"}
-SEED_LIMIT = 2**31  # environment k gets seed + k, a C int in ALE
 
 
 class IncompleteEvaluation(RuntimeError):
@@ -37,11 +36,6 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
         raise ValueError(f"--env must be one of {sorted(ENVS)}, got {env!r}")
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
-    if num_envs < 1:
-        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    if not 0 <= seed <= SEED_LIMIT - num_envs:
-        raise ValueError(f"seed must be in 0..2**31 - num_envs = {SEED_LIMIT - num_envs} (environment k "
-                         f"gets seed + k, a C int in ALE), got {seed}")
     overrides = {"repeat_action_probability": repeat_action_probability, "noop_max": noop_max,
                  "max_episode_frames": max_episode_frames}
     if pathlib.Path(checkpoint).is_dir():  # a run directory: its checkpoint
@@ -50,14 +44,11 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     cfg = TrainConfig(**{k: v for k, v in state["config"].items() if k in fields})
     cfg.backend, cfg.num_envs, cfg.num_minibatches, cfg.episodic_life = ENVS[env], num_envs, 1, False
+    cfg.seed = seed
     for name, value in overrides.items():
         if value is not None:
             setattr(cfg, name, value)
-    if not 0 <= cfg.repeat_action_probability <= 1:
-        raise ValueError(f"sticky action probability must be in [0, 1], got {cfg.repeat_action_probability}")
-    if cfg.noop_max < 0 or cfg.max_episode_frames < 0:
-        raise ValueError(f"noop_max and max_episode_frames must be >= 0, got {cfg.noop_max} and "
-                         f"{cfg.max_episode_frames}")
+    cfg.validate_environment()
     settings = {"repeat_action_probability": float(cfg.repeat_action_probability),
                 "noop_max": int(cfg.noop_max), "max_episode_frames": int(cfg.max_episode_frames),
                 "frame_skip": int(cfg.frame_skip), "episodic_life": False,

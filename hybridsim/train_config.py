@@ -112,9 +112,27 @@ class TrainConfig:
     fallback_dir: str = ""
     """Where the final checkpoint goes when log_dir's file system is full (default: the system temporary directory, if it is on another file system)."""
 
-    def validate(self):
-        checks = [
+    def environment_checks(self) -> list[tuple[bool, str]]:
+        """(ok, message) for the settings that make the environments: shared by validate()
+        and by `hybridsim eval`, which builds new environments from a checkpoint's config."""
+        return [
             (self.num_envs >= 1, f"num_envs must be >= 1, got {self.num_envs}"),
+            (self.num_envs < 2**20, f"num_envs must be < 2**20 per rank, got {self.num_envs}"),
+            (self.frame_skip >= 1, f"frame_skip must be >= 1, got {self.frame_skip}"),
+            (0 <= self.repeat_action_probability <= 1,
+             f"repeat_action_probability must be in [0, 1], got {self.repeat_action_probability}"),
+            (self.noop_max >= 0, f"noop_max must be >= 0, got {self.noop_max}"),
+            (self.max_episode_frames >= 0, f"max_episode_frames must be >= 0, got {self.max_episode_frames}"),
+            (0 <= self.seed and self.seed + self.num_envs <= 2**31,
+             f"seed must be in [0, 2**31 - num_envs] (environment i gets seed + i, a C int in ALE), "
+             f"got {self.seed}"),
+        ]
+
+    def validate_environment(self):
+        _raise_first_failure(self.environment_checks())
+
+    def validate(self):
+        checks = self.environment_checks() + [
             (self.total_frames >= 1, f"total_frames must be >= 1, got {self.total_frames}"),
             (self.schedule in ("a2c", "impala"), f"schedule must be a2c or impala, got {self.schedule!r}"),
             (self.num_steps >= 1, f"num_steps must be >= 1, got {self.num_steps}"),
@@ -125,7 +143,6 @@ class TrainConfig:
              f"backend must be cpu, gpu, hybrid or ale-py, got {self.backend!r}"),
             (self.backend not in ("gpu", "hybrid") or self.schedule == "a2c",
              f"backend {self.backend!r} steps all environments together: use schedule a2c"),
-            (self.frame_skip >= 1, f"frame_skip must be >= 1, got {self.frame_skip}"),
             (self.allreduce in ALLREDUCE_CHOICES,
              f"allreduce must be one of {', '.join(ALLREDUCE_CHOICES)}, got {self.allreduce!r}"),
         ]
@@ -143,10 +160,6 @@ class TrainConfig:
             (self.clip_rho > 0, f"clip_rho must be > 0 (inf: no clipping), got {self.clip_rho}"),
             (self.clip_pg_rho > 0, f"clip_pg_rho must be > 0 (inf: no clipping), got {self.clip_pg_rho}"),
             (0 <= self.vtrace_lambda <= 1, f"vtrace_lambda must be in [0, 1], got {self.vtrace_lambda}"),
-            (0 <= self.repeat_action_probability <= 1,
-             f"repeat_action_probability must be in [0, 1], got {self.repeat_action_probability}"),
-            (self.noop_max >= 0, f"noop_max must be >= 0, got {self.noop_max}"),
-            (self.max_episode_frames >= 0, f"max_episode_frames must be >= 0, got {self.max_episode_frames}"),
             (self.num_minibatches >= 1, f"num_minibatches must be >= 1, got {self.num_minibatches}"),
             (self.learner_batch >= 1, f"learner_batch must be >= 1, got {self.learner_batch}"),
             (self.env_batch_size >= 0, f"env_batch_size must be >= 0 (0: num_envs / 2), got {self.env_batch_size}"),
@@ -160,9 +173,6 @@ class TrainConfig:
             (self.stall_timeout >= 0, f"stall_timeout must be >= 0 seconds (0: off), got {self.stall_timeout}"),
             (self.num_threads >= 0, f"num_threads must be >= 0 (0: all cores), got {self.num_threads}"),
             (self.torch_threads >= 0, f"torch_threads must be >= 0 (0: all cores), got {self.torch_threads}"),
-            (self.num_envs < 2**20, f"num_envs must be < 2**20 per rank, got {self.num_envs}"),
-            (0 <= self.seed and self.seed + self.num_envs <= 2**31,
-             f"seed must be in [0, 2**31 - num_envs] (environment i gets seed + i, a C int), got {self.seed}"),
         ]
         checks.append((bool(str(self.log_dir).strip()),
                        f"log_dir must name a directory, got {self.log_dir!r}"))
@@ -174,14 +184,18 @@ class TrainConfig:
             checks.append((self.num_envs % self.num_minibatches == 0,
                            f"num_envs ({self.num_envs}) must be divisible by num_minibatches "
                            f"({self.num_minibatches})"))
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
+        _raise_first_failure(checks)
         from hybridsim.roms import rom_path
         rom_path(self.game)  # an unknown game: FileNotFoundError listing the installed ROMs
         if self.backend == "ale-py":
             from hybridsim.games_table import require_ale_py_loadable
             require_ale_py_loadable(self.game, "--backend ale-py")
+
+
+def _raise_first_failure(checks: list[tuple[bool, str]]):
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
 
 
 def make_vector_env(cfg: TrainConfig, seed: int, batch_size: int = 0, learner_device=None):

@@ -43,14 +43,16 @@ def test_too_few_finished_episodes_are_an_error_not_a_score(run_dir):
 
 
 @pytest.mark.parametrize("kw, message", [
-    (dict(seed=-1), r"seed must be in 0\.\.2\*\*31 - num_envs = 2147483646"),
+    (dict(seed=-1), r"seed must be in \[0, 2\*\*31 - num_envs\]"),
     (dict(seed=2**31 - 1), "seed must be in"),
-    (dict(repeat_action_probability=1.5), r"sticky action probability must be in \[0, 1\]"),
-    (dict(noop_max=-2), "noop_max and max_episode_frames must be >= 0"),
+    (dict(repeat_action_probability=1.5), r"repeat_action_probability must be in \[0, 1\]"),
+    (dict(noop_max=-2), "noop_max must be >= 0"),
+    (dict(max_episode_frames=-1), "max_episode_frames must be >= 0"),
+    (dict(num_envs=0), "num_envs must be >= 1"),
 ])
 def test_bad_settings_are_named(run_dir, kw, message):
     with pytest.raises(ValueError, match=message):
-        evaluate.evaluate(run_dir, episodes=1, num_envs=2, **kw)
+        evaluate.evaluate(run_dir, episodes=1, **{"num_envs": 2, **kw})
 
 
 def test_the_command_names_its_settings_and_prints_json(run_dir):
