@@ -370,6 +370,7 @@ class Trainer:
         self._loop_state: dict = {}
         self.tb = None
         self.metrics_file = None
+        self._metrics_frames = None  # frames of the last metrics row
 
     # ----- acting and learning -------------------------------------------------------
     @torch.no_grad()
@@ -458,6 +459,7 @@ class Trainer:
                                                  env_ids=(int(self.env_ids[0]),))
             self.traj = trajlog.TrajectoryWriter(
                 trajlog.rank_file(self.log_dir, self.rank), batch_size=self.env_batch,
+                compression=self.cfg.log_compression,
                 flush_every=1 << 20, flush_seconds=self.cfg.log_flush_seconds,  # 4 MB caps the rows
                 min_flush_seconds=min(2.0, self.cfg.log_flush_seconds),
                 resume_after_frame=self.frames if self.cfg.resume else None,
@@ -471,6 +473,8 @@ class Trainer:
             if self.rank == 0:
                 path = self.log_dir / "metrics.csv"
                 new = not path.exists() or not self.cfg.resume
+                if not new:
+                    _drop_metrics_after(path, self.frames)
                 # whole-line appends, cut back on a failed write: a full disk never leaves half a row
                 self.metrics_file = storage.AppendFile(path, "w" if new else "a")
                 if new:
@@ -479,7 +483,9 @@ class Trainer:
                                                        "baseline_loss", "entropy"]), "the header")
                 try:
                     from torch.utils.tensorboard import SummaryWriter
-                    self.tb = SummaryWriter(str(self.log_dir / "tensorboard"))
+                    # a resumed run hides the events a killed job logged after its checkpoint
+                    self.tb = SummaryWriter(str(self.log_dir / "tensorboard"),
+                                            purge_step=self.frames + 1 if self.cfg.resume else None)
                 except ImportError:
                     print("tensorboard is not installed: metrics go to metrics.csv only", file=sys.stderr)
         except BaseException:
@@ -502,8 +508,12 @@ class Trainer:
                 self.all_episodes.extend(part)
 
     def _log_metrics(self, start_time, start_frames):
-        """Collective: every rank calls it at the same iteration; rank 0 writes."""
+        """Collective: every rank calls it at the same iteration; rank 0 writes a row, one
+        per frame count (the end of a run whose last iteration logged adds none)."""
         self._merge_episodes()
+        if self.frames == self._metrics_frames:
+            return
+        self._metrics_frames = self.frames
         elapsed = time.perf_counter() - start_time
         fps = (self.frames - start_frames) / max(elapsed, 1e-9)
         if self.rank == 0:
@@ -1223,6 +1233,28 @@ class Trainer:
                 "log_dir": str(self.log_dir), "rank": self.rank,
                 "metrics": str(self.log_dir / "metrics.csv"),
                 "curve": str(self.log_dir / "learning_curve.png")}
+
+
+def _drop_metrics_after(path: pathlib.Path, frames: int) -> None:
+    """A resumed run goes on from its checkpoint at `frames`: rows a killed job wrote after
+    that belong to a timeline the resume replaces (the trajectory logs drop them too)."""
+    lines = path.read_text().splitlines(keepends=True)
+    keep = lines[:1] + [line for line in lines[1:]
+                        if line.endswith("\n") and line.split(",", 1)[0].isdigit()
+                        and int(line.split(",", 1)[0]) <= frames]
+    if len(keep) == len(lines):
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text("".join(keep))
+        os.replace(tmp, path)
+    except OSError as exc:  # a full disk: keep the rows rather than half a file
+        tmp.unlink(missing_ok=True)
+        print(f"warning: {path}: could not drop the rows written after the checkpoint ({exc})",
+              file=sys.stderr)
+        return
+    print(f"{path}: dropped {len(lines) - len(keep)} rows written after the checkpoint "
+          f"({frames:,} frames)", file=sys.stderr)
 
 
 def _csv_line(values) -> str:

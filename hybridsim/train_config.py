@@ -11,6 +11,7 @@ import math
 OPTIMIZERS = ("rmsprop_tf", "rmsprop", "adam")
 OBS_NORMALIZATIONS = ("scale", "running")
 ALLREDUCE_CHOICES = ("auto", "mpi", "nccl", "gloo")
+LOG_COMPRESSIONS = ("lzf", "gzip", "none")
 
 
 @dataclasses.dataclass
@@ -96,9 +97,11 @@ class TrainConfig:
     log_trajectories: bool = True
     """Write per-step HDF5 trajectory logs (actions, rewards, values, logits) into log_dir."""
     log_observations: bool = False
-    """Also log observations (every obs_stride steps, for env 0) into the trajectory files."""
+    """Also log observations (every obs_stride steps, for each rank's first environment) into the trajectory files."""
     obs_stride: int = 100
     """Step interval between logged observations."""
+    log_compression: str = "lzf"
+    """Trajectory file compression: lzf (fast; readable by h5py, other HDF5 readers need its filter plugin), gzip (slower, readable by any HDF5 tool: h5dump, MATLAB, HDF5.jl) or none."""
     log_flush_seconds: float = 30.0
     """Longest time trajectory rows wait in memory (a kill -9 loses at most this much of the log); they are appended sooner, at most every 2 s, whenever a whole chunk of 256 steps is ready."""
     sync_check_every: int = 100
@@ -169,6 +172,8 @@ class TrainConfig:
             (finite(self.log_flush_seconds) and self.log_flush_seconds > 0,
              f"log_flush_seconds must be a finite number > 0, got {self.log_flush_seconds}"),
             (self.obs_stride >= 1, f"obs_stride must be >= 1, got {self.obs_stride}"),
+            (self.log_compression in LOG_COMPRESSIONS,
+             f"log_compression must be one of {', '.join(LOG_COMPRESSIONS)}, got {self.log_compression!r}"),
             (self.sync_check_every >= 1, f"sync_check_every must be >= 1, got {self.sync_check_every}"),
             (self.stall_timeout >= 0, f"stall_timeout must be >= 0 seconds (0: off), got {self.stall_timeout}"),
             (self.num_threads >= 0, f"num_threads must be >= 0 (0: all cores), got {self.num_threads}"),

@@ -8,7 +8,7 @@ Layout (docs/HDF5_LAYOUT.md): per-rank file `traj_rank{R:05d}.h5` with
   global_frame): the observation each logged step returned, every `obs_stride` steps for
   the chosen envs, when observations are logged;
 - attributes on the root: format_version, rank, world_size and what the run passes
-  (game, ROM md5, config, package versions, git revision, seeds).
+  (game, config, package versions, git revision, seeds).
 Reading needs only h5py and numpy. Writers buffer rows and append them on flush
 (resize, write, flush), so a reader in SWMR mode, or after a kill -9, sees every row up
 to the last flush.
@@ -59,6 +59,10 @@ EPISODE_FIELDS = {
     "start_frame": np.int64,
     "end_frame": np.int64,
 }
+# what the master file's episodes read where a rank file is missing (HDF5's default, 0,
+# would look like a real episode to a plain h5py reader)
+EPISODE_FILL = {"env_id": -1, "episode_id": -1, "return": np.nan, "length": -1, "start_frame": -1,
+                "end_frame": -1}
 
 
 class TrajectoryLogError(RuntimeError):
@@ -904,6 +908,11 @@ def clear_stale_write_flags(path: pathlib.Path, idle_seconds: float = 65.0) -> b
                                      f"run `h5clear -s {path}` and resume") from None
         try:
             deadline = time.monotonic() + idle_seconds
+            idle = time.time() - os.fstat(fh.fileno()).st_mtime
+            if idle < idle_seconds:
+                print(f"{path}: left open by a writer that may still be alive on another node; "
+                      f"waiting until it has been unchanged for {idle_seconds:.0f} s "
+                      f"({idle_seconds - idle:.0f} s more)", file=sys.stderr, flush=True)
             while (idle := time.time() - os.fstat(fh.fileno()).st_mtime) < idle_seconds:
                 if time.monotonic() > deadline:  # still being written
                     raise TrajectoryLogError(f"{path}: modified {idle:.0f} s ago; a writer (maybe "
@@ -1006,7 +1015,7 @@ def _write_master_file(tmp_path, infos, num_actions):
                     layout[row:row + info["episodes"]] = h5py.VirtualSource(
                         info["name"], f"episodes/{name}", shape=(info["episodes"],))
                 row += info["episodes"]
-            episodes.create_virtual_dataset(name, layout)
+            episodes.create_virtual_dataset(name, layout, fillvalue=EPISODE_FILL[name])
 
 
 def complete_master(run_dir, last_frame: int, expected_rows: dict | None = None,

@@ -34,6 +34,8 @@ def test_short_run_writes_every_artifact(tmp_path, schedule):
     assert any((tmp_path / "tensorboard").iterdir())
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
     assert int(rows[-1]["frames"]) == summary["frames"]
+    logged = [int(row["frames"]) for row in rows]
+    assert logged == sorted(set(logged)), logged  # one row per frame count
     steps = trajlog.read_steps(tmp_path / "trajectories.h5", fields=["env_id", "global_frame"])
     assert (steps["env_id"] >= 0).all()
     logged_frames = steps["env_id"].size * cfg.frame_skip
@@ -223,7 +225,7 @@ def test_config_file_integral_floats_are_ints(tmp_path):
     assert (cfg.total_frames, cfg.num_envs) == (50_000_000, 8) and type(cfg.total_frames) is int
 
 
-def test_resume_after_kill_9(tmp_path):
+def test_resume_after_kill_9(tmp_path, capsys):
     """A run killed with SIGKILL (an OOM kill, a node's KillWait) after a checkpoint resumes:
     its trajectory file, still marked open for writing, is reopened and continued. Rows are
     flushed rarely here (every 600 s), so only the flush before each checkpoint makes the
@@ -248,9 +250,16 @@ def test_resume_after_kill_9(tmp_path):
         import h5py
         h5py.File(tmp_path / "traj_rank00000.h5", "a", libver="latest")
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["frames"]
+    with open(tmp_path / "metrics.csv", "a") as fh:  # as if logged between checkpoint and kill
+        fh.write(f"{saved + 48},1,1.0,100,nan,0,0.0007,,,\n{saved + 96},2,1.0,100,nan,0,0.0007,,,\n")
     summary = Trainer(tiny_config(tmp_path, total_frames=saved + 800, resume=True,
                                   checkpoint_every=400, log_flush_seconds=0.5)).train()
     assert summary["frames"] >= saved + 800
+    err = capsys.readouterr().err
+    assert "waiting until it has been unchanged for 6 s" in err
+    assert "metrics.csv: dropped 2 rows written after the checkpoint" in err
+    logged = [int(row["frames"]) for row in csv.DictReader(open(tmp_path / "metrics.csv"))]
+    assert logged == sorted(set(logged)) and logged[-1] == summary["frames"], (saved, str(logged))
     frames = trajlog.read_steps(tmp_path / "traj_rank00000.h5", fields=["global_frame"])["global_frame"][:, 0]
     per_step = 4 * 4  # 4 environments, frame skip 4
     assert frames[0] == per_step and (np.diff(frames) == per_step).all(), frames
@@ -264,10 +273,21 @@ def test_resume_after_kill_9(tmp_path):
     (dict(log_dir=""), "log_dir must name a directory, got ''"),
     (dict(log_dir="  "), "log_dir must name a directory"),
     (dict(schedule="impala", env_batch_size=5), r"env_batch_size \(5\) must be <= num_envs \(4\)"),
+    (dict(log_compression="zstd"), "log_compression must be one of lzf, gzip, none, got 'zstd'"),
 ])
 def test_settings_that_only_failed_later_are_refused_up_front(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         tiny_config(tmp_path, **overrides).validate()
+
+
+def test_trajectories_in_gzip_for_any_hdf5_reader(tmp_path):
+    """lzf, the default, is an h5py filter; h5dump, MATLAB and HDF5.jl read gzip as is."""
+    import h5py
+    Trainer(tiny_config(tmp_path, total_frames=320, log_compression="gzip")).train()
+    with h5py.File(tmp_path / "traj_rank00000.h5", "r") as f:
+        assert f.attrs["compression"] == "gzip"
+        assert {f["steps"][name].compression for name in f["steps"]} == {"gzip"}
+        assert f["episodes/return"].compression == "gzip"
 
 
 def test_a_config_file_that_is_not_utf8_is_named(tmp_path):

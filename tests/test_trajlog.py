@@ -388,7 +388,10 @@ def test_master_file_needs_its_rank_files(small_run, tmp_path):
                                   trajlog.read_episodes(trajlog.rank_file(small_run, 0))["return"])
     alone = tmp_path / trajlog.MASTER_FILE
     alone.write_bytes(master.read_bytes())
-    # HDF5 read the missing rank file as fill values: 30 episodes of return 0, length 0
+    # plain h5py reads fill values where the rank file is missing, never a plausible episode
+    with h5py.File(alone, "r") as f:
+        assert (f["episodes/env_id"][()] == -1).all() and np.isnan(f["episodes/return"][()]).all()
+        assert (f["episodes/length"][()] == -1).all() and (f["steps/env_id"][()] == -1).all()
     with pytest.raises(trajlog.TrajectoryLogError,
                        match=re.escape(f"{alone}: its rank file traj_rank00000.h5 is missing")):
         trajlog.read_episodes(alone)
