@@ -60,6 +60,20 @@ class Budget:
         return self.seconds - self.used()
 
 
+_PARTIAL_OUT = None  # main() sets it: the phase's --out
+
+
+def _save_partial(rep):
+    """Write the results so far: a phase that the shell's timeout kills (an NVRTC compile
+    that was not cached in time) still reports every run it finished."""
+    if _PARTIAL_OUT:
+        tmp = _PARTIAL_OUT + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(dict(status="partial: the phase was stopped before its end", **rep), fh,
+                      indent=1, default=str)
+        os.replace(tmp, _PARTIAL_OUT)
+
+
 def _opts(args, **kw):
     o = dict(kw)
     if args.dry_run:
@@ -248,6 +262,7 @@ def phase_exact(args, budget):
         except Exception as exc:  # noqa: BLE001
             rep["results"][f"{game}/{design}"] = dict(error=repr(exc), trace=traceback.format_exc()[-2000:])
         _free_pool(args)
+        _save_partial(rep)
     if args.nvrtc_marker and not args.dry_run:
         # the NVRTC-built kernels too (CuPy adds -ftz=true there), when compiled in time
         ready = all(os.path.exists(f"{args.nvrtc_marker}.{p}") for p in ("base", "split"))
@@ -311,7 +326,7 @@ def phase_throughput(args, budget):
     per_game = budget.left() / len(games)
     for game in games:
         gb = Budget(min(per_game, budget.left()))
-        rows = []
+        rows = rep["results"][game] = []
         last_step, prev_n = 0.0, 1
         for n in sizes:
             if not args.dry_run:
@@ -333,6 +348,7 @@ def phase_throughput(args, budget):
                                                        output="numpy" if args.dry_run else "cupy"))
                 r = _time_steps(env, args, gb, args.min_time, args.max_steps)
                 rows.append(r)
+                _save_partial(rep)
                 last_step, prev_n = r["seconds"] / r["steps"], n
                 del env
             except Exception as exc:  # noqa: BLE001
@@ -340,7 +356,6 @@ def phase_throughput(args, budget):
                 _free_pool(args)
                 break
             _free_pool(args)
-        rep["results"][game] = rows
     return rep
 
 
@@ -364,6 +379,7 @@ def phase_designs(args, budget):
         except Exception as exc:  # noqa: BLE001
             r = dict(design=design, block=block, pixel_block=pblock, error=repr(exc))
         rep["results"].append(r)
+        _save_partial(rep)
     return rep
 
 
@@ -404,6 +420,7 @@ def phase_hybrid(args, budget):
                 r = dict(num_envs=n, backend=backend, error=repr(exc), trace=traceback.format_exc()[-1500:])
             rep["results"].append(r)
             _free_pool(args)
+            _save_partial(rep)
     return rep
 
 
@@ -469,6 +486,8 @@ def main(argv=None):
         return 0
     budget = Budget(args.budget)
     t0 = time.perf_counter()
+    global _PARTIAL_OUT
+    _PARTIAL_OUT = args.out
     try:
         rep = dict(status="ok", **PHASES[args.phase](args, budget))
     except Exception as exc:  # noqa: BLE001

@@ -290,7 +290,10 @@ class CupyDevice:
     def _fn(self, name):
         f = self._fns.get(name)
         if f is None:
-            f = self._fns[name] = self.module_for(KERNEL_PART.get(name, "base")).get_function(name)
+            # get_function loads the module on the current device (CuPy 14): make it ours,
+            # or a rank on device k would load it, and open a context, on device 0 too
+            with self.device:
+                f = self._fns[name] = self.module_for(KERNEL_PART.get(name, "base")).get_function(name)
         return f
 
     def load(self, name: str) -> None:
@@ -304,7 +307,8 @@ class CupyDevice:
         per block). CuPy reads it from the driver (RawKernel.attributes)."""
         limit = self._limits.get(name)
         if limit is None:
-            limit = self._limits[name] = int(self._fn(name).attributes["max_threads_per_block"])
+            with self.device:
+                limit = self._limits[name] = int(self._fn(name).attributes["max_threads_per_block"])
         return limit
 
     def launch(self, name: str, threads: int, block: int, args) -> None:

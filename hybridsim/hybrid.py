@@ -166,18 +166,19 @@ class HybridEngine:
         return check_action_indices(host, n, num_actions)
 
     def _host_buffers(self, m, with_final):
-        key = (m, with_final)
-        b = self._pinned.get(key)
+        """Pinned rows for the CPU part's results: one set for all its environments, of
+        which a step uses the first m (a cache per m would pin new memory for every mask)."""
+        b = self._pinned.get(with_final)
         if b is None:
-            p = self.dev.pinned_empty
-            b = dict(obs=p((m, self.obs_bytes), np.uint8), reward=p(m, np.int32), terminated=p(m, np.uint8),
-                     truncated=p(m, np.uint8), lives=p(m, np.int32), frame_number=p(m, np.int32),
-                     episode_frame_number=p(m, np.int32))
+            p, rows = self.dev.pinned_empty, self.cpu_envs
+            b = dict(obs=p((rows, self.obs_bytes), np.uint8), reward=p(rows, np.int32),
+                     terminated=p(rows, np.uint8), truncated=p(rows, np.uint8), lives=p(rows, np.int32),
+                     frame_number=p(rows, np.int32), episode_frame_number=p(rows, np.int32))
             if with_final:
-                b["final_obs"] = p((m, self.obs_bytes), np.uint8)
-                b["has_final"] = p(m, np.uint8)
-            self._pinned[key] = b
-        return b
+                b["final_obs"] = p((rows, self.obs_bytes), np.uint8)
+                b["has_final"] = p(rows, np.uint8)
+            self._pinned[with_final] = b
+        return {k: v[:m] for k, v in b.items()}
 
     @staticmethod
     def _rows2d(a, n):
@@ -225,7 +226,14 @@ class HybridEngine:
             for k, v in h.items():
                 if outs.get(k) is None:
                     continue
-                if prefix:
+                if k == "final_obs":
+                    # the engine writes only the rows that ended; the others hold an older
+                    # step's, and the output's rows are zeros, as on the other backends
+                    ended = np.flatnonzero(h["has_final"])
+                    if len(ended):
+                        rows = ended if prefix else rc[ended]
+                        outs[k][xp.asarray(rows)] = xp.asarray(v[ended])
+                elif prefix:
                     self.dev.copy_to_device(outs[k][:m], v)
                 else:
                     outs[k][xp.asarray(rc)] = xp.asarray(v)

@@ -78,7 +78,7 @@ fi
 run_tests() {
   # not the emulated-device tests: they build the host-emulation library first (minutes)
   cd tests && "$PY" -m pytest -q -rs test_gpu_device.py test_gpu_emulated.py \
-    -k "(device or balance) and not emulated_engines" \
+    -k "(device or balance) and not emulated_engines and not copies_where" \
     -p no:cacheprovider >"$OUT/pytest.log" 2>&1
   local rc=$?
   tail -5 "$OUT/pytest.log"

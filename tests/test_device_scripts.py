@@ -42,3 +42,30 @@ def test_device_scaling_dry_run(tmp_path):
     assert report["phases"]["allreduce_gloo"]["gradient_path"].startswith("gloo")
     assert report["phases"]["allreduce_mpi"]["median_ms"] > 0
     assert report["phases"]["node"]["launcher"]["mpi4py"]
+
+
+def test_a_phase_stopped_midway_keeps_the_runs_it_finished(tmp_path, monkeypatch):
+    """device_check.sh kills a phase at its time limit (an NVRTC compile not cached in
+    time): the runs done by then are in its JSON file, marked partial."""
+    import importlib.util
+
+    import hybridsim
+    spec = importlib.util.spec_from_file_location("gpu_bench", REPO / "benchmarks" / "gpu_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(hybridsim, "AtariVectorEnv", lambda *a, **kw: object())
+    runs = []
+
+    def compare_run(cpu, other, steps, budget, seed=11):
+        runs.append(steps)
+        if len(runs) == 2:
+            raise KeyboardInterrupt  # stands for the shell's SIGKILL: no `except` runs
+        return dict(equal=True, steps=steps)
+
+    monkeypatch.setattr(bench, "_compare_run", compare_run)
+    out = tmp_path / "exact.json"
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["exact", "--out", str(out), "--dry-run", "--games", "pong", "breakout", "--budget", "60"])
+    saved = json.loads(out.read_text())
+    assert saved["status"].startswith("partial") and list(saved["results"]) == ["pong/split"]
+    assert saved["results"]["pong/split"]["equal"] is True

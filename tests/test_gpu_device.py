@@ -67,3 +67,10 @@ def test_hybrid_equals_cpu(cpu_envs):
     s = hyb._engine.split
     assert s["cpu_envs"] + s["gpu_envs"] == 48
     assert _compare(cpu, hyb, steps=200) >= 1
+
+
+def test_hybrid_same_step_final_obs():
+    """final_obs rows of CPU-part environments that did not end are zeros, as on the CPU."""
+    cpu, hyb = _pair("breakout", 32, "hybrid", dict(cpu_envs=16), emulate=False, autoreset_mode="SameStep",
+                     episodic_life=True, repeat_action_probability=0.25)
+    assert _compare(cpu, hyb, steps=120) >= 2

@@ -120,6 +120,14 @@ def test_emulated_gpu_same_step_autoreset_rgb(emulation_library, design):
     assert _compare(cpu, gpu, steps=150) >= 2
 
 
+def test_emulated_hybrid_same_step_autoreset(emulation_library):
+    """final_obs rows of CPU-part environments that did not end are zeros, as on the other
+    backends (the pinned rows kept an earlier episode's last frame)."""
+    cpu, hyb = _pair("breakout", 6, "hybrid", dict(cpu_envs=3, cpu_threads=1), autoreset_mode="SameStep",
+                     episodic_life=True, repeat_action_probability=0.25)
+    assert _compare(cpu, hyb, steps=150) >= 3
+
+
 def test_emulated_gpu_partial_reset_and_snapshot(emulation_library):
     cpu, gpu = _pair("breakout", 4, "gpu", dict(design="split"), repeat_action_probability=0.25)
     _compare(cpu, gpu, steps=20)
