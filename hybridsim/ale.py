@@ -23,14 +23,18 @@ PLAYER_B_NOOP = 18  # ALE's id of player B's NOOP
 class ALEState:
     """An opaque emulator snapshot, like ale_py.ALEState (serialize() gives bytes)."""
 
-    def __init__(self, data: bytes, rom_md5: str = "", frame_number: int = 0,
-                 episode_frame_number: int = 0, mode: int = 0, difficulty: int = 0):
+    def __init__(self, data: bytes, rom_md5: str = "", frame_number: int | None = None,
+                 episode_frame_number: int | None = None, mode: int | None = None,
+                 difficulty: int | None = None):
         self._data = bytes(data)
         self._rom_md5 = rom_md5
-        self._frame_number = frame_number
-        self._episode_frame_number = episode_frame_number
-        self._mode = mode
-        self._difficulty = difficulty
+        # ALEState(serialized bytes), as ale-py's, reads the numbers from the bytes
+        held = (frame_number, episode_frame_number, mode, difficulty)
+        if None in held:
+            from hybridsim._console import state_summary
+            summary = state_summary(self._data) or (0, 0, 0, 0)
+            held = tuple(summary[k] if v is None else v for k, v in enumerate(held))
+        self._frame_number, self._episode_frame_number, self._mode, self._difficulty = held
 
     def serialize(self) -> bytes:
         return self._data
@@ -284,7 +288,9 @@ class ALEInterface:
         return None if out is not None else screen
 
     def getScreenGrayscale(self, out: np.ndarray | None = None):
-        if isinstance(out, np.ndarray) and out.ndim == 3 and out.shape[2] == 1:  # ale-py fills (H, W, 1) too
+        # (H, W, 1), the shape of a gymnasium grayscale observation, is filled too (ale-py
+        # 0.12.1 refuses it: "Expected a numpy array with two dimensions")
+        if isinstance(out, np.ndarray) and out.ndim == 3 and out.shape[2] == 1:
             self._require_rom().get_screen_grayscale(out[:, :, 0])  # a view: never a copy
             return None
         screen = self._require_rom().get_screen_grayscale(out)

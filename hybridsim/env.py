@@ -70,13 +70,17 @@ class AtariEnv(ale_py.env.AtariEnv):
         if not (type(action) is int and 0 <= action < len(self._action_set)):
             # numpy ints and 0-d int arrays; a Python bool is an int (and in gymnasium's
             # Discrete, and ale-py plays it), numpy's bool is neither: refused like the rest
-            index = np.asarray(action)
-            if index.shape != () or (index.dtype.kind not in "iu" and type(action) is not bool):
-                raise TypeError(f"action must be an int index into the action set, got {action!r}")
-            if not 0 <= int(index) < len(self._action_set):
+            if isinstance(action, (int, np.integer)):  # also ints beyond int64 (2**70)
+                value = int(action)
+            else:
+                index = np.asarray(action)
+                if index.shape != () or index.dtype.kind not in "iu":
+                    raise TypeError(f"action must be an int index into the action set, got {action!r}")
+                value = int(index)
+            if not 0 <= value < len(self._action_set):
                 size = len(self._action_set)
                 raise ActionOutOfRangeError(f"action must be in 0..{size - 1} (the action set has "
-                                            f"{size} actions), got {int(index)}")
+                                            f"{size} actions), got {value}")
         return super().step(int(action))
 
     @staticmethod

@@ -238,6 +238,24 @@ MODE_STEPS = {"act": 0, "select": 1, "soft_reset": 2}
 cdef bytes STATE_MAGIC = b"HSENV2"
 
 
+def state_summary(state):
+    """(frame_number, episode_frame_number, mode, difficulty) held in Emulator.clone_state()'s
+    bytes, or None for bytes of another shape (ALEState(bytes) reads them, as ale-py's does)."""
+    state = bytes(state)
+    cdef Py_ssize_t head = len(STATE_MAGIC) + 16 + 1
+    if len(state) != head + sizeof(AleEnv) or not state.startswith(STATE_MAGIC):
+        return None
+    cdef AleEnv* env = <AleEnv*>malloc(sizeof(AleEnv))
+    if env == NULL:
+        raise MemoryError("cannot allocate a state")
+    cdef const char* raw = state
+    memcpy(env, raw + head, sizeof(AleEnv))
+    summary = (int(env.frame_number), int(env.episode_frame_number), int(env.cfg.mode),
+               int(env.cfg.difficulty))
+    free(env)
+    return summary
+
+
 def tia_render_selftest(uint32_t seed=1, int trials=100000, simd=None):
     """Random TIA states through the fast and the reference renderer: mismatch count.
     simd=True / False forces the fast renderer's AVX2 / portable pixel loop (None: the
@@ -629,12 +647,17 @@ cdef class Emulator:
         return out
 
     def clone_state(self, include_rng=False):
-        """Bytes: magic, ROM/config fingerprint (16), include_rng flag (1), AleEnv."""
+        """Bytes: magic, ROM/config fingerprint (16), include_rng flag (1), AleEnv (its
+        settings zeroed but for the mode and the difficulty)."""
         cdef AleEnv* copy = <AleEnv*>malloc(sizeof(AleEnv))
         if copy == NULL:
             raise MemoryError("cannot allocate a state")
         memcpy(copy, self.env, sizeof(AleEnv))
         env_clone_canonical(copy[0], bool(include_rng))
+        # the settings are zeroed (a restore keeps the live ones) but for the mode and the
+        # difficulty: ale-py's serialized states hold them, and ALEState(bytes) reports them
+        copy.cfg.mode = self.env.cfg.mode
+        copy.cfg.difficulty = self.env.cfg.difficulty
         cdef bytes body = (<char*>copy)[:sizeof(AleEnv)]
         free(copy)
         return STATE_MAGIC + self.fingerprint + (b"\x01" if include_rng else b"\x00") + body

@@ -158,3 +158,23 @@ def test_shallow_copy_shares_the_engine_as_in_ale_py():
             with pytest.raises(TypeError):
                 refused(env)
         env.close()
+
+
+def test_a_state_made_from_bytes_knows_its_frames_mode_and_difficulty():
+    """ALEState(serialized bytes) reads them from the bytes in ale-py; they were zeros here."""
+    import ale_py
+    seen = {}
+    for name, a, state_type in (("ale-py", ale_py.ALEInterface(), ale_py.ALEState),
+                                ("hybridsim", ALEInterface(), ALEState)):
+        a.setInt("random_seed", 0)
+        a.setFloat("repeat_action_probability", 0.0)
+        a.loadROM(str(rom_path("breakout")))
+        a.setMode(4)
+        a.setDifficulty(1)
+        a.reset_game()
+        for _ in range(77):
+            a.act(1)
+        s = state_type(a.cloneState().serialize())
+        seen[name] = (s.getFrameNumber(), s.getEpisodeFrameNumber(), s.getCurrentMode(), s.getDifficulty())
+    assert seen["hybridsim"] == seen["ale-py"] and seen["ale-py"][2:] == (4, 1), seen
+    assert ALEState(b"not a state").getFrameNumber() == 0  # refused later, by restoreState
