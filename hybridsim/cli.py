@@ -96,14 +96,16 @@ def _cmd_verify(args) -> int:
     else:
         raise ValueError("name games with --games a,b or pass --all")
     _require_at_least(args, frames=1, screen_every=1, reset_every=0, seed=0)
+    if args.seed >= 2**31:  # ALE's random_seed is a C int
+        raise ValueError(f"--seed must be < 2**31 (ALE's random_seed is a C int), got {args.seed}")
     for name in names:
         games_table.require_ale_py_loadable(name, "verify compares with ale-py")
         entry = games_table.by_name(name)
-        for option, value, valid in (("--mode", args.mode, entry["modes"]),
-                                     ("--difficulty", args.difficulty, entry["difficulties"])):
+        for option, value, valid, plural in (("--mode", args.mode, entry["modes"], "modes"),
+                                             ("--difficulty", args.difficulty, entry["difficulties"],
+                                              "difficulties")):
             if value is not None and value not in valid:
-                raise ValueError(f"{name}: {option} {value} is not one of its "
-                                 f"{option[2:]}s {valid}")
+                raise ValueError(f"{name}: {option} {value} is not one of its {plural} {valid}")
     inexact = 0
     for name in names:
         result = verify.verify(ale_py.ALEInterface, ALEInterface, roms.rom_path(name), game=name,

@@ -282,7 +282,7 @@ class Trainer:
                     why = "is not a directory" if self.log_dir.exists() else "does not exist"
                     raise FileNotFoundError(f"--resume: no checkpoint at {self.checkpoint_path()} "
                                             f"({self.log_dir} {why})")
-                self.log_dir.mkdir(parents=True, exist_ok=True)
+                _make_run_directory(self.log_dir)
                 self.run_lock = RunLock(self.log_dir, notice=_note).acquire()
                 decision = None if cfg.resume else _fresh_run_decision(self.log_dir)
             except FileNotFoundError as exc:
@@ -906,6 +906,11 @@ class Trainer:
         return need
 
     def _hold_reserve(self):
+        if self.rank == 0:  # reserves of ranks a resume with fewer ranks does not have
+            for path in self.log_dir.glob(".disk_reserve_rank*"):
+                if path.name[len(".disk_reserve_rank"):].isdigit() and \
+                        int(path.name[len(".disk_reserve_rank"):]) >= self.world_size:
+                    path.unlink(missing_ok=True)
         if not self.cfg.disk_reserve:
             return
         need = self._reserve_bytes()
@@ -1255,6 +1260,17 @@ def _drop_metrics_after(path: pathlib.Path, frames: int) -> None:
         return
     print(f"{path}: dropped {len(lines) - len(keep)} rows written after the checkpoint "
           f"({frames:,} frames)", file=sys.stderr)
+
+
+def _make_run_directory(path: pathlib.Path) -> None:
+    """mkdir -p, its refusals as OSErrors that are not FileNotFoundError (that one means a
+    missing checkpoint here) and that say what is wrong with the path."""
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError("it is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OSError(f"cannot make it ({exc.strerror or exc})") from None
 
 
 def _csv_line(values) -> str:

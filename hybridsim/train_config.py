@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 OPTIMIZERS = ("rmsprop_tf", "rmsprop", "adam")
 OBS_NORMALIZATIONS = ("scale", "running")
@@ -178,6 +179,11 @@ class TrainConfig:
             (self.stall_timeout >= 0, f"stall_timeout must be >= 0 seconds (0: off), got {self.stall_timeout}"),
             (self.num_threads >= 0, f"num_threads must be >= 0 (0: all cores), got {self.num_threads}"),
             (self.torch_threads >= 0, f"torch_threads must be >= 0 (0: all cores), got {self.torch_threads}"),
+            # torch segfaults at 99,999 threads and crawls at 5,000: more than the cores
+            # this process may use is a mistake (a typo, or another node's core count)
+            (self.torch_threads <= len(os.sched_getaffinity(0)),
+             f"torch_threads must be <= the {len(os.sched_getaffinity(0))} cores this process may use "
+             f"(0: all of them), got {self.torch_threads}"),
         ]
         checks.append((bool(str(self.log_dir).strip()),
                        f"log_dir must name a directory, got {self.log_dir!r}"))

@@ -274,6 +274,7 @@ def test_resume_after_kill_9(tmp_path, capsys):
     (dict(log_dir="  "), "log_dir must name a directory"),
     (dict(schedule="impala", env_batch_size=5), r"env_batch_size \(5\) must be <= num_envs \(4\)"),
     (dict(log_compression="zstd"), "log_compression must be one of lzf, gzip, none, got 'zstd'"),
+    (dict(torch_threads=99999), r"torch_threads must be <= the \d+ cores this process may use"),
 ])
 def test_settings_that_only_failed_later_are_refused_up_front(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -288,6 +289,21 @@ def test_trajectories_in_gzip_for_any_hdf5_reader(tmp_path):
         assert f.attrs["compression"] == "gzip"
         assert {f["steps"][name].compression for name in f["steps"]} == {"gzip"}
         assert f["episodes/return"].compression == "gzip"
+
+
+def test_a_log_dir_that_cannot_be_a_directory_is_named(tmp_path):
+    (tmp_path / "afile").write_text("")
+    for log_dir, why in ((tmp_path / "afile", "it is a file, not a directory"),
+                         (tmp_path / "afile" / "sub", r"cannot make it \(Not a directory\)")):
+        with pytest.raises(Exception, match=f"{log_dir}: cannot take the run directory: {why}"):
+            Trainer(tiny_config(log_dir, total_frames=320))
+
+
+def test_a_resume_with_fewer_ranks_drops_their_disk_reserves(tmp_path):
+    Trainer(tiny_config(tmp_path, total_frames=320)).train()
+    (tmp_path / ".disk_reserve_rank00001").write_bytes(b"x" * 1000)  # a 2-rank run's
+    Trainer(tiny_config(tmp_path, total_frames=640, resume=True)).train()
+    assert not (tmp_path / ".disk_reserve_rank00001").exists()
 
 
 def test_a_config_file_that_is_not_utf8_is_named(tmp_path):

@@ -88,7 +88,8 @@ def test_verify_takes_game_names_as_train_does(capsys):
     (["bench", "--vector", "--envpool-python", "/nonexistent/python"],
      "--envpool-python /nonexistent/python: not an interpreter that can import envpool"),
     (["verify", "--games", "pong", "--mode", "99"], "pong: --mode 99 is not one of its modes"),
-    (["verify", "--games", "pong", "--difficulty", "7"], "pong: --difficulty 7 is not one of its"),
+    (["verify", "--games", "pong", "--difficulty", "7"], "pong: --difficulty 7 is not one of its difficulties"),
+    (["verify", "--games", "pong", "--seed", str(2**31)], "--seed must be < 2**31"),
     (["info", "--brief", "--json"], "--brief prints one fixed line"),
     (["info", "--brief", "--sections", "host"], "--brief prints one fixed line"),
 ])
