@@ -61,6 +61,11 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
         raise NotADirectoryError(f"--out {out_dir}: is a file, not a directory")
     out_dir.mkdir(parents=True, exist_ok=True)
     per_rank, all_episodes, actions_total, curves = {}, [], None, []
+    attrs = {}
+    for path in files:
+        with trajlog.open_trajectory_file(path) as f:
+            attrs[path] = dict(f.attrs)
+    trajlog.check_one_run(attrs)
     for path in files:
         with trajlog.open_trajectory_file(path) as f:
             n = trajlog.common_rows(f["episodes"])

@@ -70,6 +70,9 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
     except RuntimeError as exc:
         raise ValueError(f"{checkpoint}: its network does not match its settings: {exc}") from None
     model.eval()
+    if not random_policy and not all(bool(torch.isfinite(t).all()) for t in model.state_dict().values()
+                                     if t.is_floating_point()):
+        raise ValueError(f"{checkpoint}: its network holds NaN or infinite weights (training diverged)")
     generator = torch.Generator().manual_seed(seed)
     obs, _ = vec.reset(seed=seed)
     # Each environment owns a fixed quota of episodes, so the score does not favour the

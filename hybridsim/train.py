@@ -23,6 +23,7 @@ import pathlib
 import pickle
 import sys
 import time
+import uuid
 import zlib
 
 import numpy as np
@@ -66,7 +67,37 @@ def read_checkpoint(path, map_location=None) -> dict:
     if not isinstance(state["config"], dict):
         raise ValueError(f"{path}: not a hybridsim checkpoint (its config is a "
                          f"{type(state['config']).__name__})")
+    problem = _checkpoint_problem(state)
+    if problem:
+        raise ValueError(f"{path}: damaged checkpoint: {problem}")
     return state
+
+
+def _checkpoint_problem(state: dict) -> str | None:
+    """What is wrong with a loaded checkpoint's fields, before anything uses them: its
+    config's values have their settings' kinds (text, number, flag) and name a game, the
+    counters are counts, the network a state dict."""
+    config = state["config"]
+    if not isinstance(config.get("game"), str):
+        return f"its config names no game (game: {config.get('game')!r})"
+    for field in dataclasses.fields(TrainConfig):
+        default, value = field.default, config.get(field.name)
+        if field.name not in config or default is None or default is dataclasses.MISSING:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        fits = (isinstance(value, bool) if isinstance(default, bool)
+                else number or isinstance(value, bool) if isinstance(default, (int, float))
+                else isinstance(value, type(default)))
+        if not fits:
+            kind = ("true/false" if isinstance(default, bool) else "number"
+                    if isinstance(default, (int, float)) else type(default).__name__)
+            return f"config {field.name} is {value!r}, not a {kind} value"
+    for key in ("frames", "updates"):
+        if isinstance(state[key], bool) or not isinstance(state[key], int) or state[key] < 0:
+            return f"{key} is {state[key]!r}, not a count"
+    if not isinstance(state["model"], dict):
+        return f"its network is a {type(state['model']).__name__}, not a state dict"
+    return None
 
 
 def existing_run_files(log_dir: pathlib.Path) -> list[str]:
@@ -327,6 +358,9 @@ class Trainer:
         # noise from (seed, e, its own step counter), so results do not depend on the split.
         self.env_ids = dist.env_block(rank, cfg.num_envs)
         self.env_seed = cfg.seed + int(self.env_ids[0])
+        # names the run in every rank file (a resume keeps it): readers refuse a directory
+        # whose files come from different runs
+        self.run_id = self.comm.bcast(uuid.uuid4().hex if rank == 0 else None)
         self.action_counters = np.zeros(cfg.num_envs, dtype=np.uint64)
         env_batch = 0
         if cfg.schedule == "impala":
@@ -365,6 +399,7 @@ class Trainer:
         # on resume: this rank's trajectory rows at the checkpoint, and whether its
         # environments restart from their seeds (trajlog records a gap or a restart)
         self._resume_traj_rows = None
+        self._resume_traj_file_id = None  # the file the checkpoint's rows went into
         self._resume_restarts_envs = False
         self._resume_impala = None  # the checkpoint's checked impala state, for restored envs
         self._loop_state: dict = {}
@@ -464,8 +499,10 @@ class Trainer:
                 min_flush_seconds=min(2.0, self.cfg.log_flush_seconds),
                 resume_after_frame=self.frames if self.cfg.resume else None,
                 resume_expected_rows=self._resume_traj_rows, resume_restarts_envs=self._resume_restarts_envs,
+                resume_file_id=self._resume_traj_file_id,
                 num_actions=self.num_actions, observations=obs,
                 attrs={"game": self.cfg.game, "rank": self.rank, "world_size": self.world_size,
+                       "run_id": self.run_id,
                        "config": dataclasses.asdict(self.cfg), "seed": self.cfg.seed,
                        "env_seed": self.env_seed, "package_versions": _package_versions(),
                        "git_revision": _git_revision()})
@@ -605,7 +642,7 @@ class Trainer:
                 "torch_rng": torch.get_rng_state(), "action_counters": self.action_counters,
                 "config": dataclasses.asdict(self.cfg), "num_actions": self.num_actions,
                 "obs_shape": self.obs_shape, "episodes": self.all_episodes,
-                "world_size": self.world_size,
+                "world_size": self.world_size, "run_id": self.run_id,
                 "rank_states": self._rank_states}
 
     def save_checkpoint(self, path=None) -> pathlib.Path | None:
@@ -636,6 +673,7 @@ class Trainer:
         return {"env_state": env_state, "env_state_codec": None if env_state is None else "zlib",
                 "episode_tracker": self.episodes.state(),
                 "traj_rows": None if self.traj is None else self.traj.steps_logged,
+                "traj_file_id": None if self.traj is None else self.traj.file_id,
                 "impala_in_flight": self._impala_resume_state()}
 
     def _impala_resume_state(self) -> dict | None:
@@ -702,6 +740,7 @@ class Trainer:
             raise ValueError(f"--resume: {path} holds another network: {exc}") from None
         self.optimizer.load_state_dict(state["optimizer"])
         self.frames, self.updates = state["frames"], state["updates"]
+        self.run_id = state.get("run_id") or self.run_id
         torch.set_rng_state(state["torch_rng"])
         if state.get("world_size", 1) == self.world_size:
             self.action_counters[:] = state["action_counters"][:len(self.action_counters)]
@@ -720,6 +759,7 @@ class Trainer:
         else:
             self._skip_unknown_episode_starts(rank_states, saved.get("num_envs"))
         self._resume_traj_rows = mine.get("traj_rows")
+        self._resume_traj_file_id = mine.get("traj_file_id")
         env_state = _decoded_env_state(mine, path, self.rank)
         impala = mine.get("impala_in_flight")
         if env_state is not None and self.cfg.schedule == "impala":

@@ -121,7 +121,7 @@ class TrajectoryWriter:
                  min_free_bytes: int | None = DEFAULT_MIN_FREE_BYTES,
                  flush_seconds: float | None = None, flush_bytes: int = DEFAULT_FLUSH_BYTES,
                  min_flush_seconds: float | None = None, resume_expected_rows: int | None = None,
-                 resume_restarts_envs: bool = False):
+                 resume_restarts_envs: bool = False, resume_file_id: str | None = None):
         """Create the file, or with `resume_after_frame` reopen an existing one and drop the
         rows logged after that global frame (they will be produced again by the resumed run).
 
@@ -133,7 +133,10 @@ class TrajectoryWriter:
         was written (the trainer flushes first): fewer rows up to that frame mean rows were
         lost (a kill before they reached the file), recorded as a gap in the root attribute
         `gaps`; `resume_restarts_envs` says the environments restart from their seeds at
-        this frame (a backend without snapshots), recorded in `restarts`. Replay reads both."""
+        this frame (a backend without snapshots), recorded in `restarts`. Replay reads both.
+        `resume_file_id`, the file's `file_id` the checkpoint recorded, refuses another
+        run's file put in its place; a missing file is started anew at the checkpoint's
+        frame, the rows before it recorded as a gap."""
         if batch_size < 1 or num_actions < 1:
             raise ValueError(f"batch_size and num_actions must be >= 1, got {batch_size}, {num_actions}")
         self.path = pathlib.Path(path)
@@ -163,7 +166,8 @@ class TrajectoryWriter:
         kw = self._dataset_kw = _dataset_kwargs(compression)
         self._alive = None  # a shared lock on the file while this writer lives (see _hold_alive)
         if resume_after_frame is not None and self.path.exists():
-            self._reopen(resume_after_frame, resume_expected_rows, resume_restarts_envs)
+            self._reopen(resume_after_frame, resume_expected_rows, resume_restarts_envs, resume_file_id)
+            self.file_id = str(self.file.attrs.get("file_id", ""))
             self._open_datasets()
             self._hold_alive()
             return
@@ -173,7 +177,7 @@ class TrajectoryWriter:
             raise TrajectoryLogError(f"{self.path}: cannot create trajectory file: {exc}") from exc
         f = self.file
         f.attrs["format_version"] = FORMAT_VERSION
-        f.attrs["file_id"] = uuid.uuid4().hex  # a master file checks it is reading this file
+        f.attrs["file_id"] = self.file_id = uuid.uuid4().hex  # masters and resumes check it
         f.attrs["compression"] = compression or "none"
         for key, value in (attrs or {}).items():
             f.attrs[key] = value if isinstance(value, (int, float, str, np.number)) else json.dumps(value)
@@ -190,6 +194,14 @@ class TrajectoryWriter:
                                     chunks=(1024,), **kw)
         if observations is not None:
             self._create_observations(f, observations, kw)
+        if resume_after_frame is not None and resume_expected_rows:
+            # the file the checkpoint's rows went into is gone (deleted, moved, not copied)
+            f.attrs["gaps"] = json.dumps([[0, int(resume_after_frame)]])
+            if resume_restarts_envs:
+                f.attrs["restarts"] = json.dumps([int(resume_after_frame)])
+            print(f"warning: {self.path}: missing; the {resume_expected_rows} step rows the "
+                  f"checkpoint counted (up to frame {resume_after_frame}) are not in the new file "
+                  f"started here; recorded in its `gaps` attribute", file=sys.stderr)
         f.swmr_mode = True  # every dataset exists now; readers may attach while we append
         self._open_datasets()
         self._hold_alive()
@@ -234,17 +246,25 @@ class TrajectoryWriter:
         self._buffers["behavior_logits"] = np.empty((rows, b, a), np.float32)
         self._buffered = 0
 
-    def _reopen(self, last_frame: int, expected_rows: int | None, restarts_envs: bool):
+    def _reopen(self, last_frame: int, expected_rows: int | None, restarts_envs: bool,
+                file_id: str | None):
         _check_superblock(self.path)
         # the writer of a killed or aborted job; it flushed at least every flush_seconds
-        clear_stale_write_flags(self.path, idle_seconds=2 * (self.flush_seconds or 30.0) + 5.0)
+        killed = clear_stale_write_flags(self.path, idle_seconds=2 * (self.flush_seconds or 30.0) + 5.0)
         try:
             self.file = h5py.File(self.path, "a", libver="latest")
         except OSError as exc:
             raise TrajectoryLogError(f"{self.path}: cannot reopen trajectory file to resume: {exc}") from exc
         try:
-            # lengths may differ after a kill inside a flush: the resume cuts them to the shortest
-            _check_contents(self.file, self.path, master_ok=False, lengths=False)
+            held = str(self.file.attrs.get("file_id", ""))
+            if file_id and held != file_id:
+                raise TrajectoryLogError(
+                    f"{self.path}: not the trajectory file this run's checkpoint wrote into (its "
+                    f"file_id is {held or 'missing'}, the checkpoint's {file_id}): another run's "
+                    f"file? Move it away and resume: a new file then starts at the checkpoint")
+            # lengths may differ after a kill inside a flush (the resume cuts them to the
+            # shortest); in a file its writer closed they are damage
+            _check_contents(self.file, self.path, master_ok=False, lengths=not killed)
             self._truncate_for_resume(last_frame, expected_rows, restarts_envs)
         except TrajectoryLogError:
             self.file.close()
@@ -272,6 +292,11 @@ class TrajectoryWriter:
                 raise TrajectoryLogError(
                     f"{self.path}: logs observations of shape {obs['frames'].shape[1:]}, this run "
                     f"{tuple(self.observations.shape)}; use a new log_dir")
+        for group in (steps, self.file["episodes"], obs):
+            for name, ds in ({} if group is None else group).items():
+                if ds.chunks is None or ds.maxshape[0] is not None:
+                    raise TrajectoryLogError(f"{self.path}: dataset {ds.name} cannot grow (not "
+                                             f"written by hybridsim's TrajectoryWriter); use a new log_dir")
         gaps = json_list_attr(self.file, "gaps")
         restarts = json_list_attr(self.file, "restarts")
         frames = steps["global_frame"][:common_rows(steps)]
@@ -940,6 +965,27 @@ def rank_files(run_dir) -> list[pathlib.Path]:
     return files
 
 
+def check_one_run(files_attrs: dict) -> None:
+    """Rank files read together (a run directory's) must be one run's: each file's `rank`
+    attribute matches its name, and `game` and `run_id` (files since 2026-12) agree.
+    files_attrs: path -> the file's root attributes."""
+    first = None
+    for path, attrs in files_attrs.items():
+        path = pathlib.Path(path)
+        number = path.name[len("traj_rank"):-len(".h5")]
+        if "rank" in attrs and number.isdigit() and int(attrs["rank"]) != int(number):
+            raise TrajectoryLogError(f"{path}: holds rank {int(attrs['rank'])}'s rows, not rank "
+                                     f"{int(number)}'s: a file copied or renamed from elsewhere?")
+        if first is None:
+            first = (path, attrs)
+            continue
+        for key in ("game", "run_id"):
+            a, b = first[1].get(key), attrs.get(key)
+            if a is not None and b is not None and str(a) != str(b):
+                raise TrajectoryLogError(f"{path} and {first[0]} are from different runs ({key} "
+                                         f"{b} vs {a}): a run directory's rank files are read together")
+
+
 def write_master(run_dir) -> pathlib.Path:
     """(Re)write the master file whose virtual datasets stitch the rank files together.
 
@@ -961,6 +1007,7 @@ def write_master(run_dir) -> pathlib.Path:
                 "attrs": dict(f.attrs),
                 "gaps": json_list_attr(f, "gaps"),
             })
+    check_one_run({run_dir / i["name"]: i["attrs"] for i in infos})
     num_actions = {i["actions"] for i in infos}
     if len(num_actions) != 1:
         raise TrajectoryLogError(f"{run_dir}: rank files disagree on the number of actions {num_actions}")

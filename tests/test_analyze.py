@@ -229,3 +229,27 @@ def test_the_returns_curve_is_the_mean_of_the_last_window_episodes(size, window)
     expected = [values[max(0, i - window + 1):i + 1].mean() for i in range(size)]
     np.testing.assert_allclose(analyze.trailing_mean(values, window), expected, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(analyze.trailing_mean(np.full(size, -20.0), window), np.full(size, -20.0))
+
+
+def test_rank_files_of_different_runs_are_not_read_as_one(tmp_path):
+    """A rank file copied in from another run was summarised with this one's (or failed
+    with a numpy broadcast error when its game had other actions)."""
+    import shutil
+
+    from hybridsim.train import TrainConfig, Trainer
+    runs = {}
+    for name, seed in (("mine", 1), ("other", 2)):
+        runs[name] = tmp_path / name
+        Trainer(TrainConfig(game="pong", backend="ale-py", num_envs=2, num_minibatches=1, total_frames=160,
+                            log_dir=str(runs[name]), num_threads=1, torch_threads=1, seed=seed)).train()
+    with h5py.File(runs["mine"] / "traj_rank00000.h5", "r") as f:
+        assert len(f.attrs["run_id"]) == 32
+    copied = runs["mine"] / "traj_rank00001.h5"
+    shutil.copy(runs["other"] / "traj_rank00000.h5", copied)
+    with pytest.raises(trajlog.TrajectoryLogError, match=re.escape(f"{copied}: holds rank 0's rows, not rank 1's")):
+        analyze.analyze(runs["mine"], plots=False)
+    with h5py.File(copied, "a") as f:
+        f.attrs["rank"] = 1  # renamed as if it were this run's rank 1
+    for call in (analyze.analyze, trajlog.write_master):
+        with pytest.raises(trajlog.TrajectoryLogError, match="are from different runs \\(run_id"):
+            call(runs["mine"])

@@ -66,3 +66,27 @@ def test_the_command_names_its_settings_and_prints_json(run_dir):
     result = json.loads(as_json.stdout)
     assert len(result["returns"]) == 2 and result["settings"]["max_episode_frames"] == 800
     assert f"return {result['mean']:.2f}" in text.stdout
+
+
+def _forged(run_dir, tmp_path, name, change):
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    change(state)
+    path = tmp_path / f"{name}.pt"
+    torch.save(state, path)
+    return path
+
+
+@pytest.mark.parametrize("name, change, message", [
+    ("no_game", lambda s: s["config"].pop("game"), "its config names no game"),
+    ("skip_text", lambda s: s["config"].update(frame_skip="four"), "config frame_skip is 'four', not a number value"),
+    ("frames_text", lambda s: s.update(frames="x"), "frames is 'x', not a count"),
+    ("no_network", lambda s: s.update(model=None), "its network is a NoneType, not a state dict"),
+    ("nan_weights", lambda s: [t.fill_(float("nan")) for t in s["model"].values() if t.is_floating_point()],
+     "its network holds NaN or infinite weights"),
+])
+def test_a_damaged_checkpoint_is_named_with_what_is_wrong(run_dir, tmp_path, name, change, message):
+    """These scored pong silently (no game) or failed with a bare TypeError, a torch
+    state-dict or a sampling error that named neither the checkpoint nor the problem."""
+    path = _forged(run_dir, tmp_path, name, change)
+    with pytest.raises(ValueError, match=f"{path}: .*{message}"):
+        evaluate.evaluate(path, episodes=1, num_envs=1)

@@ -306,6 +306,41 @@ def test_a_resume_with_fewer_ranks_drops_their_disk_reserves(tmp_path):
     assert not (tmp_path / ".disk_reserve_rank00001").exists()
 
 
+def test_resume_refuses_another_runs_trajectory_file(tmp_path):
+    """A rank file copied in from another run: appending would mix two runs in one log."""
+    import shutil
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    Trainer(tiny_config(mine, total_frames=320)).train()
+    Trainer(tiny_config(other, total_frames=320, seed=2)).train()
+    shutil.copy(other / "traj_rank00000.h5", mine / "traj_rank00000.h5")
+    before = (mine / "traj_rank00000.h5").read_bytes()
+    with pytest.raises(trajlog.TrajectoryLogError, match="not the trajectory file this run's checkpoint wrote into"):
+        Trainer(tiny_config(mine, total_frames=640, resume=True)).train()
+    assert (mine / "traj_rank00000.h5").read_bytes() == before
+
+
+def test_resume_without_its_trajectory_file_records_the_missing_rows(tmp_path, capsys):
+    Trainer(tiny_config(tmp_path, total_frames=320)).train()
+    (tmp_path / "traj_rank00000.h5").unlink()
+    Trainer(tiny_config(tmp_path, total_frames=640, resume=True)).train()
+    assert "traj_rank00000.h5: missing; the 20 step rows the checkpoint counted" in capsys.readouterr().err
+    with trajlog.open_trajectory_file(tmp_path / "traj_rank00000.h5") as f:
+        assert trajlog.json_list_attr(f, "gaps") == [[0, 320]]
+        assert f["steps/global_frame"][0, 0] > 320
+
+
+def test_resume_refuses_a_closed_file_whose_datasets_differ_in_length(tmp_path):
+    """Damage (a kill inside a flush leaves a flagged file, whose rows the resume cuts)."""
+    import h5py
+    Trainer(tiny_config(tmp_path, total_frames=640)).train()
+    with h5py.File(tmp_path / "traj_rank00000.h5", "a") as f:
+        f["steps/action"].resize(10, axis=0)
+    before = (tmp_path / "traj_rank00000.h5").read_bytes()
+    with pytest.raises(trajlog.TrajectoryLogError, match="traj_rank00000.h5"):
+        Trainer(tiny_config(tmp_path, total_frames=960, resume=True)).train()
+    assert (tmp_path / "traj_rank00000.h5").read_bytes() == before
+
+
 def test_a_config_file_that_is_not_utf8_is_named(tmp_path):
     path = tmp_path / "run.toml"
     path.write_bytes(b'game = "pong"\n\xff\xfe\n')

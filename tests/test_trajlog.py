@@ -480,7 +480,14 @@ def test_datasets_of_unequal_length_are_named(tmp_path):
         f["steps/env_id"].resize(5, axis=0)
     with pytest.raises(trajlog.TrajectoryLogError, match=r"steps datasets differ in length \(action 12, .*env_id 5"):
         trajlog.read_steps(path)
-    # a resume cuts them to the rows every dataset holds (a kill inside a flush)
+    # closed by its writer: a resume refuses it too (it used to cut every dataset to 5 rows)
+    before = path.read_bytes()
+    with pytest.raises(trajlog.TrajectoryLogError, match=r"steps datasets differ in length"):
+        trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=1000)
+    assert path.read_bytes() == before
+    # left open by a killed writer (a kill inside a flush): cut to the rows all of them hold
+    mark_open_for_writing(path)
+    os.utime(path, (time.time() - 100, time.time() - 100))
     with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=1000):
         pass
     assert trajlog.read_steps(path)["action"].shape[0] == 5
