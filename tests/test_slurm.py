@@ -518,3 +518,42 @@ def test_scripts_guard_possibly_empty_arrays():
                 continue
             for name in bare.findall(line):
                 assert name in NEVER_EMPTY, f"{path.name}:{number}: unguarded \"${{{name}[@]}}\": {line.strip()}"
+
+
+def _template_with_fake_launcher(tmp_path):
+    """A copy of mpi_launch/ whose hybridsim-mpirun only records its arguments."""
+    import shutil
+    shutil.copytree(LAUNCH / "slurm", tmp_path / "mpi_launch" / "slurm")
+    fake = tmp_path / "mpi_launch" / "hybridsim-mpirun"
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$(dirname "$0")/args"\n')
+    fake.chmod(0o755)
+    return tmp_path / "mpi_launch" / "args"
+
+
+@pytest.mark.parametrize("name", ["single_node.sbatch", "array.sbatch"])
+def test_a_recipe_keeps_its_settings_but_those_the_job_sets(tmp_path, name):
+    """CONFIG=pong-cpu: the template's own defaults (backend, environments, budget) used to
+    override the recipe's; only the settings the job gives now do."""
+    args_file = _template_with_fake_launcher(tmp_path)
+    base = {k: v for k, v in os.environ.items() if k not in ("GAME", "NUM_ENVS", "SEED", "BACKEND",
+                                                              "TOTAL_FRAMES", "LOG_DIR", "CONFIG")}
+    base.update(HYBRIDSIM_DIR=str(tmp_path), CHECK_PLACEMENT="0", GAMES="pong", SEEDS="3",
+                SLURM_ARRAY_TASK_ID="0", SWEEP_DIR=str(tmp_path / "sweep"))
+
+    def run(**env):
+        proc = subprocess.run(["bash", str(tmp_path / "mpi_launch" / "slurm" / name)], cwd=tmp_path,
+                              env={**base, **env}, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        args = args_file.read_text().split("\n")
+        return args[args.index("--") + 1:]
+
+    recipe = run(CONFIG="pong-cpu")
+    assert "--config" in recipe and recipe[recipe.index("--config") + 1] == "pong-cpu"
+    assert not {"--backend", "--num-envs", "--total-frames"} & set(recipe), recipe
+    if name == "single_node.sbatch":
+        assert recipe[recipe.index("--log-dir") + 1] == "runs/pong-cpu" and "--game" not in recipe
+    given = run(CONFIG="pong-cpu", NUM_ENVS="8")
+    assert given[given.index("--num-envs") + 1] == "8" and "--backend" not in given
+    plain = run()
+    assert plain[plain.index("--backend") + 1] == "cpu" and "--config" not in plain
+    assert plain[plain.index("--total-frames") + 1].isdigit()

@@ -2,6 +2,9 @@
 #   hybridsim_check_placement LAUNCH...   logs where each rank of LAUNCH would run
 #   hybridsim_resume_flag LOG_DIR   prints --resume when LOG_DIR/checkpoint.pt exists
 #   hybridsim_budget              prints TOTAL_FRAMES, or the number in $TOTAL_FRAMES_FILE
+#   hybridsim_setting OPTION NAME VALUE   appends OPTION VALUE to train_args, unless CONFIG
+#                                 (a recipe) is set and the job did not set NAME itself
+#                                 (HYBRIDSIM_JOB_SETS, which the template fills first)
 #   run_preemptible CMD...        runs CMD in the background; on SIGUSR1 to the batch shell
 #                                 forwards SIGUSR1 to CMD and waits for it; if CMD exits
 #                                 with 3 (hybridsim wrote a checkpoint and stopped),
@@ -63,10 +66,22 @@ hybridsim_budget() {
   echo "$frames"
 }
 
+# With CONFIG the recipe's settings stand: a template default would override them (the
+# command line beats the config file), so only the settings the job itself gives are passed.
+hybridsim_setting() {
+  if [ -z "${CONFIG:-}" ] || [[ "${HYBRIDSIM_JOB_SETS:-}" == *" $2 "* ]]; then
+    train_args+=("$1" "$3")
+  fi
+}
+
 hybridsim_requeue() {
   # The job must allow it: #SBATCH --requeue (or JobRequeue=1). Slurm then ends this
   # shell and runs the script again from the top, with the same SLURM_JOB_ID and
   # SLURM_RESTART_COUNT one higher, once resources are free.
+  if [ -z "${SLURM_JOB_ID:-}" ]; then
+    hybridsim_log "not in a Slurm job: nothing to requeue; run again to resume from the checkpoint"
+    return 0
+  fi
   if ! scontrol requeue "$SLURM_JOB_ID"; then
     hybridsim_log "error: scontrol requeue $SLURM_JOB_ID failed; resubmit to continue from the checkpoint"
   fi
