@@ -18,6 +18,7 @@ import csv
 import dataclasses
 import json
 import math
+import numbers
 import os
 import pathlib
 import pickle
@@ -84,7 +85,7 @@ def _checkpoint_problem(state: dict) -> str | None:
         default, value = field.default, config.get(field.name)
         if field.name not in config or default is None or default is dataclasses.MISSING:
             continue
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        number = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
         fits = (isinstance(value, bool) if isinstance(default, bool)
                 else number or isinstance(value, bool) if isinstance(default, (int, float))
                 else isinstance(value, type(default)))

@@ -179,11 +179,12 @@ class TrainConfig:
             (self.stall_timeout >= 0, f"stall_timeout must be >= 0 seconds (0: off), got {self.stall_timeout}"),
             (self.num_threads >= 0, f"num_threads must be >= 0 (0: all cores), got {self.num_threads}"),
             (self.torch_threads >= 0, f"torch_threads must be >= 0 (0: all cores), got {self.torch_threads}"),
-            # torch segfaults at 99,999 threads and crawls at 5,000: more than the cores
-            # this process may use is a mistake (a typo, or another node's core count)
-            (self.torch_threads <= len(os.sched_getaffinity(0)),
-             f"torch_threads must be <= the {len(os.sched_getaffinity(0))} cores this process may use "
-             f"(0: all of them), got {self.torch_threads}"),
+            # torch segfaults at 99,999 threads and crawls at 5,000: more than the machine's
+            # CPUs is a typo (its affinity is no bound: OMP_PROC_BIND pins the main thread
+            # to one core once torch loads libgomp)
+            (self.torch_threads <= (os.cpu_count() or 1),
+             f"torch_threads must be <= the {os.cpu_count() or 1} CPUs of this machine "
+             f"(0: the cores this process may use), got {self.torch_threads}"),
         ]
         checks.append((bool(str(self.log_dir).strip()),
                        f"log_dir must name a directory, got {self.log_dir!r}"))

@@ -166,7 +166,8 @@ class TrajectoryWriter:
         kw = self._dataset_kw = _dataset_kwargs(compression)
         self._alive = None  # a shared lock on the file while this writer lives (see _hold_alive)
         if resume_after_frame is not None and self.path.exists():
-            self._reopen(resume_after_frame, resume_expected_rows, resume_restarts_envs, resume_file_id)
+            self._reopen(resume_after_frame, resume_expected_rows, resume_restarts_envs, resume_file_id,
+                         (attrs or {}).get("run_id"))
             self.file_id = str(self.file.attrs.get("file_id", ""))
             self._open_datasets()
             self._hold_alive()
@@ -247,24 +248,34 @@ class TrajectoryWriter:
         self._buffered = 0
 
     def _reopen(self, last_frame: int, expected_rows: int | None, restarts_envs: bool,
-                file_id: str | None):
+                file_id: str | None, run_id: str | None):
         _check_superblock(self.path)
+        with _open_h5(self.path) as f:  # before anything changes the file (checks come below)
+            held, held_run = str(f.attrs.get("file_id", "")), str(f.attrs.get("run_id", ""))
+        # another file than the checkpoint's is this run's only when a resume started it
+        # anew (the checkpoint's file was missing) and a kill came before the next checkpoint
+        if file_id and held != file_id and not (run_id and held_run == run_id):
+            raise TrajectoryLogError(
+                f"{self.path}: not the trajectory file this run's checkpoint wrote into (its "
+                f"file_id is {held or 'missing'}, the checkpoint's {file_id}): another run's "
+                f"file? Move it away and resume: a new file then starts at the checkpoint")
         # the writer of a killed or aborted job; it flushed at least every flush_seconds
-        killed = clear_stale_write_flags(self.path, idle_seconds=2 * (self.flush_seconds or 30.0) + 5.0)
+        clear_stale_write_flags(self.path, idle_seconds=2 * (self.flush_seconds or 30.0) + 5.0)
         try:
             self.file = h5py.File(self.path, "a", libver="latest")
         except OSError as exc:
             raise TrajectoryLogError(f"{self.path}: cannot reopen trajectory file to resume: {exc}") from exc
         try:
-            held = str(self.file.attrs.get("file_id", ""))
-            if file_id and held != file_id:
-                raise TrajectoryLogError(
-                    f"{self.path}: not the trajectory file this run's checkpoint wrote into (its "
-                    f"file_id is {held or 'missing'}, the checkpoint's {file_id}): another run's "
-                    f"file? Move it away and resume: a new file then starts at the checkpoint")
-            # lengths may differ after a kill inside a flush (the resume cuts them to the
-            # shortest); in a file its writer closed they are damage
-            _check_contents(self.file, self.path, master_ok=False, lengths=not killed)
+            # new datasets (observations logged from this resume on) as the file's others
+            self._dataset_kw = _dataset_kwargs(str(self.file.attrs.get("compression", "lzf")))
+            # lengths may differ after a kill inside a flush: the resume cuts them to the
+            # shortest, unless that loses rows the checkpoint counted (it flushed them
+            # before it was written, so they were all there: damage)
+            _check_contents(self.file, self.path, master_ok=False, lengths=False)
+            rows = {ds.shape[0] for ds in self.file["steps"].values()}
+            if expected_rows and len(rows) > 1 and min(rows) < expected_rows:
+                raise TrajectoryLogError(f"{self.path}: damaged trajectory file: "
+                                         f"{'; '.join(_unequal_lengths(self.file))}")
             self._truncate_for_resume(last_frame, expected_rows, restarts_envs)
         except TrajectoryLogError:
             self.file.close()
@@ -969,21 +980,22 @@ def check_one_run(files_attrs: dict) -> None:
     """Rank files read together (a run directory's) must be one run's: each file's `rank`
     attribute matches its name, and `game` and `run_id` (files since 2026-12) agree.
     files_attrs: path -> the file's root attributes."""
-    first = None
+    import re
+    seen = {}  # key -> (the first file holding it, its value)
     for path, attrs in files_attrs.items():
         path = pathlib.Path(path)
-        number = path.name[len("traj_rank"):-len(".h5")]
-        if "rank" in attrs and number.isdigit() and int(attrs["rank"]) != int(number):
+        named = re.fullmatch(r"traj_rank(\d+)\.h5", path.name)
+        if named and "rank" in attrs and int(attrs["rank"]) != int(named.group(1)):
             raise TrajectoryLogError(f"{path}: holds rank {int(attrs['rank'])}'s rows, not rank "
-                                     f"{int(number)}'s: a file copied or renamed from elsewhere?")
-        if first is None:
-            first = (path, attrs)
-            continue
+                                     f"{int(named.group(1))}'s: a file copied or renamed from elsewhere?")
         for key in ("game", "run_id"):
-            a, b = first[1].get(key), attrs.get(key)
-            if a is not None and b is not None and str(a) != str(b):
-                raise TrajectoryLogError(f"{path} and {first[0]} are from different runs ({key} "
-                                         f"{b} vs {a}): a run directory's rank files are read together")
+            if attrs.get(key) is None:
+                continue
+            first, value = seen.setdefault(key, (path, str(attrs[key])))
+            if str(attrs[key]) != value:
+                raise TrajectoryLogError(f"{path} and {first} are from different runs ({key} "
+                                         f"{attrs[key]} vs {value}): a run directory's rank files "
+                                         f"are read together")
 
 
 def write_master(run_dir) -> pathlib.Path:

@@ -253,3 +253,7 @@ def test_rank_files_of_different_runs_are_not_read_as_one(tmp_path):
     for call in (analyze.analyze, trajlog.write_master):
         with pytest.raises(trajlog.TrajectoryLogError, match="are from different runs \\(run_id"):
             call(runs["mine"])
+    # one file under any name is analysed on its own
+    renamed = tmp_path / "pong_run_1.h5"
+    shutil.copy(runs["other"] / "traj_rank00000.h5", renamed)
+    assert analyze.analyze(renamed, plots=False)["files"] == [str(renamed)]

@@ -505,7 +505,7 @@ def test_readme_says_when_a_missing_launcher_stops_a_dry_run():
 
 
 # arrays these scripts never leave empty where they expand them
-NEVER_EMPTY = {"cmd", "rank_cmd", "launch", "args", "host_list"}
+NEVER_EMPTY = {"cmd", "rank_cmd", "launch", "args", "host_list", "train_args"}
 
 
 def test_scripts_guard_possibly_empty_arrays():

@@ -141,7 +141,7 @@ def test_kill_9_leaves_a_readable_file_up_to_the_last_flush(tmp_path):
                                   steps["reward_raw"])
 
 
-def test_a_killed_writers_file_reopens_to_resume_but_a_live_ones_does_not(tmp_path):
+def test_a_killed_writers_file_reopens_to_resume_but_a_live_ones_does_not(tmp_path, capsys):
     """HDF5 marks a file open for writing in its superblock and a killed writer never
     unmarks it: resuming clears the mark (as h5clear -s) once the writer's lock is gone, and
     refuses while a live writer holds it."""
@@ -161,10 +161,13 @@ def test_a_killed_writers_file_reopens_to_resume_but_a_live_ones_does_not(tmp_pa
     last_write = path.stat().st_mtime
     with pytest.raises(OSError, match="already open for write"):
         h5py.File(path, "a", libver="latest")
+    idle_before = time.time() - last_write
     w = trajlog.TrajectoryWriter(path, batch_size=4, num_actions=6, resume_after_frame=50,
                                  flush_seconds=0.5)
     w.close()
     assert time.time() - last_write >= 5.9  # waited until idle 2 x 0.5 + 5 s since the last write
+    if idle_before < 5.5:  # and said so, rather than sit silent
+        assert "waiting until it has been unchanged for 6 s" in capsys.readouterr().err
     frames = trajlog.read_steps(path, fields=["global_frame"])["global_frame"][:, 0]
     np.testing.assert_array_equal(frames, np.arange(51))
     assert not trajlog.clear_stale_write_flags(path)  # closed cleanly: nothing to clear
@@ -480,15 +483,16 @@ def test_datasets_of_unequal_length_are_named(tmp_path):
         f["steps/env_id"].resize(5, axis=0)
     with pytest.raises(trajlog.TrajectoryLogError, match=r"steps datasets differ in length \(action 12, .*env_id 5"):
         trajlog.read_steps(path)
-    # closed by its writer: a resume refuses it too (it used to cut every dataset to 5 rows)
+    # a resume refuses it when cutting would lose rows its checkpoint counted (they were
+    # flushed before it was written, so the file held them: damage); it used to cut them
     before = path.read_bytes()
     with pytest.raises(trajlog.TrajectoryLogError, match=r"steps datasets differ in length"):
-        trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=1000)
+        trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=1000,
+                                 resume_expected_rows=12)
     assert path.read_bytes() == before
-    # left open by a killed writer (a kill inside a flush): cut to the rows all of them hold
-    mark_open_for_writing(path)
-    os.utime(path, (time.time() - 100, time.time() - 100))
-    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=1000):
+    # rows past the checkpoint's (a kill inside a later flush): cut to the rows all of them hold
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=1000,
+                                  resume_expected_rows=5):
         pass
     assert trajlog.read_steps(path)["action"].shape[0] == 5
 
