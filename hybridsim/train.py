@@ -85,13 +85,13 @@ def _checkpoint_problem(state: dict) -> str | None:
         default, value = field.default, config.get(field.name)
         if field.name not in config or default is None or default is dataclasses.MISSING:
             continue
-        number = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-        fits = (isinstance(value, bool) if isinstance(default, bool)
-                else number or isinstance(value, bool) if isinstance(default, (int, float))
-                else isinstance(value, type(default)))
+        if isinstance(default, bool):
+            fits, kind = isinstance(value, (bool, np.bool_)), "true/false"
+        elif isinstance(default, (int, float)):
+            fits, kind = isinstance(value, numbers.Real), "number"  # numpy's too
+        else:
+            fits, kind = isinstance(value, type(default)), type(default).__name__
         if not fits:
-            kind = ("true/false" if isinstance(default, bool) else "number"
-                    if isinstance(default, (int, float)) else type(default).__name__)
             return f"config {field.name} is {value!r}, not a {kind} value"
     for key in ("frames", "updates"):
         if isinstance(state[key], bool) or not isinstance(state[key], int) or state[key] < 0:
@@ -949,8 +949,8 @@ class Trainer:
     def _hold_reserve(self):
         if self.rank == 0:  # reserves of ranks a resume with fewer ranks does not have
             for path in self.log_dir.glob(".disk_reserve_rank*"):
-                if path.name[len(".disk_reserve_rank"):].isdigit() and \
-                        int(path.name[len(".disk_reserve_rank"):]) >= self.world_size:
+                rank = path.name[len(".disk_reserve_rank"):]
+                if rank.isdigit() and int(rank) >= self.world_size:
                     path.unlink(missing_ok=True)
         if not self.cfg.disk_reserve:
             return

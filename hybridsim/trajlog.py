@@ -21,6 +21,7 @@ import functools
 import json
 import os
 import pathlib
+import re
 import sys
 import time
 import uuid
@@ -946,8 +947,8 @@ def clear_stale_write_flags(path: pathlib.Path, idle_seconds: float = 65.0) -> b
             deadline = time.monotonic() + idle_seconds
             idle = time.time() - os.fstat(fh.fileno()).st_mtime
             if idle < idle_seconds:
-                print(f"{path}: left open by a writer that may still be alive on another node; "
-                      f"waiting until it has been unchanged for {idle_seconds:.0f} s "
+                print(f"{path}: left open by a writer (a killed job's, or one still running on "
+                      f"another node); waiting until it has been unchanged for {idle_seconds:.0f} s "
                       f"({idle_seconds - idle:.0f} s more)", file=sys.stderr, flush=True)
             while (idle := time.time() - os.fstat(fh.fileno()).st_mtime) < idle_seconds:
                 if time.monotonic() > deadline:  # still being written
@@ -980,7 +981,6 @@ def check_one_run(files_attrs: dict) -> None:
     """Rank files read together (a run directory's) must be one run's: each file's `rank`
     attribute matches its name, and `game` and `run_id` (files since 2026-12) agree.
     files_attrs: path -> the file's root attributes."""
-    import re
     seen = {}  # key -> (the first file holding it, its value)
     for path, attrs in files_attrs.items():
         path = pathlib.Path(path)
