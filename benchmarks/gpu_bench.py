@@ -67,11 +67,10 @@ def _save_partial(rep):
     """Write the results so far: a phase that the shell's timeout kills (an NVRTC compile
     that was not cached in time) still reports every run it finished."""
     if _PARTIAL_OUT:
-        tmp = _PARTIAL_OUT + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(dict(status="partial: the phase was stopped before its end", **rep), fh,
-                      indent=1, default=str)
-        os.replace(tmp, _PARTIAL_OUT)
+        from hybridsim.storage import atomic_write
+        text = json.dumps(dict(status="partial: the phase was stopped before its end", **rep),
+                          indent=1, default=str)
+        atomic_write(_PARTIAL_OUT, lambda fh: fh.write(text.encode()))
 
 
 def _opts(args, **kw):

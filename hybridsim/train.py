@@ -705,17 +705,17 @@ class Trainer:
         saved = state["config"]
         changed = [f"{k} {saved[k]!r} -> {getattr(self.cfg, k)!r}" for k in RESUME_MUST_MATCH
                    if k in saved and saved[k] != getattr(self.cfg, k)]
+        # (num_envs is the checkpoint's in the elif)
+        saved_batch = _impala_env_batch(saved.get("env_batch_size"), self.cfg.num_envs)
         if state.get("world_size", 1) == self.world_size and saved.get("num_envs", self.cfg.num_envs) != self.cfg.num_envs:
             changed.append(f"num_envs {saved['num_envs']!r} -> {self.cfg.num_envs!r} (with the same "
                            f"number of ranks the environments resume as they were)")
         elif (state.get("world_size", 1) == self.world_size and self.cfg.schedule == "impala"
               and any(isinstance(r, dict) and r.get("env_state") is not None
                       for r in state.get("rank_states") or [])
-              and _impala_env_batch(saved.get("env_batch_size"), self.cfg.num_envs) != self.env_batch):
-            # (num_envs is the checkpoint's here)
+              and saved_batch != self.env_batch):
             changed.append(f"env_batch_size {saved.get('env_batch_size')!r} -> {self.cfg.env_batch_size!r} "
-                           f"(the saved environments answer in batches of "
-                           f"{_impala_env_batch(saved.get('env_batch_size'), self.cfg.num_envs)})")
+                           f"(the saved environments answer in batches of {saved_batch})")
         if changed:
             raise ValueError(f"--resume: these settings differ from the checkpoint's ({path}): "
                              f"{'; '.join(changed)}. Resume with the settings the run started with, or "
@@ -1290,12 +1290,9 @@ def _drop_metrics_after(path: pathlib.Path, frames: int) -> None:
                         and int(line.split(",", 1)[0]) <= frames]
     if len(keep) == len(lines):
         return
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text("".join(keep))
-        os.replace(tmp, path)
-    except OSError as exc:  # a full disk: keep the rows rather than half a file
-        tmp.unlink(missing_ok=True)
+        storage.atomic_write(path, lambda fh: fh.write("".join(keep).encode()))
+    except OSError as exc:  # a full disk: the old file stays, rows and all
         print(f"warning: {path}: could not drop the rows written after the checkpoint ({exc})",
               file=sys.stderr)
         return

@@ -236,24 +236,21 @@ GAME_IDS["none"] = 0
 MODE_STEPS = {"act": 0, "select": 1, "soft_reset": 2}
 
 cdef bytes STATE_MAGIC = b"HSENV2"
+# clone_state()'s bytes: magic, ROM/config fingerprint (16), include_rng flag (1), AleEnv
+cdef Py_ssize_t STATE_HEAD = len(STATE_MAGIC) + 16 + 1
 
 
 def state_summary(state):
     """(frame_number, episode_frame_number, mode, difficulty) held in Emulator.clone_state()'s
     bytes, or None for bytes of another shape (ALEState(bytes) reads them, as ale-py's does)."""
     state = bytes(state)
-    cdef Py_ssize_t head = len(STATE_MAGIC) + 16 + 1
-    if len(state) != head + sizeof(AleEnv) or not state.startswith(STATE_MAGIC):
+    if len(state) != STATE_HEAD + <Py_ssize_t>sizeof(AleEnv) or not state.startswith(STATE_MAGIC):
         return None
-    cdef AleEnv* env = <AleEnv*>malloc(sizeof(AleEnv))
-    if env == NULL:
-        raise MemoryError("cannot allocate a state")
+    cdef AleEnv env  # a copy: the bytes need not be aligned for the struct
     cdef const char* raw = state
-    memcpy(env, raw + head, sizeof(AleEnv))
-    summary = (int(env.frame_number), int(env.episode_frame_number), int(env.cfg.mode),
-               int(env.cfg.difficulty))
-    free(env)
-    return summary
+    memcpy(&env, raw + STATE_HEAD, sizeof(AleEnv))
+    return (int(env.frame_number), int(env.episode_frame_number), int(env.cfg.mode),
+            int(env.cfg.difficulty))
 
 
 def tia_render_selftest(uint32_t seed=1, int trials=100000, simd=None):
@@ -670,7 +667,7 @@ cdef class Emulator:
 
     def restore_state(self, state):
         state = bytes(state)
-        cdef Py_ssize_t head = len(STATE_MAGIC) + 16 + 1
+        cdef Py_ssize_t head = STATE_HEAD
         n = head + sizeof(AleEnv)
         if len(state) != n or not state.startswith(STATE_MAGIC):
             raise ValueError(f"not a state of this emulator build (expected {n} bytes starting {STATE_MAGIC!r})")
