@@ -132,7 +132,8 @@ def _cmd_analyze(args) -> int:
 
 def _cmd_replay(args) -> int:
     from hybridsim import replay
-    replay.check_outputs(gif=args.gif or None, png_dir=args.png_dir or None)
+    replay.check_outputs(gif=args.gif or None, png_dir=args.png_dir or None,
+                         overwrite=args.overwrite)
     result = replay.replay(args.file, args.episode, env=args.env)
     print(f"env {result.env_id} episode {result.episode_id}: {result.steps} steps, "
           f"return {result.episode_return:g}, replayed on {result.backend}")
@@ -142,7 +143,8 @@ def _cmd_replay(args) -> int:
         print("the replay does NOT reproduce the log")
         return 1
     print("reproduced: every replayed reward and episode end matches the log")
-    for path in replay.save_frames(result.frames, gif=args.gif or None, png_dir=args.png_dir or None):
+    for path in replay.save_frames(result.frames, gif=args.gif or None, png_dir=args.png_dir or None,
+                                   overwrite=args.overwrite):
         print(f"wrote {path}")
     return 0
 
@@ -343,7 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", default="run", choices=["run", "hybridsim", "ale-py"],
                    help="whose emulator replays: the run's backend (default), hybridsim's CPU "
                         "engine, or ale-py (checks the log against ALE itself)")
-    p.add_argument("--gif", default="", help="write the episode as an animated GIF")
+    p.add_argument("--gif", default="", help="write the episode as an animated GIF (a new file)")
+    p.add_argument("--overwrite", action="store_true", help="let --gif replace an existing file")
     p.add_argument("--png-dir", default="", help="write the episode's frames as PNGs")
     p.set_defaults(func=_cmd_replay)
     p = sub.add_parser("eval", help="score a checkpoint on hybridsim's or ale-py's environment",

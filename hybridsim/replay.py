@@ -21,7 +21,7 @@ import pathlib
 
 import numpy as np
 
-from hybridsim import trajlog
+from hybridsim import storage, trajlog
 
 
 @dataclasses.dataclass
@@ -157,13 +157,16 @@ def _make_env(cfg: dict, seed: int):
     return make_vector_env(train_cfg, seed)
 
 
-def check_outputs(gif: str | None = None, png_dir: str | None = None) -> None:
-    """Refuse, before a replay that can take minutes, outputs save_frames could not write
-    or would mix with older frames."""
+def check_outputs(gif: str | None = None, png_dir: str | None = None, overwrite: bool = False) -> None:
+    """Refuse, before a replay that can take minutes, outputs save_frames could not write,
+    would overwrite (unless `overwrite`) or would mix with older frames."""
     if gif:
         path = pathlib.Path(gif)
         if path.is_dir():
             raise IsADirectoryError(f"--gif {gif}: is a directory; name the GIF file to write")
+        if path.exists() and not overwrite:
+            raise FileExistsError(f"--gif {gif}: already exists; name a new file, or pass "
+                                  f"--overwrite to replace it")
         if path.parent.exists() and not path.parent.is_dir():
             raise NotADirectoryError(f"--gif {gif}: {path.parent} is a file, not a directory")
         if not path.parent.is_dir():
@@ -186,16 +189,18 @@ def check_outputs(gif: str | None = None, png_dir: str | None = None) -> None:
             raise PermissionError(f"--png-dir {png_dir}: cannot write into {base}")
 
 
-def save_frames(frames, gif: str | None = None, png_dir: str | None = None, scale: int = 3) -> list[str]:
+def save_frames(frames, gif: str | None = None, png_dir: str | None = None, scale: int = 3,
+                overwrite: bool = False) -> list[str]:
     from PIL import Image
-    check_outputs(gif, png_dir)
+    check_outputs(gif, png_dir, overwrite)
     images = [Image.fromarray(np.asarray(f, np.uint8)).resize(
         (f.shape[1] * scale, f.shape[0] * scale), Image.NEAREST) for f in frames]
     written = []
     if gif:
-        if pathlib.Path(gif).is_dir():
-            raise IsADirectoryError(f"--gif {gif}: is a directory; name the GIF file to write")
-        images[0].save(gif, format="GIF", save_all=True, append_images=images[1:], duration=50, loop=0)
+        # through a temporary file: an interrupted write leaves no half GIF (nor half of
+        # the file --overwrite replaces)
+        storage.atomic_write(gif, lambda fh: images[0].save(
+            fh, format="GIF", save_all=True, append_images=images[1:], duration=50, loop=0))
         written.append(gif)
     if png_dir:
         out = pathlib.Path(png_dir)

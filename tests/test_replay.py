@@ -120,6 +120,18 @@ def test_bad_config_attribute_and_gif_path_are_named(short_episode_run, tmp_path
         replay.save_frames(result.frames, gif=str(tmp_path))
     written = replay.save_frames(result.frames, gif=str(tmp_path / "episode"))  # no .gif suffix
     assert (tmp_path / "episode").stat().st_size > 0 and written == [str(tmp_path / "episode")]
+    # an existing GIF is kept unless the caller says to replace it
+    (tmp_path / "old.gif").write_bytes(b"keep me")
+    with pytest.raises(FileExistsError, match="already exists.*--overwrite"):
+        replay.save_frames(result.frames, gif=str(tmp_path / "old.gif"))
+    assert (tmp_path / "old.gif").read_bytes() == b"keep me"
+    with pytest.raises(ValueError):  # a failed write leaves the file it would have replaced
+        replay.save_frames([np.zeros((0, 0, 3), np.uint8)], gif=str(tmp_path / "old.gif"),
+                           overwrite=True)
+    assert (tmp_path / "old.gif").read_bytes() == b"keep me"
+    assert not list(tmp_path.glob("*.tmp"))
+    replay.save_frames(result.frames, gif=str(tmp_path / "old.gif"), overwrite=True)
+    assert (tmp_path / "old.gif").read_bytes() == (tmp_path / "episode").read_bytes()
 
 
 def test_replay_across_a_resume_that_restarted_the_environments(tmp_path):
@@ -210,6 +222,7 @@ def _a_file(d):
     ("--png-dir", _a_file, "is a file, not a directory"),
     ("--png-dir", lambda d: _a_file(d) / "x" / "y", "--png-dir .*file/x/y: .*file is a file, not a directory"),
     ("--gif", lambda d: _a_file(d) / "ep.gif", "--gif .*file/ep.gif: .*file is a file, not a directory"),
+    ("--gif", _a_file, "--gif .*file: already exists; .*--overwrite"),
 ])
 def test_replay_refuses_outputs_it_cannot_write_before_replaying(short_episode_run, tmp_path,
                                                                    monkeypatch, option, make, message):
