@@ -13,6 +13,7 @@ OPTIMIZERS = ("rmsprop_tf", "rmsprop", "adam")
 OBS_NORMALIZATIONS = ("scale", "running")
 ALLREDUCE_CHOICES = ("auto", "mpi", "nccl", "gloo")
 LOG_COMPRESSIONS = ("lzf", "gzip", "none")
+MAX_FRAME_SKIP = 3600  # 60 s of NTSC frames
 
 
 @dataclasses.dataclass
@@ -123,6 +124,11 @@ class TrainConfig:
             (self.num_envs >= 1, f"num_envs must be >= 1, got {self.num_envs}"),
             (self.num_envs < 2**20, f"num_envs must be < 2**20 per rank, got {self.num_envs}"),
             (self.frame_skip >= 1, f"frame_skip must be >= 1, got {self.frame_skip}"),
+            # one agent step runs frame_skip frames with no check of the budget or a stop
+            # signal in between: a typo like 40000 would overshoot by hours
+            (self.frame_skip <= MAX_FRAME_SKIP,
+             f"frame_skip must be <= {MAX_FRAME_SKIP} (one minute of play per action), "
+             f"got {self.frame_skip}"),
             (0 <= self.repeat_action_probability <= 1,
              f"repeat_action_probability must be in [0, 1], got {self.repeat_action_probability}"),
             (self.noop_max >= 0, f"noop_max must be >= 0, got {self.noop_max}"),

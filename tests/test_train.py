@@ -99,6 +99,7 @@ def test_shipped_recipes_are_valid_configs():
     ("log_every", float("nan"), "log_every"),
     ("learner_batch", 0, "learner_batch must be >= 1"),
     ("num_envs", 10**11, "num_envs must be < 2\\*\\*20"),
+    ("frame_skip", 40000, "frame_skip must be <= 3600"),
 ])
 def test_invalid_settings_are_named(tmp_path, field, value, message):
     with pytest.raises(ValueError, match=message):
