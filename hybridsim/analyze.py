@@ -8,7 +8,7 @@ import pathlib
 
 import numpy as np
 
-from hybridsim import trajlog
+from hybridsim import storage, trajlog
 
 BLOCK_ROWS = 1 << 15  # rows read at a time, so a long run never has to fit in memory
 
@@ -57,8 +57,7 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
     target = pathlib.Path(target)
     files = trajlog.rank_files(target) if target.is_dir() else [target]
     out_dir = pathlib.Path(out_dir) if out_dir else (target if target.is_dir() else target.parent)
-    if out_dir.exists() and not out_dir.is_dir():  # before a scan that can take minutes
-        raise NotADirectoryError(f"--out {out_dir}: is a file, not a directory")
+    storage.check_output_directory(out_dir, "--out")  # before a scan that can take minutes
     out_dir.mkdir(parents=True, exist_ok=True)
     per_rank, all_episodes, actions_total, curves = {}, [], None, []
     attrs = {}

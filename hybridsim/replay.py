@@ -174,19 +174,10 @@ def check_outputs(gif: str | None = None, png_dir: str | None = None, overwrite:
         if not os.access(path.parent, os.W_OK):
             raise PermissionError(f"--gif {gif}: cannot write into {path.parent}")
     if png_dir:
-        out = pathlib.Path(png_dir)
-        if out.exists() and not out.is_dir():
-            raise NotADirectoryError(f"--png-dir {png_dir}: is a file, not a directory")
-        if out.is_dir() and any(out.glob("frame_*.png")):
+        storage.check_output_directory(png_dir, "--png-dir")
+        if any(pathlib.Path(png_dir).glob("frame_*.png")):
             raise FileExistsError(f"--png-dir {png_dir}: already holds frame_*.png files (another "
                                   f"replay's?); name an empty or new directory")
-        # save_frames makes the missing directories: the nearest one that exists must be a
-        # directory this process can write into
-        base = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
-        if not base.is_dir():
-            raise NotADirectoryError(f"--png-dir {png_dir}: {base} is a file, not a directory")
-        if not os.access(base, os.W_OK):
-            raise PermissionError(f"--png-dir {png_dir}: cannot write into {base}")
 
 
 def save_frames(frames, gif: str | None = None, png_dir: str | None = None, scale: int = 3,

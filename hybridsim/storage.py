@@ -4,6 +4,7 @@
   written and the errno (ENOSPC, EDQUOT, ...). h5py reports a failed write as a
   RuntimeError whose text holds "errno = 28", so `write_errno` reads that too.
 - `atomic_write`: temporary file, fsync, rename; a failed write never replaces the old file.
+- `check_output_directory`: refuse, before minutes of work, a directory that cannot be made.
 - `DiskReserve`: a preallocated file in the run directory, deleted when the disk fills so
   the final checkpoint and the last trajectory rows have room (a ballast file).
 - `AppendFile`: an append-only text file (metrics.csv) that cuts a half-written line off
@@ -71,6 +72,19 @@ def free_bytes(path) -> int:
     """Bytes an unprivileged writer may still use on the file system holding `path`."""
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
+
+
+def check_output_directory(path, option: str) -> None:
+    """Raise if directory `path` (named by command-line `option`) could not be made or
+    written into: it, or the nearest of its parents that exists, is a file or read-only."""
+    out = pathlib.Path(path)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"{option} {path}: is a file, not a directory")
+    base = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
+    if not base.is_dir():
+        raise NotADirectoryError(f"{option} {path}: {base} is a file, not a directory")
+    if not os.access(base, os.W_OK):
+        raise PermissionError(f"{option} {path}: cannot write into {base}")
 
 
 def same_filesystem(a, b) -> bool:

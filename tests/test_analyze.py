@@ -191,6 +191,8 @@ def test_analyze_refuses_an_out_path_that_is_a_file_before_reading(tmp_path, mon
     monkeypatch.setattr(analyze, "_scan_steps", lambda *a: pytest.fail("scanned first"))
     with pytest.raises(NotADirectoryError, match="is a file, not a directory"):
         analyze.analyze(path, out_dir=path)
+    with pytest.raises(NotADirectoryError, match=f"--out {path}/plots: {path} is a file"):
+        analyze.analyze(path, out_dir=path / "plots")  # was errno text from mkdir
 
 
 def test_bad_gaps_and_observation_index_are_named(tmp_path):
