@@ -76,6 +76,11 @@ def resolve_config_path(name) -> pathlib.Path:
     recipes = shipped_recipes()
     if str(name) in recipes:
         return recipes[str(name)]
+    if path.is_dir():
+        hint = (f"; to continue the run in it: --log-dir {path} --resume"
+                if (path / "checkpoint.pt").is_file() else "")
+        raise IsADirectoryError(f"--config {path}: is a directory; name a TOML or JSON config "
+                                f"file or a shipped recipe ({', '.join(recipes)}){hint}")
     raise FileNotFoundError(f"config file not found: {path} (nor a shipped recipe; "
                             f"recipes: {', '.join(recipes) or 'none installed'})")
 

@@ -106,6 +106,18 @@ def test_invalid_settings_are_named(tmp_path, field, value, message):
         tiny_config(tmp_path, **dict(dict(num_minibatches=4), **{field: value})).validate()
 
 
+def test_config_that_is_missing_or_a_directory_is_named(tmp_path):
+    parse = build_parser().parse_args
+    with pytest.raises(FileNotFoundError, match="config file not found: .*nope.toml .*quickstart"):
+        build_config(TrainConfig, parse(["train", "--config", str(tmp_path / "nope.toml")]))
+    with pytest.raises(IsADirectoryError, match="is a directory; name a TOML or JSON") as info:
+        build_config(TrainConfig, parse(["train", "--config", str(tmp_path)]))
+    assert "--resume" not in str(info.value)
+    (tmp_path / "checkpoint.pt").write_bytes(b"")  # a run directory: say how to continue it
+    with pytest.raises(IsADirectoryError, match=f"--log-dir {tmp_path} --resume"):
+        build_config(TrainConfig, parse(["train", "--config", str(tmp_path)]))
+
+
 @pytest.mark.parametrize("text,suffix,message", [
     ('num_envs = "2"\n', ".toml", "'num_envs' must be a int, got '2'"),
     ('lr = "0.001"\n', ".toml", "'lr' must be a float"),
