@@ -412,15 +412,18 @@ def test_wrapper_checks_gpu_slots_before_launching(tmp_path, args, env, message)
     assert ok.returncode == 0 and ran.exists(), ok.stderr
 
 
-@pytest.mark.parametrize("env", [{"SLURM_CPUS_ON_NODE": "2"}, {}])
-def test_wrapper_refuses_to_bind_more_cores_than_the_node_has(tmp_path, env):
+@pytest.mark.parametrize("env,taskset", [({"SLURM_CPUS_ON_NODE": "2"}, []), ({}, []),
+                                         ({}, ["taskset", "-c", "0"])])
+def test_wrapper_refuses_to_bind_more_cores_than_the_node_has(tmp_path, env, taskset):
     """hydra's -bind-to core:T fails once T passes the node's cores (and stacks ranks on the
     same cores before that): refused unless --no-bind, which only warns. The node's cores
-    are Slurm's count inside a job, else `nproc --all`."""
+    are Slurm's count inside a job, else the CPUs the wrapper may use (`nproc`: under
+    `taskset -c 0` one, where `nproc --all` counted every CPU of the machine)."""
+    if taskset and not shutil.which("taskset"):
+        pytest.skip("taskset is not installed")
     exe, ran = fake_launcher(tmp_path)
-    cores = int(env.get("SLURM_CPUS_ON_NODE") or subprocess.run(
-        ["nproc", "--all"], capture_output=True, text=True, check=True).stdout)
-    base = [str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", str(cores // 2 + 1),
+    cores = 1 if taskset else int(env.get("SLURM_CPUS_ON_NODE") or len(os.sched_getaffinity(0)))
+    base = [*taskset, str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", str(cores // 2 + 1),
             "--mpiexec", str(exe), "--mpi-flavor", "mpich", "--python", sys.executable, "--check"]
     proc = subprocess.run(base, capture_output=True, text=True, timeout=30, env=wrapper_env(**env))
     assert proc.returncode == 2 and f"exceed this node's {cores} cores" in proc.stderr, proc.stderr
