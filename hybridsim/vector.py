@@ -273,9 +273,9 @@ class AtariVectorEnv(VectorEnv):
             self.single_action_space = Box(low=np.array([0.0, -np.pi, 0.0], dtype=np.float32),
                                            high=np.array([1.0, np.pi, 1.0], dtype=np.float32),
                                            dtype=np.float32, shape=(3,))
-            self.map_action_idx = _continuous_action_table()
         else:
             self.single_action_space = Discrete(len(self.action_set))
+        self.map_action_idx = _continuous_action_table()  # ale-py sets it in both modes
         self.metadata = dict(self.metadata, autoreset_mode=self.autoreset_mode)
         self._obs_shape = obs_shape
         self._async = self.batch_size < num_envs

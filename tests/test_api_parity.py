@@ -178,3 +178,21 @@ def test_a_state_made_from_bytes_knows_its_frames_mode_and_difficulty():
         seen[name] = (s.getFrameNumber(), s.getEpisodeFrameNumber(), s.getCurrentMode(), s.getDifficulty())
     assert seen["hybridsim"] == seen["ale-py"] and seen["ale-py"][2:] == (4, 1), seen
     assert ALEState(b"not a state").getFrameNumber() == 0  # refused later, by restoreState
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_vector_map_action_idx_is_ale_py_s_in_both_modes(continuous):
+    """ale-py's AtariVectorEnv sets map_action_idx[h + 1, v + 1, fire] from AtariEnv's
+    mapping whether or not the actions are continuous (ours had it only when they were)."""
+    from ale_py.env import AtariEnv
+    expected = np.zeros((3, 3, 2), np.int32)
+    for h in (-1, 0, 1):
+        for v in (-1, 0, 1):
+            for fire in (0, 1):
+                expected[h + 1, v + 1, fire] = AtariEnv.map_action_idx(h, v, bool(fire)).value
+    env = AtariVectorEnv("pong", num_envs=1, num_threads=1, continuous=continuous)
+    try:
+        assert env.map_action_idx.dtype == np.int32
+        np.testing.assert_array_equal(env.map_action_idx, expected)
+    finally:
+        env.close()
