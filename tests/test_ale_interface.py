@@ -80,23 +80,39 @@ def test_restore_rejects_foreign_and_corrupt_states():
         breakout.restoreState(b"not a state")
 
 
-def test_clone_restore_round_trip_is_exact():
-    env = loaded("space_invaders", repeat_action_probability=0.0)
+def _clone_restore_trace(env):
+    """Play, clone, wander off, restore, and play the same actions twice from the clone:
+    (reward, RAM, screen, lives, game over, frame number) after every frame of both replays."""
     for _ in range(50):
         env.act(1)
     state = env.cloneState()
-    ram, screen = env.getRAM(), env.getScreen()
-    frames = env.getFrameNumber()
     for _ in range(30):
         env.act(3)
-    env.restoreState(state)
-    np.testing.assert_array_equal(env.getRAM(), ram)
-    assert env.getFrameNumber() == frames
-    rewards_a = [env.act(4) for _ in range(40)]
-    env.restoreState(state)
-    rewards_b = [env.act(4) for _ in range(40)]
-    assert rewards_a == rewards_b
-    np.testing.assert_array_equal(env.getScreen().shape, screen.shape)
+    replays = []
+    for _ in range(2):
+        env.restoreState(state)
+        trace = []
+        for k in range(300):
+            reward = env.act((11, 12)[k % 2])  # RIGHTFIRE, LEFTFIRE
+            trace.append((reward, env.getRAM().copy(), env.getScreen().copy(), env.lives(),
+                          env.game_over(), env.getFrameNumber()))
+        replays.append(trace)
+    return replays
+
+
+def test_clone_restore_round_trip_is_exact():
+    """Both replays from a restored clone equal each other and ale-py's, frame by frame."""
+    ref = ale_py.ALEInterface()
+    ref.setFloat("repeat_action_probability", 0.0)
+    ref.loadROM(str(roms.rom_path("space_invaders")))
+    ours = _clone_restore_trace(loaded("space_invaders", repeat_action_probability=0.0))
+    theirs = _clone_restore_trace(ref)
+    assert sum(frame[0] for frame in ours[0]) > 0  # the aliens were hit: rewards compared
+    for replay in (ours[1], *theirs):
+        for k, (a, b) in enumerate(zip(ours[0], replay)):
+            assert a[0] == b[0] and a[3:] == b[3:], (k, a[0], a[3:], b[0], b[3:])
+            np.testing.assert_array_equal(a[1], b[1], err_msg=f"RAM, frame {k}")
+            np.testing.assert_array_equal(a[2], b[2], err_msg=f"screen, frame {k}")
 
 
 @pytest.mark.parametrize("game,mode,difficulty", [("space_invaders", 5, 1), ("breakout", 12, 1),
