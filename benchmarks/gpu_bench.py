@@ -277,7 +277,12 @@ def phase_exact(args, budget):
                 rep["results"]["breakout/split/nvrtc"] = dict(error=repr(exc))
         else:
             rep["nvrtc_variant"] = "skipped: NVRTC build not ready"
-    rep["all_equal"] = all(isinstance(v, dict) and v.get("equal") for v in rep["results"].values())
+    # a comparison its time share cut short compared fewer steps: equal needs one step at
+    # least, and all_steps says whether every run reached max_steps
+    runs = [v for v in rep["results"].values() if isinstance(v, dict)]
+    rep["all_equal"] = len(runs) == len(rep["results"]) and all(
+        v.get("equal") and v.get("steps", 0) > 0 for v in runs)
+    rep["all_steps"] = len(runs) == len(rep["results"]) and all(v.get("steps") == steps for v in runs)
     return rep
 
 
@@ -454,6 +459,7 @@ def merge(out, files):
     exact = report["phases"].get("exact", {})
     if "all_equal" in exact:
         report["summary"]["gpu_equals_cpu"] = exact["all_equal"]
+        report["summary"]["gpu_equals_cpu_every_step_asked"] = exact.get("all_steps", False)
     with open(out, "w") as fh:
         json.dump(report, fh, indent=1, default=str)
     return report

@@ -35,9 +35,12 @@ def test_short_frames_and_score_priority_match_ale(tmp_path):
 def test_fast_renderer_matches_reference(simd):
     """Both pixel loops of the fast renderer (cuda/tia_simd.h and the portable one)."""
     try:
-        assert tia_render_selftest(12, 200000, simd=simd) == 0
+        result = tia_render_selftest(12, 200000, simd=simd)
     except ValueError as exc:
-        pytest.skip(str(exc))
+        if simd and "no AVX2" in str(exc):  # nothing else is a reason to skip
+            pytest.skip(str(exc))
+        raise
+    assert result == 0
 
 
 def test_skipped_spans_match_the_line_loop():

@@ -26,6 +26,8 @@ def test_device_check_dry_run(tmp_path):
     bad = {k: v for k, v in report["summary"].items() if v not in ("ok", True)}
     assert not bad, (bad, (tmp_path / "check.log").read_text()[-4000:])
     assert report["summary"]["gpu_equals_cpu"] is True
+    exact = report["phases"]["exact"]
+    assert exact["results"] and all(r["steps"] == exact["max_steps"] for r in exact["results"].values())
     node = report["phases"]["node"]  # hybridsim info --json of the machine
     assert node["host"]["cpus_usable"] == len(os.sched_getaffinity(0)) and "gpu" in node
 
