@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 from hybridsim import gpu, sysinfo
 from hybridsim.cli import main
