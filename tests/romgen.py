@@ -115,3 +115,32 @@ def decimal_sweep_rom() -> bytes:
     emit_end_frame(asm)
     asm.op("JMP", "abs", "frame")
     return cartridge_4k(asm, "reset")
+
+
+# Cycle probe: RAM layout (zero page addresses).
+CYCLE_RESULTS = 0xA0
+CYCLE_REPEATS = 8
+TIM1T, INTIM = 0x294, 0x284
+
+
+def cycle_probe_rom(cases) -> bytes:
+    """Each frame times every case with the RIOT's 1-cycle timer: LDX/LDY from the case,
+    A = $FF into TIM1T, the case's instruction bytes CYCLE_REPEATS times, then INTIM into
+    RAM at CYCLE_RESULTS + case index. cases: [(x, y, instruction bytes)]; the instruction
+    must not branch or write outside RAM. Case 0 should be the empty instruction (b"")."""
+    asm = Assembler(0xF000)
+    asm.label("reset")
+    emit_clear_ram_and_stack(asm)
+    asm.label("frame")
+    for k, (x, y, instruction) in enumerate(cases):
+        asm.op("LDX", "imm", x)
+        asm.op("LDY", "imm", y)
+        asm.op("LDA", "imm", 0xFF)
+        asm.op("STA", "abs", TIM1T)
+        for _ in range(CYCLE_REPEATS):
+            asm.byte(*instruction)
+        asm.op("LDA", "abs", INTIM)
+        asm.op("STA", "zp", CYCLE_RESULTS + k)
+    emit_end_frame(asm)
+    asm.op("JMP", "abs", "frame")
+    return cartridge_4k(asm, "reset")
