@@ -44,6 +44,19 @@ UNSUPPORTED = {
 }
 
 
+class UnknownSettingError(KeyError, RuntimeError):
+    """A key ALE does not have: a KeyError, and a RuntimeError as ale-py's ("The key ... does
+    not exist or has incorrect value type"), so code written for either catches it."""
+
+    def __str__(self):  # the message, not KeyError's repr of it
+        return str(self.args[0]) if self.args else ""
+
+
+class SettingTypeError(TypeError, RuntimeError):
+    """A get/set method of another type than its key's (setInt on a float setting): a
+    TypeError, and a RuntimeError as ale-py's."""
+
+
 class Settings:
     """Typed key/value store with ALE's keys; unknown keys and wrong types raise."""
 
@@ -52,11 +65,11 @@ class Settings:
 
     def _check(self, key: str, kind: type) -> None:
         if key not in ALE_SETTINGS:
-            raise KeyError(f"unknown setting {key!r}; ALE's settings are: "
-                           + ", ".join(sorted(ALE_SETTINGS)))
+            raise UnknownSettingError(f"unknown setting {key!r}; ALE's settings are: "
+                                      + ", ".join(sorted(ALE_SETTINGS)))
         expected = ALE_SETTINGS[key][0]
         if expected is not kind:
-            raise TypeError(f"setting {key!r} is a {expected.__name__}, not a {kind.__name__}: "
+            raise SettingTypeError(f"setting {key!r} is a {expected.__name__}, not a {kind.__name__}: "
                             f"use get{expected.__name__.capitalize()}/set{expected.__name__.capitalize()}")
 
     def get(self, key: str, kind: type):

@@ -92,3 +92,22 @@ def test_the_rest_of_ale_py_surface(tmp_path):
         theirs.getAvailableModes()[3], 1)
     with pytest.raises(NotImplementedError, match="sound"):
         ours.getAudio()
+
+
+def test_misuse_ale_py_answers_with_runtime_error_is_one_here_too():
+    """ale-py raises RuntimeError for an unknown key, a get/set of the wrong type, and a mode
+    or difficulty the game lacks; ours are KeyError/TypeError/ValueError with clearer text,
+    and RuntimeErrors too, so code written for ale-py still catches them."""
+    import ale_py
+    from hybridsim.ale import ALEInterface
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+    calls = [lambda a: a.setInt("nonexistent_key", 3),
+             lambda a: a.setInt("repeat_action_probability", 1),
+             lambda a: a.setBool("frame_skip", True),
+             lambda a: a.setMode(99), lambda a: a.setDifficulty(7)]
+    for call in calls:
+        for cls in (ale_py.ALEInterface, ALEInterface):
+            a = cls()
+            a.loadROM(str(roms.rom_path("pong")))
+            with pytest.raises(RuntimeError):
+                call(a)
