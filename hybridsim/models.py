@@ -165,4 +165,11 @@ def build_model(name: str, obs_shape, num_actions: int, obs_normalization: str =
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {sorted(MODELS)}")
     model = MODELS[name](tuple(obs_shape), num_actions, obs_normalization=obs_normalization)
-    return init_actor_critic(model, trunk=name == "nature")
+    # orthogonal_ runs a QR whose rounding depends on torch's thread count: on one thread
+    # the same seed gives the same network on every machine (differences of 4e-7 with 2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return init_actor_critic(model, trunk=name == "nature")
+    finally:
+        torch.set_num_threads(threads)

@@ -46,6 +46,8 @@ RESUME_MUST_MATCH = ("game", "model", "obs_normalization", "optimizer", "schedul
                      "max_episode_frames", "reward_clip", "seed", "lr", "lr_decay", "rmsprop_alpha",
                      "eps", "max_grad_norm", "entropy_coef", "value_coef", "gamma", "clip_rho",
                      "clip_pg_rho", "vtrace_lambda")
+# ... and those that shape the updates of one schedule only
+RESUME_MUST_MATCH_PER_SCHEDULE = {"a2c": ("num_minibatches",), "impala": ("learner_batch",)}
 # Settings that may differ between the ranks of one job (each rank's own hardware).
 PER_RANK_SETTINGS = ("num_threads", "torch_threads", "device", "fallback_dir")
 # Files of a run: a fresh run refuses a directory holding any of them.
@@ -189,6 +191,17 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
             raise ValueError(f"device {name!r}: only {count} CUDA device(s) visible")
         torch.cuda.set_device(device)  # kernels and NCCL without an explicit index use it too
     return device
+
+
+def use_deterministic_cuda() -> None:
+    """cuDNN picks convolution algorithms by timing them and some of its backward kernels
+    add with atomics, so the same seed gives other weights run to run; ask for
+    deterministic kernels (PyTorch's "Reproducibility" notes). cuBLAS needs a fixed
+    workspace for that, set before its first use in this process."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True, warn_only=True)  # warn where an op has none
 
 
 class EpisodeTracker:
@@ -349,6 +362,8 @@ class Trainer:
     def _setup(self, cfg: TrainConfig, rank: int):
         # the local rank also spreads independent tasks (HYBRIDSIM_SINGLE_PROCESS) over GPUs
         self.device = pick_device(cfg.device, dist.local_rank())
+        if self.device.type == "cuda" and cfg.cuda_deterministic:
+            use_deterministic_cuda()
         self.comm = dist.with_gradient_backend(self.comm, cfg.allreduce, self.device)
         if rank == 0 and self.world_size > 1:
             print(f"{self.world_size} ranks; gradients averaged by {self.comm.gradient_path}",
@@ -675,6 +690,7 @@ class Trainer:
                 "episode_tracker": self.episodes.state(),
                 "traj_rows": None if self.traj is None else self.traj.steps_logged,
                 "traj_file_id": None if self.traj is None else self.traj.file_id,
+                "torch_threads": torch.get_num_threads(),
                 "impala_in_flight": self._impala_resume_state()}
 
     def _impala_resume_state(self) -> dict | None:
@@ -703,7 +719,8 @@ class Trainer:
             raise FileNotFoundError(f"--resume: no checkpoint at {path}")
         state = read_checkpoint(path, map_location="cpu")  # load_state_dict moves it to the device
         saved = state["config"]
-        changed = [f"{k} {saved[k]!r} -> {getattr(self.cfg, k)!r}" for k in RESUME_MUST_MATCH
+        must_match = RESUME_MUST_MATCH + RESUME_MUST_MATCH_PER_SCHEDULE.get(self.cfg.schedule, ())
+        changed = [f"{k} {saved[k]!r} -> {getattr(self.cfg, k)!r}" for k in must_match
                    if k in saved and saved[k] != getattr(self.cfg, k)]
         # (num_envs is the checkpoint's in the elif)
         saved_batch = _impala_env_batch(saved.get("env_batch_size"), self.cfg.num_envs)
@@ -759,6 +776,11 @@ class Trainer:
             self.episodes.load(mine["episode_tracker"])
         else:
             self._skip_unknown_episode_starts(rank_states, saved.get("num_envs"))
+        if mine.get("torch_threads") not in (None, torch.get_num_threads()):
+            print(f"note: rank {self.rank} ran with {mine['torch_threads']} torch threads and now "
+                  f"has {torch.get_num_threads()}: gradient sums round differently, so this run "
+                  f"will not equal an uninterrupted one bit for bit (pass --torch-threads "
+                  f"{mine['torch_threads']} for that)", file=sys.stderr)
         self._resume_traj_rows = mine.get("traj_rows")
         self._resume_traj_file_id = mine.get("traj_file_id")
         env_state = _decoded_env_state(mine, path, self.rank)

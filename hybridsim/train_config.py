@@ -35,7 +35,7 @@ class TrainConfig:
     resume: bool = False
     """Continue from log_dir/checkpoint.pt (same config) instead of starting afresh."""
     schedule: str = "a2c"
-    """a2c (synchronous, minibatches of environments updated in turn) or impala (asynchronous)."""
+    """a2c (synchronous, minibatches of environments updated in turn) or impala (asynchronous: batches come in the order environments finish, so a run repeats exactly only with --num-threads 1)."""
     model: str = "nature"
     """Network: nature (Mnih et al. 2015) or impala (Espeholt et al. 2018 ResNet)."""
     obs_normalization: str = "scale"
@@ -86,16 +86,18 @@ class TrainConfig:
     """Truncate episodes after this many emulator frames."""
     device: str = "auto"
     """Torch device for the learner: auto, cpu, cuda or cuda:K (auto and cuda: with several GPUs visible, local rank L takes GPU L mod count)."""
+    cuda_deterministic: bool = True
+    """A CUDA learner uses deterministic cuDNN/cuBLAS kernels, so a seed gives the same weights run to run (false: cuDNN may pick faster, non-deterministic ones)."""
     gpu_emulate: bool = False
     """gpu and hybrid backends: run the CUDA kernels as host code, one thread at a time (no GPU needed; slow, for checking a setup)."""
     num_threads: int = 0
     """Environment worker threads (0 = all cores available to this process)."""
     torch_threads: int = 0
-    """Threads for the learner's CPU math (0 = the cores available to this process)."""
+    """Threads for the learner's CPU math (0 = the cores available to this process). Sums round differently with another count: the same seed gives the same weights with the same count."""
     checkpoint_every: int = 500_000
     """Write a checkpoint every this many frames (and always at the end)."""
     log_every: float = 5.0
-    """Seconds between progress lines and metric rows."""
+    """Seconds between progress lines and metric rows (wall time, so the frames of the rows differ run to run; 0: a row every update)."""
     log_trajectories: bool = True
     """Write per-step HDF5 trajectory logs (actions, rewards, values, logits) into log_dir."""
     log_observations: bool = False

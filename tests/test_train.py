@@ -1,6 +1,7 @@
 """The training loop end to end on a tiny budget (ale-py's vector env as the backend)."""
 import csv
 import json
+import os
 import re
 import zlib
 
@@ -168,10 +169,63 @@ def test_resume_refuses_other_learning_settings_and_keeps_the_run(tmp_path):
     Trainer(tiny_config(tmp_path, total_frames=400)).train()
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     for change, message in ((dict(game="space_invaders"), "game 'pong' -> 'space_invaders'"),
-                            (dict(lr=0.01, gamma=0.9), "lr 0.00065 -> 0.01; gamma 0.99 -> 0.9")):
+                            (dict(lr=0.01, gamma=0.9), "lr 0.00065 -> 0.01; gamma 0.99 -> 0.9"),
+                            (dict(num_minibatches=4), "num_minibatches 2 -> 4")):
         with pytest.raises(ValueError, match=message):
             Trainer(tiny_config(tmp_path, total_frames=800, resume=True, **change)).train()
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    impala = dict(schedule="impala", env_batch_size=2, learner_batch=2, log_trajectories=False)
+    Trainer(tiny_config(tmp_path / "impala", total_frames=400, **impala)).train()
+    with pytest.raises(ValueError, match="learner_batch 2 -> 1"):
+        Trainer(tiny_config(tmp_path / "impala", total_frames=800, resume=True,
+                            **dict(impala, learner_batch=1))).train()
+
+
+def test_a_resume_with_other_torch_threads_says_it_will_not_be_exact(tmp_path, capsys):
+    """Sums round differently with another thread count (the weights drift by ~1e-8 per
+    update): the resume notes it and names the count that would keep it exact."""
+    Trainer(tiny_config(tmp_path, total_frames=400, torch_threads=1)).train()
+    capsys.readouterr()
+    Trainer(tiny_config(tmp_path, total_frames=800, resume=True, torch_threads=2)).train()
+    assert "ran with 1 torch threads and now has 2" in capsys.readouterr().err
+    Trainer(tiny_config(tmp_path, total_frames=1200, resume=True, torch_threads=2)).train()
+    assert "torch threads" not in capsys.readouterr().err
+
+
+def test_the_network_starts_the_same_on_any_thread_count():
+    """orthogonal_'s QR rounds differently on 2 threads than on 1 (4e-7 here): build_model
+    initialises on one thread, so a seed gives one network everywhere."""
+    from hybridsim.models import build_model
+    threads = torch.get_num_threads()
+    weights = []
+    try:
+        for n in (1, 2, 4):
+            torch.set_num_threads(n)
+            torch.manual_seed(3)
+            weights.append(build_model("nature", (4, 84, 84), 14).state_dict())
+            assert torch.get_num_threads() == n  # the caller's count is kept
+    finally:
+        torch.set_num_threads(threads)
+    for other in weights[1:]:
+        for name, tensor in weights[0].items():
+            assert torch.equal(tensor, other[name]), name
+
+
+def test_a_cuda_learner_asks_for_deterministic_kernels(monkeypatch):
+    """Set without a GPU too: the flags are torch's, read when CUDA kernels are chosen."""
+    from hybridsim.train import use_deterministic_cuda
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    saved = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
+             torch.are_deterministic_algorithms_enabled(),
+             torch.is_deterministic_algorithms_warn_only_enabled())
+    try:
+        use_deterministic_cuda()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved[:2]
+        torch.use_deterministic_algorithms(saved[2], warn_only=saved[3])
 
 
 def test_bad_checkpoints_are_named(tmp_path):
