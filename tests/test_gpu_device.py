@@ -74,3 +74,33 @@ def test_hybrid_same_step_final_obs():
     cpu, hyb = _pair("breakout", 32, "hybrid", dict(cpu_envs=16), emulate=False, autoreset_mode="SameStep",
                      episodic_life=True, repeat_action_probability=0.25)
     assert _compare(cpu, hyb, steps=120) >= 2
+
+
+def test_cuda_learner_update_repeats_bit_for_bit(tmp_path):
+    """With --cuda-deterministic (the default) two updates from the same state on the same
+    batch give the same weights: cuDNN's timed algorithm choice and atomic adds would not."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    import copy
+
+    from test_learner import B, _batch
+
+    from hybridsim.train import TrainConfig, Trainer
+    cfg = TrainConfig(game="pong", backend="cpu", num_envs=B, num_minibatches=1, num_threads=1,
+                      log_dir=str(tmp_path), log_trajectories=False, device="cuda")
+    trainer = Trainer(cfg)
+    try:
+        start = copy.deepcopy((trainer.model.state_dict(), trainer.optimizer.state_dict()))
+        batch = _batch(np.random.default_rng(5), trainer.obs_shape, trainer.num_actions)
+        results = []
+        for _ in range(2):
+            trainer.model.load_state_dict(start[0])
+            trainer.optimizer.load_state_dict(start[1])
+            for _ in range(3):
+                trainer.learn(**batch)
+            results.append({k: v.cpu().clone() for k, v in trainer.model.state_dict().items()})
+        for name, tensor in results[0].items():
+            assert torch.equal(tensor, results[1][name]), name
+    finally:
+        trainer.close()
