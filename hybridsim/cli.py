@@ -225,6 +225,8 @@ def _cmd_train(args) -> int:
     comm = dist.init_comm()
     cfg = build_config(TrainConfig, args)
     trainer = Trainer(cfg, comm=comm)
+    if trainer.rank == 0 and getattr(args, "openmp_note", None):
+        print(args.openmp_note, file=sys.stderr, flush=True)
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, trainer.request_stop)
     if early:
@@ -395,13 +397,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    _join_mpi_job_early(sys.argv[1:] if argv is None else argv)
+    argv_seen = list(sys.argv[1:] if argv is None else argv)
+    openmp_note = _wait_passively_on_a_busy_machine() if argv_seen[:1] == ["train"] else None
+    _join_mpi_job_early(argv_seen)
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # a bad argument seen by one rank only must end the job too
         if exc.code not in (0, None):
             _abort_mpi_job(2)
         raise
+    args.openmp_note = openmp_note
     try:
         return args.func(args)
     except (ValueError, RuntimeError, OSError, TypeError) as exc:
@@ -415,6 +420,25 @@ def main(argv=None) -> int:
         traceback.print_exc()
         _abort_mpi_job(130 if isinstance(exc, KeyboardInterrupt) else 1)
         raise
+
+
+def _wait_passively_on_a_busy_machine() -> str | None:
+    """OMP_WAIT_POLICY=PASSIVE when the cores this process may use are already busy and the
+    user has not chosen a policy; it must be set before torch or the engine loads libgomp.
+    Spinning OpenMP workers (libgomp's default, 29% faster on a quiet 2-core VM) take the
+    busy processes' turns there: training ran at 320-480 frames/s spinning and 1,380-1,540
+    passive on a loaded one (BENCHMARKS.md). Results are the same either way."""
+    import os
+    if "OMP_WAIT_POLICY" in os.environ or "torch" in sys.modules:
+        return None
+    cores = len(os.sched_getaffinity(0))
+    load = os.getloadavg()[0]
+    if load < cores:
+        return None
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return (f"note: load average {load:.1f} on the {cores} cores this process may use: OpenMP "
+            f"threads wait passively (OMP_WAIT_POLICY=PASSIVE), as spinning ones would slow the "
+            f"busy processes and this run; set OMP_WAIT_POLICY to choose")
 
 
 def _join_mpi_job_early(argv) -> None:

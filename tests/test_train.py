@@ -609,3 +609,29 @@ def test_a_checkpoint_holds_every_episode_finished_before_it(tmp_path):
                        episodes["episode_id"][episodes["end_frame"] <= first["frames"]].tolist()))
     assert len(ended) >= 4
     assert sorted((e[0], e[1]) for e in first["episodes"]) == ended
+
+
+def test_train_on_a_busy_machine_waits_passively_and_says_so(tmp_path):
+    """Spinning OpenMP workers ran 3-5x slower on a loaded VM (BENCHMARKS.md): with the
+    cores already busy and no OMP_WAIT_POLICY chosen, `train` sets PASSIVE before torch
+    loads libgomp, and rank 0 prints why. A policy the user set is kept."""
+    import subprocess
+    import sys
+    code = ("import os, sys; os.getloadavg = lambda: (99.0, 99.0, 99.0)\n"
+            "from hybridsim import cli\n"
+            "rc = cli.main(sys.argv[1:])\n"
+            "print('policy', os.environ.get('OMP_WAIT_POLICY'))\n"
+            "raise SystemExit(rc)\n")
+    args = ["train", "--game", "pong", "--backend", "cpu", "--num-envs", "2", "--num-minibatches", "1",
+            "--total-frames", "200", "--num-threads", "1", "--torch-threads", "1",
+            "--log-trajectories", "false"]
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    busy = subprocess.run([sys.executable, "-c", code, *args, "--log-dir", str(tmp_path / "a")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert busy.returncode == 0, busy.stderr
+    assert "policy PASSIVE" in busy.stdout and "load average 99.0" in busy.stderr
+    chosen = subprocess.run([sys.executable, "-c", code, *args, "--log-dir", str(tmp_path / "b")],
+                            capture_output=True, text=True, env=dict(env, OMP_WAIT_POLICY="ACTIVE"),
+                            timeout=300)
+    assert chosen.returncode == 0, chosen.stderr
+    assert "policy ACTIVE" in chosen.stdout and "load average" not in chosen.stderr
