@@ -423,20 +423,22 @@ def main(argv=None) -> int:
 
 
 def _wait_passively_on_a_busy_machine() -> str | None:
-    """OMP_WAIT_POLICY=PASSIVE when the cores this process may use are already busy and the
-    user has not chosen a policy; it must be set before torch or the engine loads libgomp.
+    """OMP_WAIT_POLICY=PASSIVE when the machine's cores are already busy and the user has not
+    chosen a policy; it must be set before torch or the engine loads libgomp. The load
+    average counts the whole machine, so it is compared with all of its CPUs (ranks bound
+    to a few cores each would otherwise count their neighbours as a busy machine).
     Spinning OpenMP workers (libgomp's default, 29% faster on a quiet 2-core VM) take the
     busy processes' turns there: training ran at 320-480 frames/s spinning and 1,380-1,540
     passive on a loaded one (BENCHMARKS.md). Results are the same either way."""
     import os
     if "OMP_WAIT_POLICY" in os.environ or "torch" in sys.modules:
         return None
-    cores = len(os.sched_getaffinity(0))
+    cores = os.cpu_count() or 1
     load = os.getloadavg()[0]
     if load < cores:
         return None
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    return (f"note: load average {load:.1f} on the {cores} cores this process may use: OpenMP "
+    return (f"note: load average {load:.1f} on the {cores} CPUs of this machine: OpenMP "
             f"threads wait passively (OMP_WAIT_POLICY=PASSIVE), as spinning ones would slow the "
             f"busy processes and this run; set OMP_WAIT_POLICY to choose")
 
