@@ -413,12 +413,13 @@ def test_wrapper_checks_gpu_slots_before_launching(tmp_path, args, env, message)
 
 
 @pytest.mark.parametrize("env,taskset", [({"SLURM_CPUS_ON_NODE": "2"}, []), ({}, []),
-                                         ({}, ["taskset", "-c", "0"])])
+                                         ({}, ["taskset", "-c", "0"]), ({"OMP_NUM_THREADS": "1"}, [])])
 def test_wrapper_refuses_to_bind_more_cores_than_the_node_has(tmp_path, env, taskset):
     """hydra's -bind-to core:T fails once T passes the node's cores (and stacks ranks on the
     same cores before that): refused unless --no-bind, which only warns. The node's cores
-    are Slurm's count inside a job, else the CPUs the wrapper may use (`nproc`: under
-    `taskset -c 0` one, where `nproc --all` counted every CPU of the machine)."""
+    are Slurm's count inside a job, else the CPUs the wrapper may use (under `taskset -c 0`
+    one, where `nproc --all` counted every CPU of the machine; not OMP_NUM_THREADS, which
+    GNU nproc reports where set)."""
     if taskset and not shutil.which("taskset"):
         pytest.skip("taskset is not installed")
     exe, ran = fake_launcher(tmp_path)
