@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 # trained 29% faster than PASSIVE on a quiet 2-core VM (benchmarks/train_throughput.py,
 # BENCHMARKS.md); on a machine shared with other busy processes, OMP_WAIT_POLICY=PASSIVE
 # can be worth more (it was 0.5-0.6x -> 0.8-0.9x of ale-py's speed on a loaded VM), and
-# `hybridsim train` sets it when the cores are already busy at its start (cli.py).
+# `hybridsim train` sets it when its CPUs are already busy at its start (cli.py).
 
 
 def _packaged_dir(name: str, marker: str) -> str:

@@ -56,8 +56,9 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
     """Summarise a run directory (all rank files) or one trajectory file."""
     target = pathlib.Path(target)
     files = trajlog.rank_files(target) if target.is_dir() else [target]
+    option = "--out" if out_dir else "--out (default: beside the logs)"
     out_dir = pathlib.Path(out_dir) if out_dir else (target if target.is_dir() else target.parent)
-    storage.check_output_directory(out_dir, "--out")  # before a scan that can take minutes
+    storage.check_output_directory(out_dir, option)  # before a scan that can take minutes
     out_dir.mkdir(parents=True, exist_ok=True)
     per_rank, all_episodes, actions_total, curves = {}, [], None, []
     attrs = {}

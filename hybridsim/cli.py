@@ -132,6 +132,7 @@ def _cmd_analyze(args) -> int:
 
 def _cmd_replay(args) -> int:
     from hybridsim import replay
+    _refuse_unused(args, {"gif": ("overwrite",)})
     replay.check_outputs(gif=args.gif or None, png_dir=args.png_dir or None,
                          overwrite=args.overwrite)
     result = replay.replay(args.file, args.episode, env=args.env)
@@ -350,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gif", default="", help="write the episode as an animated GIF (a new file)")
     p.add_argument("--overwrite", action="store_true", help="let --gif replace an existing file")
     p.add_argument("--png-dir", default="", help="write the episode's frames as PNGs")
-    p.set_defaults(func=_cmd_replay)
+    p.set_defaults(func=_cmd_replay, default_of=p.get_default)
     p = sub.add_parser("eval", help="score a checkpoint on hybridsim's or ale-py's environment",
                        description="Score a checkpoint's policy. The environment takes the "
                        "checkpoint's settings (frame skip, sticky actions, no-op starts, episode "
@@ -423,24 +424,29 @@ def main(argv=None) -> int:
 
 
 def _wait_passively_on_a_busy_machine() -> str | None:
-    """OMP_WAIT_POLICY=PASSIVE when the machine's cores are already busy and the user has not
-    chosen a policy; it must be set before torch or the engine loads libgomp. The load
-    average counts the whole machine, so it is compared with all of its CPUs (ranks bound
-    to a few cores each would otherwise count their neighbours as a busy machine).
-    Spinning OpenMP workers (libgomp's default, 29% faster on a quiet 2-core VM) take the
-    busy processes' turns there: training ran at 320-480 frames/s spinning and 1,380-1,540
-    passive on a loaded one (BENCHMARKS.md). Results are the same either way."""
+    """OMP_WAIT_POLICY=PASSIVE when the CPUs this process may use are already busy with
+    other work and the user has not chosen a policy; it must be set before torch or the
+    engine loads libgomp. Spinning OpenMP workers (libgomp's default, 29% faster on a quiet
+    2-core VM) take the busy processes' turns there: training ran at 320-480 frames/s
+    spinning and 1,380-1,540 passive on a loaded one (BENCHMARKS.md). Results are the same
+    either way. Measured on this process's own CPUs (a quarter second of /proc/stat), not
+    by the load average, which counts the whole node: its other jobs' cores too."""
     import os
     if "OMP_WAIT_POLICY" in os.environ or "torch" in sys.modules:
         return None
-    cores = os.cpu_count() or 1
-    load = os.getloadavg()[0]
-    if load < cores:
+    from hybridsim import sysinfo
+    cpus = sorted(os.sched_getaffinity(0))
+    busy = sysinfo.cpu_busy_fraction(cpus)
+    if busy is None or busy < BUSY_CPUS:
         return None
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    return (f"note: load average {load:.1f} on the {cores} CPUs of this machine: OpenMP "
-            f"threads wait passively (OMP_WAIT_POLICY=PASSIVE), as spinning ones would slow the "
-            f"busy processes and this run; set OMP_WAIT_POLICY to choose")
+    return (f"note: the {len(cpus)} CPUs this process may use ({sysinfo.cpu_list(cpus)}) are "
+            f"{busy:.0%} busy with other work: OpenMP threads wait passively "
+            f"(OMP_WAIT_POLICY=PASSIVE), as spinning ones would slow that work and this run; "
+            f"set OMP_WAIT_POLICY to choose")
+
+
+BUSY_CPUS = 0.5  # of this process's CPUs' time taken by others: then PASSIVE (see above)
 
 
 def _join_mpi_job_early(argv) -> None:

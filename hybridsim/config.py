@@ -77,7 +77,8 @@ def resolve_config_path(name) -> pathlib.Path:
     if str(name) in recipes:
         return recipes[str(name)]
     if path.is_dir():
-        hint = (f"; to continue the run in it: --log-dir {path} --resume"
+        hint = (f"; to continue the run in it, run the command that started it again with "
+                f"--resume (the same --log-dir {path} and settings)"
                 if (path / "checkpoint.pt").is_file() else "")
         raise IsADirectoryError(f"--config {path}: is a directory; name a TOML or JSON config "
                                 f"file or a shipped recipe ({', '.join(recipes)}){hint}")

@@ -13,6 +13,7 @@ import pathlib
 import platform
 import socket
 import sys
+import time
 
 ORACLE_ALE_PY = "0.12.1"  # the ale-py release hybridsim is bit-exact with
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "OMP_WAIT_POLICY")
@@ -201,3 +202,32 @@ def format_report(report: dict) -> str:
         for key, value in facts.items():
             lines.append(f"  {key:22s} {_plain(value, missing)}")
     return "\n".join(lines)
+
+
+def _cpu_times() -> dict[int, tuple[int, int]]:
+    """CPU index -> (all jiffies, idle + iowait jiffies), from /proc/stat (Linux)."""
+    times = {}
+    with open("/proc/stat") as fh:
+        for line in fh:
+            name, *fields = line.split()
+            if name.startswith("cpu") and name[3:].isdigit():
+                ticks = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+                times[int(name[3:])] = (sum(ticks), ticks[3] + ticks[4])
+    return times
+
+
+def cpu_busy_fraction(cpus, seconds: float = 0.25) -> float | None:
+    """How busy `cpus` are, 0 to 1, over the next `seconds` (this process sleeps meanwhile,
+    so it is the other processes' share); None where /proc/stat cannot tell."""
+    try:
+        before = _cpu_times()
+        time.sleep(seconds)
+        after = _cpu_times()
+    except (OSError, ValueError, IndexError):
+        return None
+    total = idle = 0
+    for cpu in cpus:
+        if cpu in before and cpu in after:
+            total += after[cpu][0] - before[cpu][0]
+            idle += after[cpu][1] - before[cpu][1]
+    return None if total <= 0 else 1.0 - idle / total

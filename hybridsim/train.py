@@ -690,7 +690,7 @@ class Trainer:
                 "episode_tracker": self.episodes.state(),
                 "traj_rows": None if self.traj is None else self.traj.steps_logged,
                 "traj_file_id": None if self.traj is None else self.traj.file_id,
-                "torch_threads": torch.get_num_threads(),
+                "torch_threads": torch.get_num_threads(),  # a CPU learner's sums depend on it
                 "impala_in_flight": self._impala_resume_state()}
 
     def _impala_resume_state(self) -> dict | None:
@@ -776,7 +776,7 @@ class Trainer:
             self.episodes.load(mine["episode_tracker"])
         else:
             self._skip_unknown_episode_starts(rank_states, saved.get("num_envs"))
-        if mine.get("torch_threads") not in (None, torch.get_num_threads()):
+        if self.device.type == "cpu" and mine.get("torch_threads") not in (None, torch.get_num_threads()):
             print(f"note: rank {self.rank} ran with {mine['torch_threads']} torch threads and now "
                   f"has {torch.get_num_threads()}: gradient sums round differently, so this run "
                   f"will not equal an uninterrupted one bit for bit (pass --torch-threads "

@@ -193,6 +193,8 @@ def test_analyze_refuses_an_out_path_that_is_a_file_before_reading(tmp_path, mon
         analyze.analyze(path, out_dir=path)
     with pytest.raises(NotADirectoryError, match=f"--out {path}/plots: {path} is a file"):
         analyze.analyze(path, out_dir=path / "plots")  # was errno text from mkdir
+    with pytest.raises(NotADirectoryError, match=r"--out \(default: beside the logs\) "):
+        analyze.analyze(path / "traj_rank00000.h5")  # a file in a file: the default is named
 
 
 def test_bad_gaps_and_observation_index_are_named(tmp_path):

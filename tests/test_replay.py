@@ -216,6 +216,13 @@ def _a_file(d):
     return d / "file"
 
 
+def test_overwrite_without_gif_is_refused(short_episode_run):
+    from hybridsim import cli
+    with pytest.raises(ValueError, match="--overwrite applies to --gif, which is not given"):
+        cli._cmd_replay(cli.build_parser().parse_args(
+            ["replay", str(trajlog.rank_file(short_episode_run, 0)), "--episode", "0", "--overwrite"]))
+
+
 @pytest.mark.parametrize("option,make,message", [
     ("--gif", lambda d: d / "missing" / "ep.gif", "directory .*missing does not exist"),
     ("--png-dir", _dir_with_old_frames, "already holds frame_\\*.png files"),

@@ -115,7 +115,7 @@ def test_config_that_is_missing_or_a_directory_is_named(tmp_path):
         build_config(TrainConfig, parse(["train", "--config", str(tmp_path)]))
     assert "--resume" not in str(info.value)
     (tmp_path / "checkpoint.pt").write_bytes(b"")  # a run directory: say how to continue it
-    with pytest.raises(IsADirectoryError, match=f"--log-dir {tmp_path} --resume"):
+    with pytest.raises(IsADirectoryError, match=f"again with --resume \\(the same --log-dir {tmp_path} "):
         build_config(TrainConfig, parse(["train", "--config", str(tmp_path)]))
 
 
@@ -214,7 +214,8 @@ def test_the_network_starts_the_same_on_any_thread_count():
 def test_a_cuda_learner_asks_for_deterministic_kernels(monkeypatch):
     """Set without a GPU too: the flags are torch's, read when CUDA kernels are chosen."""
     from hybridsim.train import use_deterministic_cuda
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")  # restored after the test, set or not
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
     saved = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
              torch.are_deterministic_algorithms_enabled(),
              torch.is_deterministic_algorithms_warn_only_enabled())
@@ -617,8 +618,10 @@ def test_train_on_a_busy_machine_waits_passively_and_says_so(tmp_path):
     loads libgomp, and rank 0 prints why. A policy the user set is kept."""
     import subprocess
     import sys
-    code = ("import os, sys; os.getloadavg = lambda: (99.0, 99.0, 99.0)\n"
-            "from hybridsim import cli\n"
+    code = ("import os, sys\n"
+            "from hybridsim import cli, sysinfo\n"
+            "sysinfo.cpu_busy_fraction = lambda cpus, seconds=0.25: 0.9\n"
+            "assert 'torch' not in sys.modules\n"
             "rc = cli.main(sys.argv[1:])\n"
             "print('policy', os.environ.get('OMP_WAIT_POLICY'))\n"
             "raise SystemExit(rc)\n")
@@ -629,9 +632,28 @@ def test_train_on_a_busy_machine_waits_passively_and_says_so(tmp_path):
     busy = subprocess.run([sys.executable, "-c", code, *args, "--log-dir", str(tmp_path / "a")],
                           capture_output=True, text=True, env=env, timeout=300)
     assert busy.returncode == 0, busy.stderr
-    assert "policy PASSIVE" in busy.stdout and "load average 99.0" in busy.stderr
+    assert "policy PASSIVE" in busy.stdout and "are 90% busy with other work" in busy.stderr
     chosen = subprocess.run([sys.executable, "-c", code, *args, "--log-dir", str(tmp_path / "b")],
                             capture_output=True, text=True, env=dict(env, OMP_WAIT_POLICY="ACTIVE"),
                             timeout=300)
     assert chosen.returncode == 0, chosen.stderr
-    assert "policy ACTIVE" in chosen.stdout and "load average" not in chosen.stderr
+    assert "policy ACTIVE" in chosen.stdout and "busy with other work" not in chosen.stderr
+
+
+def test_cpu_busy_fraction_sees_a_busy_cpu():
+    """/proc/stat over a quarter second: a spinning process pinned to CPU 0 makes it busy."""
+    import subprocess
+    import sys
+    from hybridsim import sysinfo
+    if 0 not in os.sched_getaffinity(0):
+        pytest.skip("CPU 0 is not ours")
+    spinner = subprocess.Popen([sys.executable, "-c", "import os\nos.sched_setaffinity(0, {0})\n"
+                                "while True: pass"])
+    try:
+        import time
+        time.sleep(0.5)
+        assert sysinfo.cpu_busy_fraction([0], seconds=0.5) > 0.8
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert sysinfo.cpu_busy_fraction([10**6]) is None  # no such CPU: nothing to tell
