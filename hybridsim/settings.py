@@ -70,7 +70,7 @@ class Settings:
         expected = ALE_SETTINGS[key][0]
         if expected is not kind:
             raise SettingTypeError(f"setting {key!r} is a {expected.__name__}, not a {kind.__name__}: "
-                            f"use get{expected.__name__.capitalize()}/set{expected.__name__.capitalize()}")
+                                   f"use get{expected.__name__.capitalize()}/set{expected.__name__.capitalize()}")
 
     def get(self, key: str, kind: type):
         self._check(key, kind)
