@@ -202,6 +202,9 @@ def use_deterministic_cuda() -> None:
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
     torch.use_deterministic_algorithms(True, warn_only=True)  # warn where an op has none
+    # that mode also fills every torch.empty with NaN, a memset per allocation that only
+    # matters to code reading memory it never wrote
+    torch.utils.deterministic.fill_uninitialized_memory = False
 
 
 class EpisodeTracker:

@@ -218,15 +218,18 @@ def test_a_cuda_learner_asks_for_deterministic_kernels(monkeypatch):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
     saved = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
              torch.are_deterministic_algorithms_enabled(),
-             torch.is_deterministic_algorithms_warn_only_enabled())
+             torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.utils.deterministic.fill_uninitialized_memory)
     try:
         use_deterministic_cuda()
         assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
         assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
         assert torch.are_deterministic_algorithms_enabled()
+        assert not torch.utils.deterministic.fill_uninitialized_memory  # no memset per allocation
     finally:
         torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved[:2]
         torch.use_deterministic_algorithms(saved[2], warn_only=saved[3])
+        torch.utils.deterministic.fill_uninitialized_memory = saved[4]
 
 
 def test_bad_checkpoints_are_named(tmp_path):
