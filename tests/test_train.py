@@ -651,10 +651,10 @@ def test_cpu_busy_fraction_sees_a_busy_cpu():
     if 0 not in os.sched_getaffinity(0):
         pytest.skip("CPU 0 is not ours")
     spinner = subprocess.Popen([sys.executable, "-c", "import os\nos.sched_setaffinity(0, {0})\n"
-                                "while True: pass"])
+                                "print('spinning', flush=True)\nwhile True: pass"],
+                               stdout=subprocess.PIPE, text=True)
     try:
-        import time
-        time.sleep(0.5)
+        assert spinner.stdout.readline() == "spinning\n"
         assert sysinfo.cpu_busy_fraction([0], seconds=0.5) > 0.8
     finally:
         spinner.kill()
