@@ -53,6 +53,10 @@ def _usable_cores() -> set | None:
         return None
 
 
+def _rounded(fraction: float | None) -> float | None:
+    return None if fraction is None else round(fraction, 2)
+
+
 def host_section() -> dict:
     from hybridsim import _core
     from hybridsim.vector import resolve_num_threads
@@ -60,6 +64,8 @@ def host_section() -> dict:
     return {"hostname": socket.gethostname(), "platform": platform.platform(),
             "python": sys.version.split()[0], "executable": sys.executable,
             "cpus": os.cpu_count(), "cpus_usable": None if usable is None else len(usable),
+            # what `train` reads to choose OMP_WAIT_POLICY (cli.py): other work on these CPUs
+            "cpus_usable_busy": None if usable is None else _rounded(cpu_busy_fraction(sorted(usable))),
             "default_env_threads": resolve_num_threads(0, 1 << 30),
             "openmp_max_threads": _core.openmp_max_threads(),
             "thread_variables": _env(THREAD_VARIABLES)}

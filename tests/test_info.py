@@ -40,6 +40,7 @@ def test_info_reports_what_the_process_sees():
     assert report["hybridsim"]["core_source_hash"] == gpu.kernel_source_hash()
     host = report["host"]
     assert host["cpus_usable"] == len(os.sched_getaffinity(0))
+    assert 0 <= host["cpus_usable_busy"] <= 1
     assert host["default_env_threads"] == len(os.sched_getaffinity(0))
     assert host["openmp_max_threads"] == 1 and host["thread_variables"] == {"OMP_NUM_THREADS": "1"}
     import ale_py.roms
