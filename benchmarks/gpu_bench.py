@@ -280,9 +280,9 @@ def phase_exact(args, budget):
     # a comparison its time share cut short compared fewer steps: equal needs one step at
     # least, and all_steps says whether every run reached max_steps
     runs = [v for v in rep["results"].values() if isinstance(v, dict)]
-    rep["all_equal"] = bool(runs) and len(runs) == len(rep["results"]) and all(
-        v.get("equal") and v.get("steps", 0) > 0 for v in runs)
-    rep["all_steps"] = bool(runs) and len(runs) == len(rep["results"]) and all(v.get("steps") == steps for v in runs)
+    all_ran = bool(runs) and len(runs) == len(rep["results"])  # none skipped for time
+    rep["all_equal"] = all_ran and all(v.get("equal") and v.get("steps", 0) > 0 for v in runs)
+    rep["all_steps"] = all_ran and all(v.get("steps") == steps for v in runs)
     return rep
 
 

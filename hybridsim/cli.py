@@ -423,6 +423,9 @@ def main(argv=None) -> int:
         raise
 
 
+BUSY_CPUS = 0.5  # of this process's CPUs' time taken by other work: then PASSIVE (below)
+
+
 def _wait_passively_on_a_busy_machine() -> str | None:
     """OMP_WAIT_POLICY=PASSIVE when the CPUs this process may use are already busy with
     other work and the user has not chosen a policy; it must be set before torch or the
@@ -444,9 +447,6 @@ def _wait_passively_on_a_busy_machine() -> str | None:
             f"{busy:.0%} busy with other work: OpenMP threads wait passively "
             f"(OMP_WAIT_POLICY=PASSIVE), as spinning ones would slow that work and this run; "
             f"set OMP_WAIT_POLICY to choose")
-
-
-BUSY_CPUS = 0.5  # of this process's CPUs' time taken by others: then PASSIVE (see above)
 
 
 def _join_mpi_job_early(argv) -> None:
