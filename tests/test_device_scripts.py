@@ -58,7 +58,7 @@ def test_a_phase_stopped_midway_keeps_the_runs_it_finished(tmp_path, monkeypatch
     monkeypatch.setattr(hybridsim, "AtariVectorEnv", lambda *a, **kw: object())
     runs = []
 
-    def compare_run(cpu, other, steps, budget, seed=11):
+    def compare_run(cpu, other, steps, seconds, seed=11):
         runs.append(steps)
         if len(runs) == 2:
             raise KeyboardInterrupt  # stands for the shell's SIGKILL: no `except` runs
