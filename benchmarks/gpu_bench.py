@@ -6,7 +6,7 @@ Phases (each writes one JSON object to --out, and stops itself within --budget s
   info        device, versions, struct sizes, kernel attributes (registers, local memory)
   compile     NVRTC compile time of the kernels (fresh CuPy cache), and the cubin's load time
   exact       GPU == CPU bit for bit (obs, rewards, terminations, truncations, lives,
-              frame numbers) for several games and both designs over many steps
+              frame numbers) for several games and both designs over many steps, side by side
   throughput  frames/s (frame_skip 4, default preprocessing) for games x num_envs,
               1K .. 256K environments, growing while memory and time allow
   designs     fused vs split design and block sizes on one game at one size
@@ -237,54 +237,79 @@ def _compare_run(cpu, other, steps, seconds, seed=11):
 
 
 def phase_exact(args, budget):
+    """Every (game, design) run at once, each pair of environments on its own thread and
+    CUDA stream: a step's time is one environment's frame loop (one thread runs it), so
+    runs side by side cost little more than one, and each compares more steps."""
+    import threading
     from hybridsim import AtariVectorEnv
     games = args.games or list(EXACT_SETTINGS)
-    n = args.exact_envs or (4 if args.dry_run else 256)
-    steps = args.exact_steps or (30 if args.dry_run else 2000)
-    rep = dict(num_envs=n, max_steps=steps, results={})
+    n = args.exact_envs or (4 if args.dry_run else 128)
+    steps = args.exact_steps or (30 if args.dry_run else 3000)
+    fs = args.exact_frame_skip
+    rep = dict(num_envs=n, max_steps=steps, frame_skip=fs, side_by_side=True, results={})
     # both designs for the main games; the mapper games in the default one
-    runs = [(g, d) for g in games for d in (("split", "fused") if g in EXACT_SETTINGS else ("split",))]
-    share = budget.left() / (len(runs) + (1 if args.nvrtc_marker else 0))
-    for game, design in runs:
-        if budget.left() < 5:
-            rep["results"][f"{game}/{design}"] = "skipped: out of time"
-            continue
-        try:
-            kw = dict(EXACT_SETTINGS.get(game, MAPPER_SETTINGS), repeat_action_probability=0.25, noop_max=30)
-            cpu = AtariVectorEnv(game, n, backend="cpu", **kw)
-            other = AtariVectorEnv(game, n, backend="gpu", gpu_options=_opts(args, design=design, output="cupy"
-                                   if not args.dry_run else "numpy"), **kw)
-            t0 = time.perf_counter()
-            r = _compare_run(cpu, other, steps, min(share, budget.left() - 3))
-            r["seconds"] = time.perf_counter() - t0
-            rep["results"][f"{game}/{design}"] = r
-            del cpu, other
-        except Exception as exc:  # noqa: BLE001
-            rep["results"][f"{game}/{design}"] = dict(error=repr(exc), trace=traceback.format_exc()[-2000:])
-        _free_pool(args)
-        _save_partial(rep)
+    runs = [(f"{g}/{d}", g, dict(design=d)) for g in games
+            for d in (("split", "fused") if g in EXACT_SETTINGS else ("split",))]
     if args.nvrtc_marker and not args.dry_run:
-        # the NVRTC-built kernels too (CuPy adds -ftz=true there), when compiled in time
-        ready = all(os.path.exists(f"{args.nvrtc_marker}.{p}") for p in ("base", "split"))
-        if ready and budget.left() > 5:
-            try:
-                kw = dict(EXACT_SETTINGS["breakout"], repeat_action_probability=0.25)
-                cpu = AtariVectorEnv("breakout", n, backend="cpu", **kw)
-                other = AtariVectorEnv("breakout", n, backend="gpu", gpu_options=dict(cubin=False, output="cupy"),
-                                       **kw)
-                r = _compare_run(cpu, other, steps, budget.left() - 3)
-                rep["results"]["breakout/split/nvrtc"] = r
-            except Exception as exc:  # noqa: BLE001
-                rep["results"]["breakout/split/nvrtc"] = dict(error=repr(exc))
+        # the NVRTC-built kernels too (CuPy adds -ftz=true there), when already compiled
+        if all(os.path.exists(f"{args.nvrtc_marker}.{p}") for p in ("base", "split")):
+            runs.append(("breakout/split/nvrtc", "breakout", dict(design="split", cubin=False)))
         else:
             rep["nvrtc_variant"] = "skipped: NVRTC build not ready"
-    # a comparison its time share cut short compared fewer steps: equal needs one step at
+    lock = threading.Lock()
+    pairs = {}
+    for key, game, options in runs:  # built one after another (module loads, allocations)
+        if budget.left() < 10:
+            rep["results"][key] = "skipped: out of time"
+            continue
+        try:
+            kw = dict(EXACT_SETTINGS.get(game, MAPPER_SETTINGS), repeat_action_probability=0.25, noop_max=30,
+                      frameskip=fs)
+            stream = _new_stream(args)
+            with stream:
+                cpu = AtariVectorEnv(game, n, backend="cpu", num_threads=1, **kw)
+                o = dict(_opts(args, output="numpy" if args.dry_run else "cupy"), **options)
+                other = AtariVectorEnv(game, n, backend="gpu", gpu_options=o, **kw)
+            pairs[key] = (cpu, other, stream)
+        except Exception as exc:  # noqa: BLE001
+            rep["results"][key] = dict(error=repr(exc), trace=traceback.format_exc()[-2000:])
+    seconds = budget.left() - 5
+
+    def compare(key, cpu, other, stream):
+        t0 = time.perf_counter()
+        try:
+            with stream:
+                r = _compare_run(cpu, other, steps, seconds - (time.perf_counter() - t0))
+            r["seconds"] = time.perf_counter() - t0
+        except Exception as exc:  # noqa: BLE001
+            r = dict(error=repr(exc), trace=traceback.format_exc()[-2000:])
+        with lock:
+            rep["results"][key] = r
+            _save_partial(rep)
+
+    threads = [threading.Thread(target=compare, args=(key, *pair), daemon=True) for key, pair in pairs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rep["results"] = {key: rep["results"][key] for key, _, _ in runs if key in rep["results"]}
+    # a comparison its time cut short compared fewer steps: equal needs one step at
     # least, and all_steps says whether every run reached max_steps
-    runs = [v for v in rep["results"].values() if isinstance(v, dict)]
-    all_ran = bool(runs) and len(runs) == len(rep["results"])  # none skipped for time
-    rep["all_equal"] = all_ran and all(v.get("equal") and v.get("steps", 0) > 0 for v in runs)
-    rep["all_steps"] = all_ran and all(v.get("steps") == steps for v in runs)
+    done = [v for v in rep["results"].values() if isinstance(v, dict)]
+    all_ran = bool(done) and len(done) == len(runs)  # none skipped for time
+    rep["all_equal"] = all_ran and all(v.get("equal") and v.get("steps", 0) > 0 for v in done)
+    rep["all_steps"] = all_ran and all(v.get("steps") == steps for v in done)
+    rep["min_steps"] = min((v.get("steps", 0) for v in done), default=0)
     return rep
+
+
+def _new_stream(args):
+    """A CUDA stream of its own (CuPy's current one inside `with`), or no-op when emulated."""
+    if args.dry_run:
+        import contextlib
+        return contextlib.nullcontext()
+    import cupy
+    return cupy.cuda.Stream(non_blocking=True)
 
 
 # ---- throughput ---------------------------------------------------------------------------
@@ -391,11 +416,13 @@ def phase_designs(args, budget):
 def phase_hybrid(args, budget):
     from hybridsim import AtariVectorEnv
     game = (args.games or ["pong"])[0]
-    sizes = args.sizes or ([6] if args.dry_run else [4096, 16384])
+    sizes = args.sizes or ([6] if args.dry_run else [16384, 65536, 131072])
     threads = args.cpu_threads or (1 if args.dry_run else (os.cpu_count() or 1))
-    rep = dict(game=game, cpu_threads=threads, results=[])
-    share = budget.left() / (3 * len(sizes))
-    for n in sizes:
+    rep = dict(game=game, cpu_threads=threads, results=[], hybrid_vs_sum={})
+    for i, n in enumerate(sizes):
+        # a size's share of the time left grows with its environments (its steps take longer)
+        share = budget.left() * n / (3 * sum(sizes[i:]))
+        fps = {}
         for backend in ("cpu", "gpu", "hybrid"):
             if budget.left() < 5:
                 rep["results"].append(dict(num_envs=n, backend=backend, skipped="out of time"))
@@ -417,6 +444,7 @@ def phase_hybrid(args, budget):
                 bargs.dry_run = args.dry_run or backend == "cpu"
                 r = _time_steps(env, bargs, b, args.min_time / 2, args.max_steps)
                 r.update(backend=backend, build_s=build_s)
+                fps[backend] = r["frames_per_s"]
                 if backend == "hybrid":
                     r["split"] = env._engine.split
                     r["repr"] = repr(env)
@@ -426,6 +454,8 @@ def phase_hybrid(args, budget):
             rep["results"].append(r)
             _free_pool(args)
             _save_partial(rep)
+        if len(fps) == 3:  # the issue's bar: hybrid >= 0.9 x (CPU-only + GPU-only)
+            rep["hybrid_vs_sum"][str(n)] = fps["hybrid"] / (fps["cpu"] + fps["gpu"])
     return rep
 
 
@@ -461,6 +491,9 @@ def merge(out, files):
     if "all_equal" in exact:
         report["summary"]["gpu_equals_cpu"] = exact["all_equal"]
         report["summary"]["gpu_equals_cpu_every_step_asked"] = exact.get("all_steps", False)
+        report["summary"]["gpu_equals_cpu_min_steps"] = exact.get("min_steps")
+    if report["phases"].get("hybrid", {}).get("hybrid_vs_sum"):
+        report["summary"]["hybrid_vs_cpu_plus_gpu"] = report["phases"]["hybrid"]["hybrid_vs_sum"]
     with open(out, "w") as fh:
         json.dump(report, fh, indent=1, default=str)
     return report
@@ -479,6 +512,7 @@ def main(argv=None):
     p.add_argument("--design", default="split")
     p.add_argument("--exact-envs", type=int)
     p.add_argument("--exact-steps", type=int)
+    p.add_argument("--exact-frame-skip", type=int, default=4)
     p.add_argument("--design-envs", type=int)
     p.add_argument("--cpu-threads", type=int)
     p.add_argument("--nvrtc-marker", help="compile: touch MARKER.PART when NVRTC's build is cached; "

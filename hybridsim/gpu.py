@@ -272,6 +272,7 @@ class CupyDevice:
         self.options = tuple(options)
         self._fns = {}
         self._limits = {}
+        self._side = None  # begin_side_copies' stream, made at first use
         self.module = self.module_for("base")
 
     def module_for(self, part: str):
@@ -362,10 +363,26 @@ class CupyDevice:
         mem = self.cp.cuda.alloc_pinned_memory(max(n, 1))
         return np.frombuffer(mem, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
 
-    def copy_to_device(self, dst, src: np.ndarray) -> None:
-        """dst (a device array) := src (pinned host memory), asynchronously on the stream."""
+    def copy_to_device(self, dst, src: np.ndarray, side: bool = False) -> None:
+        """dst (a device array) := src (pinned host memory), asynchronously on the stream,
+        or with side=True on the side stream (between begin_ and end_side_copies)."""
         with self.device:
-            dst.set(src, stream=self.stream)
+            dst.set(src, stream=self._side if side else self.stream)
+
+    # The hybrid engine's copies of its CPU rows go on a second stream: on the compute
+    # stream they would queue behind the GPU part's kernels instead of overlapping them.
+    def begin_side_copies(self) -> None:
+        """Side-stream copies from here on start after the work already on the stream
+        (a consumer still reading the last batch, the kernels just launched)."""
+        with self.device:
+            if self._side is None:
+                self._side = self.cp.cuda.Stream(non_blocking=True)
+            self._side.wait_event(self.stream.record())
+
+    def end_side_copies(self) -> None:
+        """Wait (on the host) for the side-stream copies."""
+        with self.device:
+            self._side.synchronize()
 
     def __repr__(self):
         return f"CupyDevice({self.device_id})"
@@ -447,6 +464,11 @@ def build_emulation_library(cache_dir: str | os.PathLike | None = None, opt: str
     return lib
 
 
+# The shim's blockIdx and threadIdx are one static variable each in the loaded library
+# (ctypes loads a path once per process): launches from two threads must not overlap.
+_EMULATED_LAUNCH = threading.Lock()
+
+
 class HostEmulatedDevice:
     """The kernels run on the host, one grid point after another, over numpy arrays."""
 
@@ -469,7 +491,9 @@ class HostEmulatedDevice:
             else:
                 vals.append(_CTYPES[kind](a))
         argv = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
-        self._fn(name)(ctypes.c_uint((threads + block - 1) // block), ctypes.c_uint(block), argv)
+        fn = self._fn(name)
+        with _EMULATED_LAUNCH:
+            fn(ctypes.c_uint((threads + block - 1) // block), ctypes.c_uint(block), argv)
 
     def load(self, name: str) -> None:
         self._fn(name)
@@ -505,7 +529,13 @@ class HostEmulatedDevice:
     def pinned_empty(self, shape, dtype) -> np.ndarray:
         return np.empty(shape, dtype=dtype)
 
-    def copy_to_device(self, dst, src) -> None:
+    def begin_side_copies(self) -> None:
+        pass
+
+    def end_side_copies(self) -> None:
+        pass
+
+    def copy_to_device(self, dst, src, side: bool = False) -> None:
         # what cupy.ndarray.set refuses (CuPy's core: no casting, no broadcasting, a
         # contiguous target), so the emulation catches a call a real device would refuse
         src = np.asarray(src)
@@ -771,7 +801,7 @@ class GpuEngine:
 
 OUTPUTS = ("torch", "cupy", "numpy")
 GPU_OPTION_KEYS = {"design", "block", "pixel_block", "emulate", "output", "cubin", "cpu_envs",
-                   "cpu_threads", "calibrate_steps"}
+                   "cpu_threads", "calibrate_steps", "copy_chunks"}
 
 
 def make_deliver(output: str, dev):
@@ -822,5 +852,6 @@ def make_vector_engine(backend: str, engine_args, engine_kwargs, *, device=0, op
             from hybridsim.hybrid import HybridEngine
             engine = HybridEngine(engine_args, engine_kwargs, device=dev, gpu_kwargs=gpu_kw,
                                   cpu_envs=opts.get("cpu_envs"), cpu_threads=opts.get("cpu_threads"),
-                                  calibrate_steps=opts.get("calibrate_steps", 8))
+                                  calibrate_steps=opts.get("calibrate_steps", 8),
+                                  copy_chunks=opts.get("copy_chunks"))
     return engine, dev.xp, make_deliver(output, dev)

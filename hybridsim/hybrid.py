@@ -7,10 +7,18 @@ buffers, copies those rows into the same device batch on the GPU's stream, and r
 when both are done: the caller sees one device batch, row k = environment k, exactly
 what backend="cpu" and backend="gpu" return for the same seeds.
 
-The split is chosen so both parts take the same time: cpu_envs / cpu_rate =
-(num_envs - cpu_envs) / gpu_rate, with the rates (environment steps per second) measured
-at construction by short runs of throwaway engines (calibrate), unless
-gpu_options={"cpu_envs": k} fixes it. HybridEngine.split reports the choice.
+The split is chosen so both parts take the same time, with the CPU's step time linear
+in its environments, n_c / cpu_rate, and the GPU's a fixed latency plus a linear part,
+gpu_latency + n_g / gpu_rate: one thread runs one environment's whole frame loop, so a
+step takes at least that loop's time however few environments the GPU has (on an H200,
+pong's step took 0.17 s at 1,024 environments and 0.29 s at 16,384; BENCHMARKS.md). The
+three numbers are measured at construction by short runs of throwaway engines
+(calibrate: the GPU at N and N/8 environments), unless gpu_options={"cpu_envs": k}
+fixes the split. HybridEngine.split reports the choice.
+
+The CPU part runs in chunks; each chunk's rows go to the device on a side stream while
+the next chunk steps and the GPU part's kernels run, so only the last chunk's copy adds
+to the step.
 """
 from __future__ import annotations
 
@@ -19,40 +27,56 @@ import time
 import numpy as np
 
 
-def balance_split(num_envs: int, cpu_rate: float, gpu_rate: float, *, min_cpu: int = 0,
-                  max_cpu: int | None = None) -> int:
-    """Environments for the CPU so that both parts finish together: n_c / cpu_rate ==
-    (N - n_c) / gpu_rate, i.e. n_c = N * cpu_rate / (cpu_rate + gpu_rate), rounded and
-    clamped to [min_cpu, max_cpu]. Rates are environment steps per second (> 0; a rate of
-    0 or less gives that side nothing)."""
+def balance_split(num_envs: int, cpu_rate: float, gpu_rate: float, *, gpu_latency: float = 0.0,
+                  min_cpu: int = 0, max_cpu: int | None = None) -> int:
+    """Environments for the CPU so that both parts finish together:
+    n_c / cpu_rate == gpu_latency + (N - n_c) / gpu_rate, i.e.
+    n_c = cpu_rate * (gpu_latency * gpu_rate + N) / (cpu_rate + gpu_rate), rounded and
+    clamped to [min_cpu, max_cpu] (all N to the CPU when it steps them all within the
+    GPU's latency). Rates are environment steps per second (a rate of 0 or less gives that
+    side nothing), gpu_latency seconds (>= 0)."""
     n = int(num_envs)
     if n < 0:
         raise ValueError(f"num_envs must be >= 0, got {num_envs}")
     hi = n if max_cpu is None else min(n, int(max_cpu))
     lo = max(0, min(int(min_cpu), hi))
-    c, g = float(cpu_rate), float(gpu_rate)
-    if not np.isfinite(c) or not np.isfinite(g):
-        raise ValueError(f"rates must be finite, got cpu {cpu_rate} gpu {gpu_rate}")
+    c, g, lat = float(cpu_rate), float(gpu_rate), float(gpu_latency)
+    if not (np.isfinite(c) and np.isfinite(g) and np.isfinite(lat)):
+        raise ValueError(f"rates and latency must be finite, got cpu {cpu_rate} gpu {gpu_rate} "
+                         f"latency {gpu_latency}")
+    if lat < 0:
+        raise ValueError(f"gpu_latency must be >= 0 seconds, got {gpu_latency}")
     if c <= 0 and g <= 0:
         raise ValueError("at least one rate must be > 0")
     if c <= 0:
-        share = 0.0
+        cpu_envs = 0.0
     elif g <= 0:
-        share = 1.0
+        cpu_envs = float(n)
     else:
-        share = c / (c + g)
-    return max(lo, min(hi, int(round(n * share))))
+        cpu_envs = c * (lat * g + n) / (c + g)
+    return max(lo, min(hi, int(round(cpu_envs))))
 
 
-def step_time_balance(cpu_envs: int, num_envs: int, cpu_rate: float, gpu_rate: float):
-    """(cpu seconds, gpu seconds) of one step for a split, under the linear model."""
+def step_time_balance(cpu_envs: int, num_envs: int, cpu_rate: float, gpu_rate: float, gpu_latency: float = 0.0):
+    """(cpu seconds, gpu seconds) of one step for a split, under balance_split's model."""
     t_cpu = cpu_envs / cpu_rate if cpu_envs else 0.0
-    t_gpu = (num_envs - cpu_envs) / gpu_rate if num_envs - cpu_envs else 0.0
+    t_gpu = gpu_latency + (num_envs - cpu_envs) / gpu_rate if num_envs - cpu_envs else 0.0
     return t_cpu, t_gpu
 
 
-def _time_engine(engine, n, num_actions, steps, sync=lambda: None, make_out=None):
-    """Environment steps per second of `engine` over n environments (after one reset)."""
+def gpu_step_model(n_small: int, t_small: float, n_big: int, t_big: float):
+    """(gpu_rate, gpu_latency) of the line t = latency + n / rate through two measured
+    steps. A slope at or below zero (the step time is all latency at these sizes, or noise)
+    is taken as 1/1000 of the big step per its environments, so the rate stays finite."""
+    slope = (t_big - t_small) / (n_big - n_small) if n_big > n_small else 0.0
+    slope = max(slope, 1e-3 * t_big / max(n_big, 1))
+    latency = max(0.0, t_big - slope * n_big)
+    return 1.0 / slope, latency
+
+
+def _step_seconds(engine, n, num_actions, steps, sync=lambda: None, make_out=None):
+    """Seconds of one step of `engine` over its environments 0..n-1 (after a reset and a
+    warm-up step)."""
     ids = np.arange(n, dtype=np.int32)
     engine.reseed(ids, np.arange(n, dtype=np.int64))
     out = make_out(n)
@@ -71,7 +95,7 @@ def _time_engine(engine, n, num_actions, steps, sync=lambda: None, make_out=None
     for _ in range(steps):
         run(no, rng.integers(0, num_actions, n).astype(np.int32))
     sync()
-    return n * steps / max(time.perf_counter() - t0, 1e-9)
+    return max(time.perf_counter() - t0, 1e-9) / steps
 
 
 def _outputs_factory(xp, obs_bytes):
@@ -85,7 +109,9 @@ def _outputs_factory(xp, obs_bytes):
 
 def calibrate(engine_args, engine_kwargs, dev, gpu_kwargs, cpu_threads, steps=8, cpu_sample=None,
               gpu_sample=None):
-    """(cpu_rate, gpu_rate) in environment steps per second, from throwaway engines."""
+    """(cpu_rate, gpu_rate, gpu_latency): environment steps per second and seconds, from
+    throwaway engines (the CPU on a sample, the GPU at gpu_sample (default N) and at an
+    eighth of it, for balance_split's line)."""
     from hybridsim import _vector
     from hybridsim.gpu import GpuEngine
     rom, tstate, tframes, tshown, n = engine_args
@@ -93,21 +119,29 @@ def calibrate(engine_args, engine_kwargs, dev, gpu_kwargs, cpu_threads, steps=8,
     num_actions = len(engine_kwargs["action_set"])
     c = int(cpu_sample or min(n, max(16 * cpu_threads, 32)))
     cpu = _vector.VectorEngine(rom, tstate, tframes, tshown, c, **kw)
-    cpu_rate = _time_engine(cpu, c, num_actions, steps, make_out=_outputs_factory(np, cpu.obs_bytes))
+    cpu_rate = c / _step_seconds(cpu, c, num_actions, steps, make_out=_outputs_factory(np, cpu.obs_bytes))
     del cpu
     g = int(gpu_sample or n)
     gpu = GpuEngine(rom, tstate, tframes, tshown, g, **engine_kwargs, device=dev, **gpu_kwargs)
-    gpu_rate = _time_engine(gpu, g, num_actions, steps, sync=gpu.synchronize,
-                            make_out=_outputs_factory(dev.xp, gpu.obs_bytes))
+    make = _outputs_factory(dev.xp, gpu.obs_bytes)
+    t_big = _step_seconds(gpu, g, num_actions, steps, sync=gpu.synchronize, make_out=make)
+    g_small = max(1, g // 8)
+    t_small = _step_seconds(gpu, g_small, num_actions, steps, sync=gpu.synchronize, make_out=make)
     del gpu
-    return cpu_rate, gpu_rate
+    gpu_rate, gpu_latency = gpu_step_model(g_small, t_small, g, t_big)
+    return cpu_rate, gpu_rate, gpu_latency
+
+
+# The CPU part's chunks (HybridEngine.run): more overlap the copies better, but each is an
+# OpenMP loop that waits for its slowest thread.
+MAX_COPY_CHUNKS = 4
 
 
 class HybridEngine:
     """The engine interface of pyx/_vector.pyx's VectorEngine over a CPU part and a GPU part."""
 
     def __init__(self, engine_args, engine_kwargs, *, device, gpu_kwargs, cpu_envs=None, cpu_threads=None,
-                 calibrate_steps=8):
+                 calibrate_steps=8, copy_chunks=None):
         from hybridsim import _vector
         from hybridsim.gpu import GpuEngine
         from hybridsim.vector import resolve_num_threads
@@ -117,18 +151,23 @@ class HybridEngine:
         threads = resolve_num_threads(int(cpu_threads or 0), self.num_envs)
         self.num_threads = threads
         measured = cpu_envs is None
-        cpu_rate = gpu_rate = None
+        cpu_rate = gpu_rate = gpu_latency = None
         if measured:
-            cpu_rate, gpu_rate = calibrate(engine_args, engine_kwargs, device, gpu_kwargs, threads,
-                                           steps=int(calibrate_steps))
-            cpu_envs = balance_split(self.num_envs, cpu_rate, gpu_rate)
+            cpu_rate, gpu_rate, gpu_latency = calibrate(engine_args, engine_kwargs, device, gpu_kwargs, threads,
+                                                        steps=int(calibrate_steps))
+            cpu_envs = balance_split(self.num_envs, cpu_rate, gpu_rate, gpu_latency=gpu_latency)
         cpu_envs = int(cpu_envs)
         if not 0 <= cpu_envs <= self.num_envs:
             raise ValueError(f"cpu_envs must be in 0..{self.num_envs}, got {cpu_envs}")
         self.cpu_envs = cpu_envs
         self.gpu_envs = self.num_envs - cpu_envs
+        if copy_chunks is None:  # chunks of 64 environments per thread at least
+            copy_chunks = min(MAX_COPY_CHUNKS, max(1, cpu_envs // (64 * threads)))
+        if int(copy_chunks) < 1:
+            raise ValueError(f"copy_chunks must be >= 1, got {copy_chunks}")
+        self.copy_chunks = int(copy_chunks)
         self.split = dict(cpu_envs=self.cpu_envs, gpu_envs=self.gpu_envs, cpu_threads=threads,
-                          measured=measured, cpu_rate=cpu_rate, gpu_rate=gpu_rate)
+                          measured=measured, cpu_rate=cpu_rate, gpu_rate=gpu_rate, gpu_latency=gpu_latency)
         kw = dict(engine_kwargs, num_threads=threads)
         self.cpu = _vector.VectorEngine(rom, tstate, tframes, tshown, cpu_envs, **kw) if cpu_envs else None
         self.gpu = (GpuEngine(rom, tstate, tframes, tshown, self.gpu_envs, **engine_kwargs, device=device,
@@ -203,6 +242,8 @@ class HybridEngine:
             # GPU part's kernels and leave no overlap.
             cpu_inputs = (self._host(force_reset, rc, np.uint8), self._host(actions, rc, np.int32),
                           self._host(strengths, rc, np.float32))
+            if prefix:
+                self.dev.begin_side_copies()  # before the launch, or the copies would wait for it
         # GPU part first: its kernels run while the CPU part steps.
         if len(rg):
             gpu_ids = ids[rg] - self.cpu_envs
@@ -220,9 +261,22 @@ class HybridEngine:
                         outs[k][sel] = v
         if m:
             h = self._host_buffers(m, final_obs is not None)
-            self.cpu.run(ids[rc], *cpu_inputs, h["obs"], h.get("final_obs"), h["reward"],
-                         h["terminated"], h["truncated"], h["lives"], h["frame_number"],
-                         h["episode_frame_number"], h.get("has_final"))
+            cpu_ids = ids[rc]
+            chunks = self.copy_chunks if prefix else 1
+            bounds = [m * i // chunks for i in range(chunks + 1)]
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                if a == b:
+                    continue
+                hc = {k: v[a:b] for k, v in h.items()}
+                self.cpu.run(cpu_ids[a:b], *(x[a:b] for x in cpu_inputs), hc["obs"], hc.get("final_obs"),
+                             hc["reward"], hc["terminated"], hc["truncated"], hc["lives"], hc["frame_number"],
+                             hc["episode_frame_number"], hc.get("has_final"))
+                if prefix:  # these rows go up while the next chunk steps
+                    for k, v in hc.items():
+                        if k not in ("final_obs", "has_final") and outs.get(k) is not None:
+                            self.dev.copy_to_device(outs[k][a:b], v, side=True)
+            if prefix:
+                self.dev.end_side_copies()
             for k, v in h.items():
                 if outs.get(k) is None:
                     continue
@@ -233,9 +287,9 @@ class HybridEngine:
                     if len(ended):
                         rows = ended if prefix else rc[ended]
                         outs[k][xp.asarray(rows)] = xp.asarray(v[ended])
-                elif prefix:
+                elif k == "has_final" and prefix:
                     self.dev.copy_to_device(outs[k][:m], v)
-                else:
+                elif not prefix:
                     outs[k][xp.asarray(rc)] = xp.asarray(v)
         self.dev.synchronize()
 
@@ -324,6 +378,7 @@ class HybridEngine:
         s = self.split
         rates = ""
         if s["measured"]:
-            rates = f", measured cpu {s['cpu_rate']:.0f} / gpu {s['gpu_rate']:.0f} env-steps/s"
+            rates = (f", measured cpu {s['cpu_rate']:.0f} / gpu {s['gpu_rate']:.0f} env-steps/s, "
+                     f"gpu latency {1000 * s['gpu_latency']:.1f} ms")
         return (f"HybridEngine(cpu_envs={self.cpu_envs}, gpu_envs={self.gpu_envs}, "
                 f"cpu_threads={self.num_threads}{rates}, gpu={self.gpu!r})")

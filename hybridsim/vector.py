@@ -9,7 +9,8 @@ backend="hybrid" splits them between this CPU engine and the GPU (hybridsim/hybr
 Both are synchronous (batch_size == num_envs) and return device arrays (torch tensors
 through DLPack by default); docs/GPU.md. gpu_options: design ("split" | "fused"),
 block, emulate (host-emulated kernels, no GPU), output ("torch" | "cupy" | "numpy"),
-cubin; hybrid: cpu_envs (the split; default measured), cpu_threads.
+cubin; hybrid: cpu_envs (the split; default measured), cpu_threads, calibrate_steps,
+copy_chunks (the CPU part's chunks, each copied to the device while the next steps).
 
 resize_interpolation="linear" resizes as cv2.INTER_LINEAR (bit for bit) instead of
 ale-py's INTER_AREA.

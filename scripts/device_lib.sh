@@ -19,9 +19,15 @@ export OUT DRY REPO WORK PY
 log() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$LOG"; }
 left() { echo $((DEADLINE - ($(date +%s) - T0))); }
 
+# A phase's limit: $LIMIT_<name> (e.g. LIMIT_exact=60) when set, else the script's.
+limit_of() {
+  local var="LIMIT_$1"
+  echo "${!var:-$2}"
+}
+
 # phase NAME LIMIT CMD...: run with min(LIMIT, time left - 15 s); record rc and seconds.
 phase() {
-  local name=$1 limit=$2; shift 2
+  local name=$1 limit; limit=$(limit_of "$1" "$2"); shift 2
   local l; l=$(left); l=$((l - 15))
   [ "$limit" -gt "$l" ] && limit=$l
   if [ "$limit" -lt 5 ]; then

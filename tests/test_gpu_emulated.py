@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hybridsim import AtariVectorEnv
-from hybridsim.hybrid import balance_split, step_time_balance
+from hybridsim.hybrid import balance_split, gpu_step_model, step_time_balance
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
                                 reason="host emulation of the kernels needs g++")
@@ -123,7 +123,7 @@ def test_emulated_gpu_same_step_autoreset_rgb(emulation_library, design):
 def test_emulated_hybrid_same_step_autoreset(emulation_library):
     """final_obs rows of CPU-part environments that did not end are zeros, as on the other
     backends (the pinned rows kept an earlier episode's last frame)."""
-    cpu, hyb = _pair("breakout", 6, "hybrid", dict(cpu_envs=3, cpu_threads=1), autoreset_mode="SameStep",
+    cpu, hyb = _pair("breakout", 6, "hybrid", dict(cpu_envs=3, cpu_threads=1, copy_chunks=2), autoreset_mode="SameStep",
                      episodic_life=True, repeat_action_probability=0.25)
     assert _compare(cpu, hyb, steps=150) >= 3
 
@@ -149,11 +149,14 @@ def test_emulated_gpu_partial_reset_and_snapshot(emulation_library):
         _assert_same(cpu.step(a)[0], y, "cpu vs gpu after set_state")
 
 
-@pytest.mark.parametrize("cpu_envs", [0, 2, 5])
-def test_emulated_hybrid_equals_cpu(emulation_library, cpu_envs):
-    cpu, hyb = _pair("ms_pacman", 5, "hybrid", dict(cpu_envs=cpu_envs, cpu_threads=1),
+@pytest.mark.parametrize("cpu_envs,chunks", [(0, None), (2, None), (5, None), (2, 3), (5, 3)])
+def test_emulated_hybrid_equals_cpu(emulation_library, cpu_envs, chunks):
+    """chunks: the CPU part in pieces, each copied up while the next steps (an empty piece
+    where there are fewer rows than pieces)."""
+    cpu, hyb = _pair("ms_pacman", 5, "hybrid", dict(cpu_envs=cpu_envs, cpu_threads=1, copy_chunks=chunks),
                      repeat_action_probability=0.25, life_loss_info=True, max_num_frames_per_episode=1200)
     assert hyb._engine.split["cpu_envs"] == cpu_envs and not hyb._engine.split["measured"]
+    assert hyb._engine.copy_chunks == (chunks or 1)
     assert f"cpu_envs={cpu_envs}" in repr(hyb)
     assert _compare(cpu, hyb, steps=200) >= 1
 
@@ -162,9 +165,9 @@ def test_emulated_hybrid_measures_its_split(emulation_library):
     hyb = AtariVectorEnv("pong", 6, backend="hybrid",
                          gpu_options=dict(emulate=True, cpu_threads=1, calibrate_steps=2))
     s = hyb._engine.split
-    assert s["measured"] and s["cpu_rate"] > 0 and s["gpu_rate"] > 0
+    assert s["measured"] and s["cpu_rate"] > 0 and s["gpu_rate"] > 0 and s["gpu_latency"] >= 0
     assert s["cpu_envs"] + s["gpu_envs"] == 6
-    assert s["cpu_envs"] == balance_split(6, s["cpu_rate"], s["gpu_rate"])
+    assert s["cpu_envs"] == balance_split(6, s["cpu_rate"], s["gpu_rate"], gpu_latency=s["gpu_latency"])
     assert "measured" in repr(hyb._engine)
 
 
@@ -196,9 +199,19 @@ def test_emulated_hybrid_cpu_part_overlaps_the_gpu_part(emulation_library):
             events.append(("to_host",))
             return super().to_host(a)
 
+        def begin_side_copies(self):
+            events.append(("begin_side",))
+
+        def copy_to_device(self, dst, src, side=False):
+            events.append(("copy", side))
+            super().copy_to_device(dst, src, side)
+
+        def end_side_copies(self):
+            events.append(("end_side",))
+
     cpu = AtariVectorEnv("pong", 4, backend="cpu", num_threads=1)
     hyb = AtariVectorEnv("pong", 4, backend="hybrid", device=RecordingDevice(emulation_library),
-                         gpu_options=dict(cpu_envs=2, cpu_threads=1))
+                         gpu_options=dict(cpu_envs=2, cpu_threads=1, copy_chunks=2))
     engine = hyb._engine
 
     class RecordingCpuPart:
@@ -230,6 +243,14 @@ def test_emulated_hybrid_cpu_part_overlaps_the_gpu_part(emulation_library):
         assert first_launch < cpu_run, events
         assert ("to_host",) not in events[first_launch:cpu_run], f"the CPU part waited for the GPU part: {events}"
         assert events.count(("to_host",)) >= 1, events  # the device inputs did come to the host
+        # the CPU rows go up on the side stream, ordered after earlier work but not after
+        # the launch, the first chunk's while the second steps; then the host waits for them
+        runs = [i for i, e in enumerate(events) if e == ("cpu_run",)]
+        assert len(runs) == 2, events
+        assert events.index(("begin_side",)) < first_launch, events
+        assert ("copy", True) in events[runs[0]:runs[1]], events
+        end = events.index(("end_side",))
+        assert end > runs[1] and ("copy", True) not in events[end:], events
         expected = cpu.step(actions)[0]
         _assert_same(expected.reshape(n, -1), out["obs"], "hybrid with device inputs vs cpu")
 
@@ -362,6 +383,35 @@ def test_balance_split_equalises_times():
                 assert abs(t_cpu - t_gpu) <= abs(a - b) + 1e-12
 
 
+@pytest.mark.parametrize("n,c,g,latency", [
+    (16384, 65000.0, 120000.0, 0.17),  # an H200's pong: the GPU's latency floor dominates
+    (131072, 65000.0, 110000.0, 0.17),
+    (4096, 56000.0, 20000.0, 0.15),    # the CPU steps them all within the latency: all to the CPU
+    (1000, 2000.0, 8000.0, 0.0),
+    (300, 10.0, 1000.0, 0.05),
+])
+def test_balance_split_with_latency_is_the_fastest_split(n, c, g, latency):
+    """Against a brute force over every split: the step takes the longer part's time (a
+    part with no environments takes none), and balance_split's is the shortest but for
+    rounding (one environment's time on either side)."""
+    def step(k):
+        return max(step_time_balance(k, n, c, g, latency))
+    best = min(step(k) for k in range(n + 1))
+    k = balance_split(n, c, g, gpu_latency=latency)
+    assert step(k) <= best + 1.0 / c + 1.0 / g + 1e-12
+    if n / c <= latency:
+        assert k == n
+
+
+def test_gpu_step_model_fits_two_steps():
+    rate, latency = gpu_step_model(2048, 0.17 + 2048 / 1e5, 16384, 0.17 + 16384 / 1e5)
+    assert rate == pytest.approx(1e5) and latency == pytest.approx(0.17)
+    # a flat or falling step time (all latency, or noise): a finite rate, the latency below the step
+    rate, latency = gpu_step_model(2048, 0.30, 16384, 0.29)
+    assert np.isfinite(rate) and rate > 0 and 0 <= latency < 0.29
+    assert latency + 16384 / rate == pytest.approx(0.29)
+
+
 def test_balance_split_edges():
     assert balance_split(100, 0.0, 5.0) == 0
     assert balance_split(100, 5.0, 0.0) == 100
@@ -373,6 +423,8 @@ def test_balance_split_edges():
         balance_split(10, 0.0, 0.0)
     with pytest.raises(ValueError):
         balance_split(10, float("nan"), 1.0)
+    with pytest.raises(ValueError, match="gpu_latency"):
+        balance_split(10, 1.0, 1.0, gpu_latency=-1.0)
 
 
 def test_emulated_hybrid_partial_reset_and_snapshot(emulation_library):
