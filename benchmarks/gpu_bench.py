@@ -7,6 +7,7 @@ Phases (each writes one JSON object to --out, and stops itself within --budget s
   compile     NVRTC compile time of the kernels (fresh CuPy cache), and the cubin's load time
   exact       GPU == CPU bit for bit (obs, rewards, terminations, truncations, lives,
               frame numbers) for several games and both designs over many steps, side by side
+  streams     whether environments on their own CUDA streams overlap (step time of 1..8 side by side)
   throughput  frames/s (frame_skip 4, default preprocessing) for games x num_envs,
               1K .. 256K environments, growing while memory and time allow
   designs     fused vs split design and block sizes on one game at one size
@@ -312,6 +313,60 @@ def _new_stream(args):
     return cupy.cuda.Stream(non_blocking=True)
 
 
+def phase_streams(args, budget):
+    """Do environments stepped side by side on their own streams overlap on the device?
+    Step time of k GPU-only vector environments (k = 1, 2, 4, 8; one game, frame skip 1)
+    stepped together from k threads, each on its own stream: flat in k if the kernels run
+    at once, k times one if they take turns. (Run 2 of 2026-12-04's exact phase took 14
+    times one run's step side by side.)"""
+    import threading
+    from hybridsim import AtariVectorEnv
+    game = (args.games or ["pong"])[0]
+    n = args.exact_envs or (4 if args.dry_run else 128)
+    steps = 3 if args.dry_run else 10
+    rep = dict(game=game, num_envs=n, frame_skip=1, steps=steps, results=[])
+    for k in (1, 2, 4, 8):
+        if budget.left() < 5:
+            rep["results"].append(dict(runs=k, skipped="out of time"))
+            continue
+        envs = []
+        for _ in range(k):
+            stream = _new_stream(args)
+            with stream:
+                env = AtariVectorEnv(game, n, backend="gpu", frameskip=1,
+                                     gpu_options=_opts(args, output="numpy" if args.dry_run else "cupy"))
+                env.reset(seed=0)
+            envs.append((env, stream))
+        start = threading.Barrier(k)
+        seconds = [0.0] * k
+
+        def run(i, env, stream):
+            acts = np.random.default_rng(i).integers(0, env.single_action_space.n, (steps, n))
+            with stream:
+                env.step(acts[0])
+                _sync(args)
+                start.wait()
+                t0 = time.perf_counter()
+                for a in acts:
+                    env.step(a)
+                    _sync(args)
+                seconds[i] = time.perf_counter() - t0
+
+        threads = [threading.Thread(target=run, args=(i, *e), daemon=True) for i, e in enumerate(envs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rep["results"].append(dict(runs=k, step_ms=1000 * max(seconds) / steps))
+        del envs
+        _free_pool(args)
+        _save_partial(rep)
+    one = rep["results"][0].get("step_ms") if rep["results"] else None
+    if one:
+        rep["slowdown"] = {str(r["runs"]): r["step_ms"] / one for r in rep["results"] if "step_ms" in r}
+    return rep
+
+
 # ---- throughput ---------------------------------------------------------------------------
 def bytes_per_env(obs_bytes=4 * 84 * 84):
     """Device bytes one environment takes (state, frames, raw frames, ring, replay, outputs)."""
@@ -459,8 +514,8 @@ def phase_hybrid(args, budget):
     return rep
 
 
-PHASES = dict(info=phase_info, compile=phase_compile, exact=phase_exact, throughput=phase_throughput,
-              designs=phase_designs, hybrid=phase_hybrid)
+PHASES = dict(info=phase_info, compile=phase_compile, exact=phase_exact, streams=phase_streams,
+              throughput=phase_throughput, designs=phase_designs, hybrid=phase_hybrid)
 
 
 def merge(out, files):

@@ -109,9 +109,10 @@ def _outputs_factory(xp, obs_bytes):
 
 def calibrate(engine_args, engine_kwargs, dev, gpu_kwargs, cpu_threads, steps=8, cpu_sample=None,
               gpu_sample=None):
-    """(cpu_rate, gpu_rate, gpu_latency): environment steps per second and seconds, from
-    throwaway engines (the CPU on a sample, the GPU at gpu_sample (default N) and at an
-    eighth of it, for balance_split's line)."""
+    """dict(cpu_rate, gpu_rate, gpu_latency, and the GPU steps measured: gpu_step_s at
+    gpu_step_envs, gpu_small_step_s at gpu_small_step_envs), in environment steps per second and
+    seconds, from throwaway engines: the CPU on a sample, the GPU at gpu_sample (default
+    N) and at an eighth of it, for balance_split's line."""
     from hybridsim import _vector
     from hybridsim.gpu import GpuEngine
     rom, tstate, tframes, tshown, n = engine_args
@@ -129,7 +130,8 @@ def calibrate(engine_args, engine_kwargs, dev, gpu_kwargs, cpu_threads, steps=8,
     t_small = _step_seconds(gpu, g_small, num_actions, steps, sync=gpu.synchronize, make_out=make)
     del gpu
     gpu_rate, gpu_latency = gpu_step_model(g_small, t_small, g, t_big)
-    return cpu_rate, gpu_rate, gpu_latency
+    return dict(cpu_rate=cpu_rate, gpu_rate=gpu_rate, gpu_latency=gpu_latency, gpu_step_envs=g, gpu_step_s=t_big,
+                gpu_small_step_envs=g_small, gpu_small_step_s=t_small)
 
 
 # The CPU part's chunks (HybridEngine.run): more overlap the copies better, but each is an
@@ -151,11 +153,12 @@ class HybridEngine:
         threads = resolve_num_threads(int(cpu_threads or 0), self.num_envs)
         self.num_threads = threads
         measured = cpu_envs is None
-        cpu_rate = gpu_rate = gpu_latency = None
+        measurement = dict(cpu_rate=None, gpu_rate=None, gpu_latency=None)
         if measured:
-            cpu_rate, gpu_rate, gpu_latency = calibrate(engine_args, engine_kwargs, device, gpu_kwargs, threads,
-                                                        steps=int(calibrate_steps))
-            cpu_envs = balance_split(self.num_envs, cpu_rate, gpu_rate, gpu_latency=gpu_latency)
+            measurement = calibrate(engine_args, engine_kwargs, device, gpu_kwargs, threads,
+                                    steps=int(calibrate_steps))
+            cpu_envs = balance_split(self.num_envs, measurement["cpu_rate"], measurement["gpu_rate"],
+                                     gpu_latency=measurement["gpu_latency"])
         cpu_envs = int(cpu_envs)
         if not 0 <= cpu_envs <= self.num_envs:
             raise ValueError(f"cpu_envs must be in 0..{self.num_envs}, got {cpu_envs}")
@@ -167,7 +170,7 @@ class HybridEngine:
             raise ValueError(f"copy_chunks must be >= 1, got {copy_chunks}")
         self.copy_chunks = int(copy_chunks)
         self.split = dict(cpu_envs=self.cpu_envs, gpu_envs=self.gpu_envs, cpu_threads=threads,
-                          measured=measured, cpu_rate=cpu_rate, gpu_rate=gpu_rate, gpu_latency=gpu_latency)
+                          measured=measured, **measurement)
         kw = dict(engine_kwargs, num_threads=threads)
         self.cpu = _vector.VectorEngine(rom, tstate, tframes, tshown, cpu_envs, **kw) if cpu_envs else None
         self.gpu = (GpuEngine(rom, tstate, tframes, tshown, self.gpu_envs, **engine_kwargs, device=device,
