@@ -24,11 +24,15 @@ def run_script(name, out, timeout):
 def test_device_check_dry_run(tmp_path):
     run_script("device_check.sh", tmp_path, 400)
     report = json.loads((tmp_path / "report.json").read_text())
-    bad = {k: v for k, v in report["summary"].items() if v not in ("ok", True)}
+    summary = report["summary"]
+    bad = {k: v for k, v in summary.items() if k in report["phases"] and v != "ok"}
     assert not bad, (bad, (tmp_path / "check.log").read_text()[-4000:])
-    assert report["summary"]["gpu_equals_cpu"] is True
+    assert summary["gpu_equals_cpu"] is True and summary["gpu_equals_cpu_every_step_asked"] is True
     exact = report["phases"]["exact"]
     assert exact["results"] and all(r["steps"] == exact["max_steps"] for r in exact["results"].values())
+    assert summary["gpu_equals_cpu_min_steps"] == exact["max_steps"]
+    assert all(ratio > 0 for ratio in summary["hybrid_vs_cpu_plus_gpu"].values())
+    assert [r["runs"] for r in report["phases"]["streams"]["results"]] == [1, 2, 4, 8]
     node = report["phases"]["node"]  # hybridsim info --json of the machine
     assert node["host"]["cpus_usable"] == len(os.sched_getaffinity(0)) and "gpu" in node
 
