@@ -3,9 +3,9 @@
 Environments 0 .. cpu_envs-1 run on the CPU engine (pyx/_vector.pyx, OpenMP), the rest
 on the GPU engine (hybridsim/gpu.py). A step launches the GPU part first (asynchronous
 on its stream), runs the CPU part meanwhile (GIL released) into page-locked host
-buffers, copies those rows into the same device batch on the GPU's stream, and returns
-when both are done: the caller sees one device batch, row k = environment k, exactly
-what backend="cpu" and backend="gpu" return for the same seeds.
+buffers, copies those rows into the same device batch (on a side stream, below), and
+returns when both are done: the caller sees one device batch, row k = environment k,
+exactly what backend="cpu" and backend="gpu" return for the same seeds.
 
 The split is chosen so both parts take the same time, with the CPU's step time linear
 in its environments, n_c / cpu_rate, and the GPU's a fixed latency plus a linear part,
