@@ -34,7 +34,7 @@ bench() {
 }
 
 log "device_check in $REPO, out $OUT, deadline ${DEADLINE}s ${DRY}"
-{ nvidia-smi 2>&1 | head -20; "$PY" --version; uname -a; nproc; free -g; } >>"$LOG" 2>&1
+{ nvidia-smi 2>&1 | head -20; "$PY" --version; uname -a; nproc; free -g; lscpu 2>&1 | head -25; } >>"$LOG" 2>&1
 
 # 1-2. The carried wheels (ale-py has the ROMs) and the Cython extensions (device_lib.sh).
 setup_python

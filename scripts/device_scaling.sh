@@ -16,7 +16,7 @@ DEADLINE=${DEVICE_SCALING_SECONDS:-300}
 source "$(dirname "$0")/device_lib.sh"
 
 log "device_scaling in $REPO, out $OUT, deadline ${DEADLINE}s ${DRY}"
-{ nvidia-smi -L 2>&1; "$PY" --version; uname -a; nproc; free -g; } >>"$LOG" 2>&1
+{ nvidia-smi -L 2>&1; "$PY" --version; uname -a; nproc; free -g; lscpu 2>&1 | head -25; } >>"$LOG" 2>&1
 setup_python
 
 # mpich's wheel keeps libmpi in PREFIX/lib, which pip's --target drops: install with --prefix
