@@ -1,7 +1,7 @@
 """Time one gradient Allreduce of the model's size across MPI ranks.
 
     mpiexec -n 2 python benchmarks/allreduce.py [--model nature] [--repeats 50] [--allreduce mpi|gloo|nccl]
-        [--json OUT]
+        [--torch-threads 1] [--json OUT]
 
 Uses the same path as training (hybridsim.dist.MPIComm.allreduce_gradients: flatten,
 stage through host memory, one MPI Allreduce, average) and prints the median time and
@@ -23,8 +23,11 @@ def main():
     parser.add_argument("--model", default="nature")
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--allreduce", default="mpi", choices=["mpi", "gloo", "nccl"])
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="torch's threads per rank (training's default on CPU: 1)")
     parser.add_argument("--json", help="rank 0 also writes the result here")
     args = parser.parse_args()
+    torch.set_num_threads(args.torch_threads)
     device = torch.device("cuda", dist.local_rank() % max(1, torch.cuda.device_count())) \
         if args.allreduce == "nccl" else torch.device("cpu")
     comm = dist.with_gradient_backend(dist.init_comm(), args.allreduce, device)
@@ -49,7 +52,8 @@ def main():
         if args.json:  # gradient_path says what ran: a failed NCCL or gloo set-up falls back to MPI
             result = dict(model=args.model, parameters=n, ranks=comm.size, requested=args.allreduce,
                           gradient_path=comm.gradient_path, device=str(device), median_ms=median * 1e3,
-                          bus_bandwidth_GBps=volume / median / 1e9, repeats=args.repeats)
+                          bus_bandwidth_GBps=volume / median / 1e9, repeats=args.repeats,
+                          torch_threads=args.torch_threads)
             with open(args.json, "w") as fh:
                 json.dump(result, fh, indent=1)
 

@@ -1,7 +1,8 @@
 """Weak scaling of `hybridsim train` over MPI ranks: the same environments per rank.
 
     python benchmarks/weak_scaling.py --ranks 1,2 [--backend ale-py] [--num-envs 8]
-        [--frames-per-rank 40000] [--repeats 2] [--device cpu] [--mpiexec PATH] [--json OUT]
+        [--frames-per-rank 40000] [--repeats 2] [--device cpu] [--allreduce mpi] [--mpiexec PATH]
+        [--json OUT]
 
 For each rank count K it runs `mpiexec -n K python -m mpi4py -m hybridsim train` with
 K x frames-per-rank frames and reads the training frames/s from metrics.csv (measured
@@ -28,7 +29,7 @@ def run(ranks: int, args, log_dir: pathlib.Path) -> float:
            "--backend", args.backend, "--game", args.game, "--num-envs", str(args.num_envs),
            "--num-minibatches", "2", "--total-frames", str(ranks * args.frames_per_rank),
            "--log-dir", str(log_dir), "--device", args.device, "--num-threads", "1",
-           "--torch-threads", str(args.torch_threads),
+           "--torch-threads", str(args.torch_threads), "--allreduce", args.allreduce,
            "--log-every", "1e9", "--log-trajectories", "false", "--checkpoint-every", "1000000000"]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
@@ -51,7 +52,7 @@ def table(results: dict) -> list[dict]:
 
 def write_json(args, results: dict) -> None:
     settings = {key: getattr(args, key) for key in ("game", "backend", "num_envs", "frames_per_rank",
-                                                    "torch_threads", "repeats", "device")}
+                                                    "torch_threads", "repeats", "device", "allreduce")}
     pathlib.Path(args.json).write_text(json.dumps({"settings": settings, "cpus": os.cpu_count(),
                                                    "rows": table(results)}, indent=1))
 
@@ -66,6 +67,7 @@ def main():
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="each rank's learner device")
+    parser.add_argument("--allreduce", default="mpi", help="train's gradient path: mpi, gloo, nccl or auto")
     parser.add_argument("--mpiexec", default=os.environ.get("MPIEXEC") or shutil.which(
         "mpiexec", path=str(pathlib.Path(sys.executable).parent)) or "mpiexec",
         help="the MPI launcher (default: $MPIEXEC, else the one beside this Python, else PATH's)")
@@ -82,7 +84,8 @@ def main():
             if args.json:  # after every run, so a run cut short by a time limit keeps the others
                 write_json(args, results)
     print(f"weak scaling, {args.game}, backend {args.backend}, {args.num_envs} envs and "
-          f"{args.torch_threads} learner thread(s) per rank, median of {args.repeats}")
+          f"{args.torch_threads} learner thread(s) per rank, gradients over {args.allreduce}, "
+          f"median of {args.repeats}")
     print(f"{'ranks':>5s} {'frames/s':>10s} {'per rank':>10s} {'efficiency':>10s}")
     for row in table(results):
         print(f"{row['ranks']:5d} {row['fps']:10.0f} {row['fps_per_rank']:10.0f} {row['efficiency']:10.2f}")

@@ -11,6 +11,8 @@
 # mpi4py for cp312, scripts/fetch_device_wheels.sh), else what the machine has. Meant to
 # follow scripts/device_check.sh on the same machine; it installs and builds what is missing.
 # Deadline $DEVICE_SCALING_SECONDS, default 300 s. --dry-run: this machine, 1 and 2 ranks.
+# $DEVICE_SCALING_ALLREDUCE: training's gradient path in the weak-scaling runs (default mpi;
+# gloo's allreduce was the faster on 2026-12-04, training over it not measured yet).
 NAME=scaling
 DEADLINE=${DEVICE_SCALING_SECONDS:-300}
 source "$(dirname "$0")/device_lib.sh"
@@ -55,7 +57,8 @@ for k in 2 4 8 16; do [ "$k" -le "$(nproc)" ] && RANKS="$RANKS,$k"; done
 FRAMES=20000
 [ "$DRY" = "--dry-run" ] && { RANKS=1,2; FRAMES=1600; }
 phase weak_scaling 200 "$PY" benchmarks/weak_scaling.py --ranks "$RANKS" --backend cpu --device cpu \
-  --num-envs 8 --frames-per-rank "$FRAMES" --repeats 1 --json "$WORK/weak_scaling.json"
+  --num-envs 8 --frames-per-rank "$FRAMES" --repeats 1 --allreduce "${DEVICE_SCALING_ALLREDUCE:-mpi}" \
+  --json "$WORK/weak_scaling.json"
 
 paths="mpi gloo"
 [ "$DRY" != "--dry-run" ] && paths="$paths nccl"
