@@ -274,13 +274,13 @@ def phase_exact(args, budget):
             pairs[key] = (cpu, other, stream)
         except Exception as exc:  # noqa: BLE001
             rep["results"][key] = dict(error=repr(exc), trace=traceback.format_exc()[-2000:])
-    seconds = budget.left() - 5
+    deadline = time.perf_counter() + budget.left() - 5  # one for all runs
 
     def compare(key, cpu, other, stream):
         t0 = time.perf_counter()
         try:
             with stream:
-                r = _compare_run(cpu, other, steps, seconds - (time.perf_counter() - t0))
+                r = _compare_run(cpu, other, steps, deadline - t0)
             r["seconds"] = time.perf_counter() - t0
         except Exception as exc:  # noqa: BLE001
             r = dict(error=repr(exc), trace=traceback.format_exc()[-2000:])
@@ -288,11 +288,7 @@ def phase_exact(args, budget):
             rep["results"][key] = r
             _save_partial(rep)
 
-    threads = [threading.Thread(target=compare, args=(key, *pair), daemon=True) for key, pair in pairs.items()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _side_by_side(compare, [(key, *pair) for key, pair in pairs.items()])
     rep["results"] = {key: rep["results"][key] for key, _, _ in runs if key in rep["results"]}
     # a comparison its time cut short compared fewer steps: equal needs one step at
     # least, and all_steps says whether every run reached max_steps
@@ -302,6 +298,16 @@ def phase_exact(args, budget):
     rep["all_steps"] = all_ran and all(v.get("steps") == steps for v in done)
     rep["min_steps"] = min((v.get("steps", 0) for v in done), default=0)
     return rep
+
+
+def _side_by_side(target, arg_tuples):
+    """target(*args) for every args at once, one thread each; returns when all have."""
+    import threading
+    threads = [threading.Thread(target=target, args=a, daemon=True) for a in arg_tuples]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def _new_stream(args):
@@ -352,11 +358,7 @@ def phase_streams(args, budget):
                     _sync(args)
                 seconds[i] = time.perf_counter() - t0
 
-        threads = [threading.Thread(target=run, args=(i, *e), daemon=True) for i, e in enumerate(envs)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _side_by_side(run, [(i, *e) for i, e in enumerate(envs)])
         rep["results"].append(dict(runs=k, step_ms=1000 * max(seconds) / steps))
         del envs
         _free_pool(args)

@@ -276,7 +276,7 @@ class HybridEngine:
                              hc["episode_frame_number"], hc.get("has_final"))
                 if prefix:  # these rows go up while the next chunk steps
                     for k, v in hc.items():
-                        if k not in ("final_obs", "has_final") and outs.get(k) is not None:
+                        if k != "final_obs" and outs.get(k) is not None:
                             self.dev.copy_to_device(outs[k][a:b], v, side=True)
             if prefix:
                 self.dev.end_side_copies()
@@ -290,8 +290,6 @@ class HybridEngine:
                     if len(ended):
                         rows = ended if prefix else rc[ended]
                         outs[k][xp.asarray(rows)] = xp.asarray(v[ended])
-                elif k == "has_final" and prefix:
-                    self.dev.copy_to_device(outs[k][:m], v)
                 elif not prefix:
                     outs[k][xp.asarray(rc)] = xp.asarray(v)
         self.dev.synchronize()

@@ -23,13 +23,14 @@ BENCH_FLAGS=()
 PHASES=" ${DEVICE_CHECK_PHASES:-compile info tests exact streams throughput designs hybrid} "
 want() { [[ "$PHASES" == *" $1 "* ]]; }
 
-# bench NAME LIMIT [ARGS...]: a benchmarks/gpu_bench.py phase with its own budget.
+# bench NAME LIMIT [ARGS...]: a benchmarks/gpu_bench.py phase with its own budget (LIMIT or
+# $LIMIT_<name>), killed 10 s after it, so the phase writes its JSON itself.
 bench() {
   local name=$1 limit; limit=$(limit_of "$1" "$2"); shift 2
   want "$name" || return 0
   local l; l=$(left); l=$((l - 20))
   [ "$limit" -gt "$l" ] && limit=$l
-  phase "$name" $((limit + 10)) "$PY" benchmarks/gpu_bench.py "$name" --out "$WORK/$name.json" \
+  run_phase "$name" $((limit + 10)) "$PY" benchmarks/gpu_bench.py "$name" --out "$WORK/$name.json" \
     --budget "$limit" "${BENCH_FLAGS[@]}" "$@"
 }
 

@@ -25,9 +25,15 @@ limit_of() {
   echo "${!var:-$2}"
 }
 
-# phase NAME LIMIT CMD...: run with min(LIMIT, time left - 15 s); record rc and seconds.
+# phase NAME LIMIT CMD...: run_phase with $LIMIT_<name> in place of LIMIT when set.
 phase() {
   local name=$1 limit; limit=$(limit_of "$1" "$2"); shift 2
+  run_phase "$name" "$limit" "$@"
+}
+
+# run_phase NAME LIMIT CMD...: run with min(LIMIT, time left - 15 s); record rc and seconds.
+run_phase() {
+  local name=$1 limit=$2; shift 2
   local l; l=$(left); l=$((l - 15))
   [ "$limit" -gt "$l" ] && limit=$l
   if [ "$limit" -lt 5 ]; then
