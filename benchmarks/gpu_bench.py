@@ -6,7 +6,7 @@ Phases (each writes one JSON object to --out, and stops itself within --budget s
   info        device, versions, struct sizes, kernel attributes (registers, local memory)
   compile     NVRTC compile time of the kernels (fresh CuPy cache), and the cubin's load time
   exact       GPU == CPU bit for bit (obs, rewards, terminations, truncations, lives,
-              frame numbers) for several games and both designs over many steps, side by side
+              frame numbers) for several games and both designs over many steps, in lockstep
   streams     whether environments on their own CUDA streams overlap (step time of 1..8 side by side)
   throughput  frames/s (frame_skip 4, default preprocessing) for games x num_envs,
               1K .. 256K environments, growing while memory and time allow
@@ -211,43 +211,100 @@ def phase_compile(args, budget):
 
 
 # ---- exactness ---------------------------------------------------------------------------
-def _compare_run(cpu, other, steps, seconds, seed=11):
-    obs_c, info_c = cpu.reset(seed=seed)
-    obs_o, info_o = other.reset(seed=seed)
-    budget = Budget(seconds)  # from here: a first build (host emulation, NVRTC) is not stepping
-    if not np.array_equal(_to_numpy(obs_c), _to_numpy(obs_o)):
-        return dict(equal=False, first_mismatch="reset obs", steps=0, ends=0)
-    rng = np.random.default_rng(seed)
-    ends = done = 0
+_COMPARED = ("obs", "reward", "terminated", "truncated")
+_COMPARED_INFO = ("lives", "frame_number", "episode_frame_number")
+
+
+def _first_difference(rc, ro):
+    """Name and places of the first output of step results rc (CPU) and ro that differ."""
+    pairs = list(zip(_COMPARED, rc[:4], ro[:4]))
+    pairs += [(f"info.{k}", rc[4][k], ro[4][k]) for k in _COMPARED_INFO]
+    for name, x, y in pairs:
+        x, y = _to_numpy(x), _to_numpy(y)
+        if x.shape != y.shape or not np.array_equal(x, y):
+            return f"{name} at {np.argwhere(x != y)[:3].tolist() if x.shape == y.shape else 'shape'}"
+    return None
+
+
+def _lockstep_compare(runs, steps, deadline, report, seed=11):
+    """Compare every run's (cpu, other) pair of vector environments step by step, all runs
+    in one loop: each round queues the step of every device environment on its own CUDA
+    stream first (asynchronous), steps the CPU references while the device works, then
+    compares. A step's device time is one environment's frame loop (a thread per
+    environment), so runs on their own streams can share it; from one host thread nothing
+    on the host (locks, the GIL) stands between their launches. A run stops at its first
+    difference or error; report(results) is called after the first step, every few
+    seconds and at the end.
+    runs: {key: (cpu, other, stream)}; returns {key: dict(equal, steps, ends, ...)}."""
+    results, live, rngs = {}, {}, {}
+    for key, (cpu, other, stream) in runs.items():
+        try:
+            obs_c, _ = cpu.reset(seed=seed)
+            with stream:
+                obs_o, _ = other.reset(seed=seed)
+                same = np.array_equal(_to_numpy(obs_c), _to_numpy(obs_o))
+            results[key] = dict(equal=same, steps=0, ends=0)
+            if same:
+                live[key] = (cpu, other, stream)
+                rngs[key] = np.random.default_rng(seed)
+            else:
+                results[key]["first_mismatch"] = "reset obs"
+        except Exception as exc:  # noqa: BLE001
+            results[key] = dict(error=repr(exc), trace=traceback.format_exc()[-2000:])
+    t_start = last_report = time.perf_counter()
     for t in range(steps):
-        if budget.left() < 0:
+        if not live or time.perf_counter() > deadline:
             break
-        a = rng.integers(0, cpu.single_action_space.n, cpu.num_envs)
-        rc = cpu.step(a)
-        ro = other.step(a)
-        pairs = list(zip(("obs", "reward", "terminated", "truncated"), rc[:4], ro[:4]))
-        pairs += [(f"info.{k}", rc[4][k], ro[4][k]) for k in ("lives", "frame_number", "episode_frame_number")]
-        for name, x, y in pairs:
-            x, y = _to_numpy(x), _to_numpy(y)
-            if x.shape != y.shape or not np.array_equal(x, y):
-                bad = np.argwhere(x != y)[:3].tolist() if x.shape == y.shape else "shape"
-                return dict(equal=False, first_mismatch=f"step {t} {name} at {bad}", steps=t, ends=ends)
-        ends += int(np.sum(_to_numpy(rc[2]) | _to_numpy(rc[3])))
-        done = t + 1
-    return dict(equal=True, steps=done, ends=ends)
+        pending = {}
+        for key, (cpu, other, stream) in live.items():
+            a = rngs[key].integers(0, cpu.single_action_space.n, cpu.num_envs)
+            try:
+                with stream:
+                    pending[key] = (a, other.step(a))
+            except Exception as exc:  # noqa: BLE001
+                results[key] = dict(error=repr(exc), trace=traceback.format_exc()[-2000:], steps=t)
+        for key in list(live):
+            cpu, other, stream = live[key]
+            if key not in pending:
+                del live[key]
+                continue
+            a, ro = pending[key]
+            r = results[key]
+            try:
+                rc = cpu.step(a)
+                with stream:  # copies to the host on the run's own stream
+                    bad = _first_difference(rc, ro)
+            except Exception as exc:  # noqa: BLE001
+                bad = None
+                r.update(error=repr(exc), trace=traceback.format_exc()[-2000:])
+            if bad is not None:
+                r.update(equal=False, first_mismatch=f"step {t} {bad}")
+            if bad is not None or "error" in r:
+                del live[key]
+                continue
+            r["steps"] = t + 1
+            r["ends"] += int(np.sum(_to_numpy(rc[2]) | _to_numpy(rc[3])))
+        now = time.perf_counter()
+        if t == 0 or now - last_report > 5:
+            report(results)
+            last_report = now
+    seconds = time.perf_counter() - t_start
+    for r in results.values():
+        r.setdefault("seconds", seconds)
+    report(results)
+    return results
 
 
 def phase_exact(args, budget):
-    """Every (game, design) run at once, each pair of environments on its own thread and
-    CUDA stream: a step's time is one environment's frame loop (one thread runs it), so
-    runs side by side cost little more than one, and each compares more steps."""
-    import threading
+    """Every (game, design) run at once, in lockstep (_lockstep_compare): each pair of
+    environments on its own CUDA stream, so if the device overlaps their kernels the runs
+    together cost about what one does, and each compares more steps."""
     from hybridsim import AtariVectorEnv
     games = args.games or list(EXACT_SETTINGS)
     n = args.exact_envs or (4 if args.dry_run else 128)
     steps = args.exact_steps or (30 if args.dry_run else 3000)
     fs = args.exact_frame_skip
-    rep = dict(num_envs=n, max_steps=steps, frame_skip=fs, side_by_side=True, results={})
+    rep = dict(num_envs=n, max_steps=steps, frame_skip=fs, lockstep=True, results={})
     # both designs for the main games; the mapper games in the default one
     runs = [(f"{g}/{d}", g, dict(design=d)) for g in games
             for d in (("split", "fused") if g in EXACT_SETTINGS else ("split",))]
@@ -257,7 +314,6 @@ def phase_exact(args, budget):
             runs.append(("breakout/split/nvrtc", "breakout", dict(design="split", cubin=False)))
         else:
             rep["nvrtc_variant"] = "skipped: NVRTC build not ready"
-    lock = threading.Lock()
     pairs = {}
     for key, game, options in runs:  # built one after another (module loads, allocations)
         if budget.left() < 10:
@@ -267,28 +323,20 @@ def phase_exact(args, budget):
             kw = dict(EXACT_SETTINGS.get(game, MAPPER_SETTINGS), repeat_action_probability=0.25, noop_max=30,
                       frameskip=fs)
             stream = _new_stream(args)
+            # the CPU references use every core: they step while the device does
+            cpu = AtariVectorEnv(game, n, backend="cpu", num_threads=0, **kw)
             with stream:
-                cpu = AtariVectorEnv(game, n, backend="cpu", num_threads=1, **kw)
                 o = dict(_opts(args, output="numpy" if args.dry_run else "cupy"), **options)
                 other = AtariVectorEnv(game, n, backend="gpu", gpu_options=o, **kw)
             pairs[key] = (cpu, other, stream)
         except Exception as exc:  # noqa: BLE001
             rep["results"][key] = dict(error=repr(exc), trace=traceback.format_exc()[-2000:])
-    deadline = time.perf_counter() + budget.left() - 5  # one for all runs
 
-    def compare(key, cpu, other, stream):
-        t0 = time.perf_counter()
-        try:
-            with stream:
-                r = _compare_run(cpu, other, steps, deadline - t0)
-            r["seconds"] = time.perf_counter() - t0
-        except Exception as exc:  # noqa: BLE001
-            r = dict(error=repr(exc), trace=traceback.format_exc()[-2000:])
-        with lock:
-            rep["results"][key] = r
-            _save_partial(rep)
+    def report(results):
+        rep["results"].update(results)
+        _save_partial(rep)
 
-    _side_by_side(compare, [(key, *pair) for key, pair in pairs.items()])
+    _lockstep_compare(pairs, steps, time.perf_counter() + budget.left() - 5, report)
     rep["results"] = {key: rep["results"][key] for key, _, _ in runs if key in rep["results"]}
     # a comparison its time cut short compared fewer steps: equal needs one step at
     # least, and all_steps says whether every run reached max_steps
@@ -321,10 +369,12 @@ def _new_stream(args):
 
 def phase_streams(args, budget):
     """Do environments stepped side by side on their own streams overlap on the device?
-    Step time of k GPU-only vector environments (k = 1, 2, 4, 8; one game, frame skip 1)
-    stepped together from k threads, each on its own stream: flat in k if the kernels run
-    at once, k times one if they take turns. (Run 2 of 2026-12-04's exact phase took 14
-    times one run's step side by side.)"""
+    Step time of k GPU-only vector environments (k = 1, 2, 4, 8; one game, frame skip 1),
+    each on its own stream, stepped together from k threads (step_ms) and from one thread
+    that queues all k steps before waiting for them (one_thread_step_ms, what the exact
+    phase does): flat in k if the kernels run at once, k times one if they take turns.
+    Slow from threads only: the host serialises them. (Run 2 of 2026-12-04's exact phase,
+    one thread per run, took 14 times one run's step.)"""
     import threading
     from hybridsim import AtariVectorEnv
     game = (args.games or ["pong"])[0]
@@ -359,13 +409,27 @@ def phase_streams(args, budget):
                 seconds[i] = time.perf_counter() - t0
 
         _side_by_side(run, [(i, *e) for i, e in enumerate(envs)])
-        rep["results"].append(dict(runs=k, step_ms=1000 * max(seconds) / steps))
+        row = dict(runs=k, step_ms=1000 * max(seconds) / steps)
+        acts = np.random.default_rng(k).integers(0, envs[0][0].single_action_space.n, (steps, n))
+        t0 = time.perf_counter()
+        for a in acts:
+            for env, stream in envs:
+                with stream:
+                    env.step(a)
+            for env, stream in envs:
+                with stream:
+                    _sync(args)
+        row["one_thread_step_ms"] = 1000 * (time.perf_counter() - t0) / steps
+        rep["results"].append(row)
         del envs
         _free_pool(args)
         _save_partial(rep)
     one = rep["results"][0].get("step_ms") if rep["results"] else None
     if one:
         rep["slowdown"] = {str(r["runs"]): r["step_ms"] / one for r in rep["results"] if "step_ms" in r}
+        one = rep["results"][0]["one_thread_step_ms"]
+        rep["slowdown_one_thread"] = {str(r["runs"]): r["one_thread_step_ms"] / one
+                                      for r in rep["results"] if "one_thread_step_ms" in r}
     return rep
 
 

@@ -85,8 +85,8 @@ fi
 
 # 6. GPU tests (skip cleanly without a device), then bit-exactness over long runs.
 # Not test_gpu_equals_cpu: a step costs one environment's whole frame loop (0.1-0.4 s on
-# an H200, BENCHMARKS.md), and the exact phase makes that comparison for more games, side
-# by side. Not the emulated-device tests: they build the host-emulation library (minutes).
+# an H200, BENCHMARKS.md), and the exact phase makes that comparison for more games, in
+# lockstep. Not the emulated-device tests: they build the host-emulation library (minutes).
 export DEVICE_CHECK_TESTS=${DEVICE_CHECK_TESTS:-"(device or balance or step_model) and not emulated_engines \
 and not copies_where and not test_gpu_equals_cpu"}
 run_tests() {
@@ -97,11 +97,11 @@ run_tests() {
   return $rc
 }
 export -f run_tests
-want tests && phase tests 130 run_tests
+want tests && phase tests 115 run_tests
 # frame_skip 1: every frame compared, and more steps in the time (a step is a frame loop)
 bench exact 90 --games pong breakout ms_pacman space_invaders road_runner klax elevator_action \
   montezuma_revenge robotank pitfall2 --exact-frame-skip 1 --nvrtc-marker "$WORK/nvrtc_ready"
-bench streams 20 --games pong
+bench streams 35 --games pong
 # (a throughput read beside the background compile shares the host's cores with it: say so)
 [ -n "$COMPILE_PID" ] && kill -0 "$COMPILE_PID" 2>/dev/null &&
   log "throughput and designs start while the background NVRTC compile still runs"
