@@ -228,69 +228,78 @@ def _first_difference(rc, ro):
 
 def _lockstep_compare(runs, steps, deadline, report, seed=11):
     """Compare every run's (cpu, other) pair of vector environments step by step, all runs
-    in one loop: each round queues the step of every device environment on its own CUDA
-    stream first (asynchronous), steps the CPU references while the device works, then
-    compares. A step's device time is one environment's frame loop (a thread per
-    environment), so runs on their own streams can share it; from one host thread nothing
-    on the host (locks, the GIL) stands between their launches. A run stops at its first
-    difference or error; report(results) is called after the first step, every few
-    seconds and at the end.
+    in one loop from one host thread, so nothing on the host (locks, the GIL) stands
+    between the device steps of different runs. Each run's device step is queued on its
+    own CUDA stream (asynchronous); the CPU references step while the device works; a run
+    is compared as soon as its step is done and its next step is queued at once, so the
+    device computes it during the other runs' comparisons. A step's device time is one
+    environment's frame loop (a thread per environment): runs whose kernels overlap on
+    the device share it. A run stops at its first difference or error; report(results)
+    is called after the first step, every few seconds and at the end.
     runs: {key: (cpu, other, stream)}; returns {key: dict(equal, steps, ends, ...)}."""
-    results, live, rngs = {}, {}, {}
+    results, live, rngs, queued = {}, {}, {}, {}
+
+    def fail(key, exc):
+        results[key].update(error=repr(exc), trace=traceback.format_exc()[-2000:])
+        live.pop(key, None)
+
+    def queue_step(key):
+        cpu, other, stream = live[key]
+        a = rngs[key].integers(0, cpu.single_action_space.n, cpu.num_envs)
+        try:
+            with stream:
+                queued[key] = (a, other.step(a))
+        except Exception as exc:  # noqa: BLE001
+            fail(key, exc)
+
     for key, (cpu, other, stream) in runs.items():
+        results[key] = dict(equal=True, steps=0, ends=0)
         try:
             obs_c, _ = cpu.reset(seed=seed)
             with stream:
                 obs_o, _ = other.reset(seed=seed)
-                same = np.array_equal(_to_numpy(obs_c), _to_numpy(obs_o))
-            results[key] = dict(equal=same, steps=0, ends=0)
-            if same:
-                live[key] = (cpu, other, stream)
-                rngs[key] = np.random.default_rng(seed)
-            else:
-                results[key]["first_mismatch"] = "reset obs"
+                if not np.array_equal(_to_numpy(obs_c), _to_numpy(obs_o)):
+                    results[key].update(equal=False, first_mismatch="reset obs")
+                    continue
+            live[key] = (cpu, other, stream)
+            rngs[key] = np.random.default_rng(seed)
+            queue_step(key)
         except Exception as exc:  # noqa: BLE001
-            results[key] = dict(error=repr(exc), trace=traceback.format_exc()[-2000:])
+            fail(key, exc)
     t_start = last_report = time.perf_counter()
-    for t in range(steps):
-        if not live or time.perf_counter() > deadline:
-            break
-        pending = {}
-        for key, (cpu, other, stream) in live.items():
-            a = rngs[key].integers(0, cpu.single_action_space.n, cpu.num_envs)
+    t = 0
+    while live and t < steps and time.perf_counter() <= deadline:
+        on_cpu = {}
+        for key in list(live):  # while the device steps
             try:
-                with stream:
-                    pending[key] = (a, other.step(a))
+                on_cpu[key] = live[key][0].step(queued[key][0])
             except Exception as exc:  # noqa: BLE001
-                results[key] = dict(error=repr(exc), trace=traceback.format_exc()[-2000:], steps=t)
+                fail(key, exc)
         for key in list(live):
             cpu, other, stream = live[key]
-            if key not in pending:
-                del live[key]
-                continue
-            a, ro = pending[key]
             r = results[key]
             try:
-                rc = cpu.step(a)
-                with stream:  # copies to the host on the run's own stream
-                    bad = _first_difference(rc, ro)
+                with stream:  # waits for this run's step; copies on its stream
+                    bad = _first_difference(on_cpu[key], queued[key][1])
             except Exception as exc:  # noqa: BLE001
-                bad = None
-                r.update(error=repr(exc), trace=traceback.format_exc()[-2000:])
+                fail(key, exc)
+                continue
             if bad is not None:
                 r.update(equal=False, first_mismatch=f"step {t} {bad}")
-            if bad is not None or "error" in r:
                 del live[key]
                 continue
             r["steps"] = t + 1
-            r["ends"] += int(np.sum(_to_numpy(rc[2]) | _to_numpy(rc[3])))
+            r["ends"] += int(np.sum(_to_numpy(on_cpu[key][2]) | _to_numpy(on_cpu[key][3])))
+            if t + 1 < steps:
+                queue_step(key)
+        t += 1
         now = time.perf_counter()
-        if t == 0 or now - last_report > 5:
+        if t == 1 or now - last_report > 5:
             report(results)
             last_report = now
     seconds = time.perf_counter() - t_start
     for r in results.values():
-        r.setdefault("seconds", seconds)
+        r["seconds"] = seconds
     report(results)
     return results
 
@@ -437,9 +446,8 @@ def phase_streams(args, budget):
 def bytes_per_env(obs_bytes=4 * 84 * 84):
     """Device bytes one environment takes (state, frames, raw frames, ring, replay, outputs)."""
     from hybridsim import _vector
-    replay = 2 * 4096  # FrameReplay: two console snapshots (upper bound)
     return (_vector.ALE_ENV_BYTES + _vector.VEC_STATE_BYTES + 2 * _vector.FRAME_BYTES + 2 * 210 * 160
-            + obs_bytes * 3 + replay + 256)
+            + obs_bytes * 3 + _vector.FRAME_REPLAY_BYTES + 256)
 
 
 def _time_steps(env, args, budget, min_time, max_steps):
@@ -478,7 +486,7 @@ def phase_throughput(args, budget):
     for game in games:
         gb = Budget(min(per_game, budget.left()))
         rows = rep["results"][game] = []
-        last_step, prev_n = 0.0, 1
+        last, prev_n = None, 1
         for n in sizes:
             if not args.dry_run:
                 import cupy
@@ -488,11 +496,15 @@ def phase_throughput(args, budget):
                     rows.append(dict(num_envs=n, stopped=f"memory: need ~{need / 2**30:.1f} GiB, free "
                                                          f"{free / 2**30:.1f} GiB"))
                     break
-            # expected: reset ~ 8 steps, plus warm-up and at least 3 timed steps
-            if last_step and last_step * (n / prev_n) * 14 > gb.left():
-                rows.append(dict(num_envs=n, stopped=f"time: ~{last_step * n / prev_n:.2f} s/step, "
-                                                     f"{gb.left():.0f} s left"))
-                break
+            # expected: the last size's reset, warm-up step and one timed step, scaled (a
+            # large batch is throughput-bound: time grows with n). 2026-12-04 guessed 14 steps
+            # and skipped 262,144 for pong and breakout; ms_pacman ran it: 1.8 s a step, 3.6 s
+            # to reset (0.7-0.9 s at 65,536).
+            if last:
+                need = (last["reset_s"] + 2 * last["seconds"] / last["steps"]) * n / prev_n
+                if need > gb.left():
+                    rows.append(dict(num_envs=n, stopped=f"time: ~{need:.0f} s needed, {gb.left():.0f} s left"))
+                    break
             try:
                 env = AtariVectorEnv(game, n, backend="gpu",
                                      gpu_options=_opts(args, design=design,
@@ -500,7 +512,7 @@ def phase_throughput(args, budget):
                 r = _time_steps(env, args, gb, args.min_time, args.max_steps)
                 rows.append(r)
                 _save_partial(rep)
-                last_step, prev_n = r["seconds"] / r["steps"], n
+                last, prev_n = r, n
                 del env
             except Exception as exc:  # noqa: BLE001
                 rows.append(dict(num_envs=n, error=repr(exc)))
