@@ -83,12 +83,22 @@ struct FrameBuffers {
 // A frame may leave old pixels of its buffer visible (it ended before the bottom of the
 // display, or without VSYNC); such a frame is drawn at once, so a pending buffer always
 // depends on its start state alone.
+// The start states live here rather than on the stack (a GPU thread's stack is local
+// memory, sized for the deepest call chain: two Console copies there made the emulator
+// kernels' frames 19 KB): a frame's start goes into the spare slot, which becomes its
+// buffer's slot when the frame is left undrawn, and a redraw runs on the slot itself.
 struct FrameReplay {
-  Console start[2];    // the console before the frame now held by buffer k
+  Console slot[3];     // the console before the frame of buffer 0 and of buffer 1; a spare
+  uint8_t slot_of[2];  // buffer k's start is slot[slot_of[k] ^ k] (zeroed memory: 0, 1)
   uint8_t pending[2];  // buffer k still has to be drawn
   uint8_t lazy;        // the next frames may be left undrawn (set by the caller)
-  uint8_t pad_;
+  uint8_t pad_[3];
 };
+
+HS_HD HS_INLINE int32_t replay_start_slot(const FrameReplay& r, int32_t k) { return r.slot_of[k] ^ k; }
+HS_HD HS_INLINE int32_t replay_spare_slot(const FrameReplay& r) {
+  return 3 - replay_start_slot(r, 0) - replay_start_slot(r, 1);
+}
 
 // ---- controller pins ----
 
@@ -419,20 +429,20 @@ HS_HD inline void console_run_frame_into(Console& c, const uint8_t* rom, FrameBu
   c.tia.skip_pixels = 0;
 }
 
-// Draws buffer k by running the frame that starts in `start` again (on a scratch copy).
-HS_HD inline void console_redraw(const uint8_t* rom, const FrameBuffers& fbs, int32_t k, const Console& start) {
+// Draws buffer k by running the frame that starts in `start` again, on `start` itself
+// (a start state is not needed once its frame is drawn).
+HS_HD inline void console_redraw(const uint8_t* rom, const FrameBuffers& fbs, int32_t k, Console& start) {
   FrameBuffers target = fbs;
   target.shown = k ^ 1;  // the run flips to buffer k
   target.replay = nullptr;
-  Console scratch = start;
-  console_run_frame_into(scratch, rom, target, false);
+  console_run_frame_into(start, rom, target, false);
 }
 
 // Draws pending buffer k from its saved start state.
 HS_HD inline void console_draw_pending(const uint8_t* rom, FrameBuffers& fbs, int32_t k) {
   FrameReplay& r = *fbs.replay;
   if (!r.pending[k]) return;
-  console_redraw(rom, fbs, k, r.start[k]);
+  console_redraw(rom, fbs, k, r.slot[replay_start_slot(r, k)]);
   r.pending[k] = 0;
 }
 
@@ -462,15 +472,16 @@ HS_HD inline int32_t console_run_frame(Console& c, const uint8_t* rom, FrameBuff
     console_run_frame_into(c, rom, fbs, false);
     return c.tia.lines_this_frame;
   }
-  const Console start = c;
+  const int32_t spare = replay_spare_slot(*r);
+  r->slot[spare] = c;
   console_run_frame_into(c, rom, fbs, lazy);
   const bool whole = !c.tia.partial_frame && c.tia.drawn_until_clock >= c.tia.display_stop_clock;
   if (whole) {  // every pixel of the display is this frame's
-    if (lazy) r->start[k] = start;
+    if (lazy) r->slot_of[k] = (uint8_t)(spare ^ k);  // k's old slot is the spare now
     r->pending[k] = lazy ? 1 : 0;
   } else {  // old pixels stay visible: draw the frame under them, then this one again
     console_draw_pending(rom, fbs, k);
-    console_redraw(rom, fbs, k, start);
+    console_redraw(rom, fbs, k, r->slot[spare]);
   }
   return c.tia.lines_this_frame;
 }

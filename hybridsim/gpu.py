@@ -566,7 +566,7 @@ def make_device(device=0, *, emulate: bool = False, cubin: str | None = None):
 def _cpu_sizes():
     from hybridsim import _vector
     return dict(ale_env=_vector.ALE_ENV_BYTES, vec_state=_vector.VEC_STATE_BYTES,
-                frame=_vector.FRAME_BYTES, plan=_vector.RESIZE_PLAN_BYTES)
+                frame=_vector.FRAME_BYTES, plan=_vector.RESIZE_PLAN_BYTES, replay=_vector.FRAME_REPLAY_BYTES)
 
 
 class GpuEngine:

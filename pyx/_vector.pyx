@@ -119,6 +119,7 @@ ALE_ENV_BYTES = hs_sizeof_aleenv()
 VEC_STATE_BYTES = hs_sizeof_vecstate()
 FRAME_BYTES = kFrameBytes
 RESIZE_PLAN_BYTES = hs_sizeof_plan()
+FRAME_REPLAY_BYTES = hs_sizeof_replay()
 INTER_AREA = 3
 
 

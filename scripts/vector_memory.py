@@ -40,12 +40,13 @@ def main() -> None:
     per_env = {"AleEnv (console, RNGs, game state)": _vector.ALE_ENV_BYTES,
                "VecEnvState (noop RNG, episode counters)": _vector.VEC_STATE_BYTES,
                "2 console frames (palette indices)": e.frame_mem[0].nbytes,
+               "start states of undrawn frames (FrameReplay)": _vector.FRAME_REPLAY_BYTES,
                "2 raw frames (grayscale/RGB, max-pool)": e.raw_mem[0].nbytes,
                "frame stack": e.stack_mem[0].nbytes}
     total = sum(per_env.values())
     for k, v in per_env.items():
-        print(f"{k:42s} {v:8,d} bytes")
-    print(f"{'per environment':42s} {total:8,d} bytes; x {a.num_envs:,} = {total * a.num_envs / 2**30:.2f} GiB")
+        print(f"{k:44s} {v:8,d} bytes")
+    print(f"{'per environment':44s} {total:8,d} bytes; x {a.num_envs:,} = {total * a.num_envs / 2**30:.2f} GiB")
     print(f"built {a.num_envs:,} envs in {built:.1f} s; RSS {before:.0f} -> {rss_mib():.0f} MiB")
     t = time.perf_counter()
     obs, info = env.reset(seed=0)

@@ -87,6 +87,7 @@ def test_emulation_shim_builds(tmp_path):
     dev.launch("hs_vec_sizes", 1, 1, (sizes,))
     from hybridsim import _vector
     assert sizes[0] == _vector.ALE_ENV_BYTES and sizes[1] == _vector.VEC_STATE_BYTES
+    assert sizes[3] == _vector.FRAME_REPLAY_BYTES
     assert sizes[6] == _vector.FRAME_BYTES and sizes[5] == _vector.RESIZE_PLAN_BYTES
 
 
