@@ -78,7 +78,7 @@ def _opts(args, **kw):
     o = dict(kw)
     if args.dry_run:
         o["emulate"] = True
-    if args.cubin:
+    if args.cubin and "cubin" not in o:
         o["cubin"] = args.cubin
     return o
 
@@ -535,7 +535,7 @@ def phase_designs(args, budget):
     rep = dict(game=game, num_envs=n, results=[])
     variants = [("split", 128, 256), ("fused", 128, 256), ("split", 64, 256), ("split", 256, 256),
                 ("split", 32, 256), ("fused", 64, 256), ("split", 128, 128), ("split", 128, 512)]
-    share = budget.left() / len(variants)
+    share = budget.left() / (len(variants) + len(args.register_cubins or []))
     for design, block, pblock in variants:
         if budget.left() < 3:
             break
@@ -547,6 +547,26 @@ def phase_designs(args, budget):
         except Exception as exc:  # noqa: BLE001
             r = dict(design=design, block=block, pixel_block=pblock, error=repr(exc))
         rep["results"].append(r)
+        _save_partial(rep)
+    del env
+    _free_pool(args)
+    # The emulator kernels use 248-254 registers a thread, so an SM holds 256 threads;
+    # fewer registers (nvcc -maxrregcount, prebuilt: scripts/prebuild_device.sh) let more
+    # threads share the SM's latency, at the price of spills. Same game, size and steps.
+    for spec in args.register_cubins or []:
+        label, _, path = spec.partition("=")
+        if budget.left() < 3:
+            break
+        try:
+            e2 = AtariVectorEnv(game, n, backend="gpu",
+                                gpu_options=_opts(args, cubin=path, output="numpy" if args.dry_run else "cupy"))
+            r = _time_steps(e2, args, Budget(min(share, budget.left())), args.min_time / 2, args.max_steps)
+            r.update(design="split", block=128, pixel_block=256, cubin=label)
+            del e2
+        except Exception as exc:  # noqa: BLE001
+            r = dict(design="split", cubin=label, error=repr(exc))
+        rep["results"].append(r)
+        _free_pool(args)
         _save_partial(rep)
     return rep
 
@@ -663,6 +683,8 @@ def main(argv=None):
     p.add_argument("--exact-steps", type=int)
     p.add_argument("--exact-frame-skip", type=int, default=4)
     p.add_argument("--design-envs", type=int)
+    p.add_argument("--register-cubins", nargs="*", metavar="LABEL=PATH",
+                   help="designs: also time the split design from these cubins (register caps)")
     p.add_argument("--cpu-threads", type=int)
     p.add_argument("--nvrtc-marker", help="compile: touch MARKER.PART when NVRTC's build is cached; "
                                           "exact: check the NVRTC build then")

@@ -107,7 +107,12 @@ bench streams 25 --games pong
 [ -n "$COMPILE_PID" ] && kill -0 "$COMPILE_PID" 2>/dev/null &&
   log "throughput starts while the background NVRTC compile still runs"
 bench throughput 100 --games pong breakout ms_pacman
-bench designs 20 --games breakout
+REGISTER_CUBINS=()  # prebuilt register-capped cubins from these sources (prebuild_device.sh)
+for f in "$REPO"/.gpubuild/vector_kernels_sm90_maxreg*.cubin; do
+  [ -f "$f" ] && [ "$(cat "$f.hash" 2>/dev/null)" = "${HASH:-}" ] &&
+    REGISTER_CUBINS+=("$(basename "$f" .cubin | sed 's/.*_//')=$f")
+done
+bench designs 30 --games breakout ${REGISTER_CUBINS[@]+--register-cubins "${REGISTER_CUBINS[@]}"}
 
 [ -n "$COMPILE_PID" ] && wait "$COMPILE_PID" 2>/dev/null  # bounded by its limit; hybrid wants every core
 bench hybrid 85 --games pong

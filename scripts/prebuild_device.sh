@@ -6,6 +6,9 @@
 #   .gpubuild/vector_kernels_sm90.cubin    cuda/vector_kernels.cu by nvcc for sm_90 (H100/H200),
 #   .gpubuild/vector_kernels_sm90.cubin.hash   the sources' hash it was built from
 #                                          (device_check.sh uses it only when the hash matches).
+#   .gpubuild/vector_kernels_sm90_maxregR.cubin (+ .hash)   the same with at most R registers
+#                                          a thread, R in $PREBUILD_REGISTER_CAPS (default
+#                                          "128 168"; the designs phase times them)
 # Needs: nvcc, and a Python 3.12 with numpy 2.x, Cython and setuptools ($PY312).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +21,16 @@ if [ "$(cat .gpubuild/vector_kernels_sm90.cubin.hash 2>/dev/null)" != "$HASH" ];
     -o .gpubuild/vector_kernels_sm90.cubin 2>.gpubuild/ptxas_sm90.log
   echo "$HASH" >.gpubuild/vector_kernels_sm90.cubin.hash
 fi
+# Register-capped builds for the designs phase (device_check.sh passes those whose hash
+# matches): every kernel but the fused design's, at most R registers a thread.
+for R in ${PREBUILD_REGISTER_CAPS-128 168}; do
+  f=.gpubuild/vector_kernels_sm90_maxreg$R.cubin
+  if [ "$(cat "$f.hash" 2>/dev/null)" != "$HASH" ]; then
+    nice nvcc -std=c++17 -DNDEBUG -DHS_VEC_NO_FUSED -arch=sm_90 -cubin -split-compile=0 -maxrregcount="$R" \
+      -Xptxas -v -I cuda cuda/vector_kernels.cu -o "$f" 2>".gpubuild/ptxas_sm90_maxreg$R.log"
+    echo "$HASH" >"$f.hash"
+  fi
+done
 TMP=$(mktemp -d)
 git ls-files | tar cf - -T - | tar xf - -C "$TMP"
 (cd "$TMP" && nice "$PY312" setup.py build_ext --inplace -j "$(nproc)" >build.log 2>&1) || { tail -30 "$TMP/build.log"; exit 1; }

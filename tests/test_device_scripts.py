@@ -109,3 +109,19 @@ bench.main(["exact", "--out", {str(out)!r}, "--dry-run", "--games", "pong", "bre
     report = saved()
     assert report["status"].startswith("partial") and sorted(report["results"]) == sorted(runs)
     assert all(r["equal"] is True and r["steps"] >= 1 for r in report["results"].values())
+
+
+def test_designs_phase_times_register_capped_cubins(tmp_path):
+    """`designs --register-cubins LABEL=PATH` adds a row per cubin, labelled, after the
+    design x block variants (host-emulated here: the path is not loaded)."""
+    out = tmp_path / "designs.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_bench.py"), "designs", "--out", str(out),
+                    "--dry-run", "--budget", "60", "--max-steps", "3", "--register-cubins",
+                    "maxreg128=/nowhere/a.cubin", "maxreg168=/nowhere/b.cubin"],
+                   env=env, check=True, capture_output=True, timeout=300)
+    rows = json.loads(out.read_text())["results"]
+    labelled = [r for r in rows if "cubin" in r]
+    assert [r["cubin"] for r in labelled] == ["maxreg128", "maxreg168"]
+    assert all(r["steps"] == 3 and "error" not in r for r in labelled)
+    assert len(rows) == 8 + 2
