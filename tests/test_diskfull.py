@@ -6,6 +6,7 @@ import errno
 import os
 import pathlib
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -375,3 +376,26 @@ def test_fallback_checkpoints_of_different_runs_do_not_collide(tmp_path):
     a, b = tmp_path / "a" / "run", tmp_path / "b" / "run"
     assert fallback_checkpoint_name(a) != fallback_checkpoint_name(b)
     assert fallback_checkpoint_name(a) == fallback_checkpoint_name(tmp_path / "a" / "." / "run")
+
+
+def test_atomic_write_names_its_temporary_file_apart(tmp_path):
+    """Two writers of one path each write their own temporary file (a shared NAME.tmp let
+    one rename the other's half-written bytes into place), and the result gets the mode
+    open() gives a new file, not mkstemp's 0600."""
+    target = tmp_path / "checkpoint.pt"
+    seen = []
+
+    def second(fh):
+        seen.extend(tmp_path.glob("checkpoint.pt*.tmp"))  # both writers' files exist now
+        fh.write(b"second")
+
+    def first(fh):
+        fh.write(b"fir")
+        storage.atomic_write(target, second)
+        fh.write(b"st")
+
+    storage.atomic_write(target, first)
+    assert len(set(seen)) == 2
+    assert target.read_bytes() == b"first"  # the later rename wins, each file whole
+    assert not list(tmp_path.glob("*.tmp"))
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~storage._UMASK
