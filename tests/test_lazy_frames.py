@@ -44,3 +44,61 @@ def test_lazy_frames_match_eager_frames(game):
             assert lazy.game_over()
             eager.reset_game()
             lazy.reset_game()
+
+
+def _short_and_long_frames_rom() -> bytes:
+    """Every fourth frame ends 60 lines after VSYNC, above the display's bottom, so the
+    lines below keep the pixels of the frame before last (ALE draws into the buffer not
+    shown last); the others run 262 lines. The background colour changes on every line
+    and every frame, so each frame's pixels are its own."""
+    from hybridsim.asm6502 import Assembler
+    from romgen import cartridge_4k, emit_clear_ram_and_stack, emit_end_frame
+    colubk, wsync, counter = 0x09, 0x02, 0x80
+    asm = Assembler(0xF000)
+    asm.label("reset")
+    emit_clear_ram_and_stack(asm)
+    asm.label("frame")
+    emit_end_frame(asm)  # 3 lines
+    asm.op("INC", "zp", counter)
+    asm.op("LDX", "imm", 0)  # 256 lines
+    asm.op("LDA", "zp", counter)
+    asm.op("AND", "imm", 3)
+    asm.op("CMP", "imm", 3)
+    asm.op("BNE", "rel", "lines")
+    asm.op("LDX", "imm", 60)
+    asm.label("lines")
+    asm.op("TXA")
+    asm.op("CLC")
+    asm.op("ADC", "zp", counter)
+    asm.op("STA", "zp", colubk)
+    asm.op("STA", "zp", wsync)
+    asm.op("DEX")
+    asm.op("BNE", "rel", "lines")
+    asm.op("JMP", "abs", "frame")
+    return cartridge_4k(asm, "reset")
+
+
+@pytest.mark.parametrize("read_every", [1, 3, 5, 7])
+def test_frames_ending_early_over_undrawn_frames_match_ale(tmp_path, read_every):
+    """A frame that ends above the display's bottom while the frame under it was left
+    undrawn: the console draws that one, then this one again over it (console.h,
+    console_run_frame); screens read every `read_every` frames (so either buffer can be
+    pending) equal ale-py's, and RAM every frame."""
+    from console_oracle import ale_py
+    from hybridsim._console import GAME_IDS, Emulator
+    rom = _short_and_long_frames_rom()
+    path = tmp_path / "seaquest.bin"  # ALE runs an unknown ROM under a game's name
+    path.write_bytes(rom)
+    ale = ale_py.ALEInterface()
+    ale.setLoggerMode(ale_py.LoggerMode.Error)
+    ale.setFloat("repeat_action_probability", 0.0)
+    ale.loadROM(str(path))
+    emu = Emulator(rom, GAME_IDS["none"], cart_type="4K", repeat_action_probability=0.0)
+    assert np.array_equal(ale.getScreen(), emu.get_screen())
+    for frame in range(120):
+        ale.act(ale_py.Action.NOOP)
+        emu.act(0)
+        assert not ale.game_over()
+        assert np.array_equal(ale.getRAM(), emu.get_ram()), f"frame {frame}: RAM"
+        if frame % read_every == read_every - 1:
+            assert np.array_equal(ale.getScreen(), emu.get_screen()), f"frame {frame}: screen"
