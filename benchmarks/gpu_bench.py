@@ -388,7 +388,7 @@ def phase_streams(args, budget):
     from hybridsim import AtariVectorEnv
     game = (args.games or ["pong"])[0]
     n = args.exact_envs or (4 if args.dry_run else 128)
-    steps = 3 if args.dry_run else 10
+    steps = 3 if args.dry_run else 6  # twice per k (threads, one thread): 15 envs x 12 steps if they take turns
     rep = dict(game=game, num_envs=n, frame_skip=1, steps=steps, results=[])
     for k in (1, 2, 4, 8):
         if budget.left() < 5:
