@@ -16,21 +16,13 @@ import errno
 import os
 import pathlib
 import re
-import tempfile
+import threading
 
 # errnos that mean "this file system will not take more data", not a bug in the writer
 FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 _HDF5_ERRNO = re.compile(r"errno = (\d+)")
 
-
-def _read_umask() -> int:
-    mask = os.umask(0)  # the only way to read it; set back at once (at import, one thread)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _read_umask()
 
 
 def write_errno(exc: BaseException) -> int | None:
@@ -121,13 +113,11 @@ def atomic_write(path, write) -> pathlib.Path:
     `path`, if any, is untouched.
     """
     path = pathlib.Path(path)
-    # a name of its own: two writers of one path (two runs sharing a log directory) must
-    # not write into, or rename, each other's half-written file
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    os.close(fd)  # reopened by name: writers (torch.save, PIL) may read fh.name
-    tmp = pathlib.Path(name)
+    # a name per process and thread: two writers of one path must not write into, or
+    # rename, each other's half-written file; one writer's next write reuses its name, so
+    # a killed write leaves one stale file, not one per write
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        os.chmod(tmp, 0o666 & ~_UMASK)  # what open() would have made, not mkstemp's 0600
         with open(tmp, "wb") as fh:
             write(fh)
             fh.flush()

@@ -6,9 +6,9 @@ import errno
 import os
 import pathlib
 import shutil
-import stat
 import subprocess
 import sys
+import threading
 
 import h5py
 import numpy as np
@@ -379,23 +379,30 @@ def test_fallback_checkpoints_of_different_runs_do_not_collide(tmp_path):
 
 
 def test_atomic_write_names_its_temporary_file_apart(tmp_path):
-    """Two writers of one path each write their own temporary file (a shared NAME.tmp let
-    one rename the other's half-written bytes into place), and the result gets the mode
-    open() gives a new file, not mkstemp's 0600."""
+    """Two writers of one path at once (here two threads) each write their own temporary
+    file: a shared NAME.tmp let one rename the other's half-written bytes into place."""
     target = tmp_path / "checkpoint.pt"
-    seen = []
+    seen, halfway, second_done = [], threading.Event(), threading.Event()
 
     def second(fh):
         seen.extend(tmp_path.glob("checkpoint.pt*.tmp"))  # both writers' files exist now
         fh.write(b"second")
 
+    def other_writer():
+        halfway.wait()
+        storage.atomic_write(target, second)
+        second_done.set()
+
     def first(fh):
         fh.write(b"fir")
-        storage.atomic_write(target, second)
+        halfway.set()
+        second_done.wait(30)
         fh.write(b"st")
 
+    thread = threading.Thread(target=other_writer)
+    thread.start()
     storage.atomic_write(target, first)
+    thread.join()
     assert len(set(seen)) == 2
     assert target.read_bytes() == b"first"  # the later rename wins, each file whole
     assert not list(tmp_path.glob("*.tmp"))
-    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~storage._UMASK
