@@ -45,7 +45,7 @@ setup_python
 if [ "$DRY" != "--dry-run" ]; then
   HASH=$("$PY" -c "from hybridsim.gpu import kernel_source_hash; print(kernel_source_hash())" 2>>"$LOG")
   CUBIN="$REPO/.gpubuild/vector_kernels_sm90.cubin"
-  if [ -f "$CUBIN" ] && [ "$(cat "$CUBIN.hash" 2>/dev/null)" = "$HASH" ]; then
+  if [ -n "$HASH" ] && [ -f "$CUBIN" ] && [ "$(cat "$CUBIN.hash" 2>/dev/null)" = "$HASH" ]; then
     export HYBRIDSIM_GPU_CUBIN="$CUBIN"
     log "using carried cubin $CUBIN ($HASH)"
   else
@@ -109,7 +109,7 @@ bench streams 20 --games pong
 bench throughput 100 --games pong breakout ms_pacman
 REGISTER_CUBINS=()  # prebuilt register-capped cubins from these sources (prebuild_device.sh)
 for f in "$REPO"/.gpubuild/vector_kernels_sm90_maxreg*.cubin; do
-  [ -f "$f" ] && [ "$(cat "$f.hash" 2>/dev/null)" = "${HASH:-}" ] &&
+  [ -n "${HASH:-}" ] && [ -f "$f" ] && [ "$(cat "$f.hash" 2>/dev/null)" = "$HASH" ] &&
     REGISTER_CUBINS+=("$(basename "$f" .cubin | sed 's/.*_//')=$f")
 done
 bench designs 30 --games breakout ${REGISTER_CUBINS[@]+--register-cubins "${REGISTER_CUBINS[@]}"}
@@ -127,7 +127,8 @@ train_recipe() {
   # SIGTERM 30 s before the phase's limit: the run stops after its iteration and checkpoints
   timeout -s TERM "$1" "$PY" -m hybridsim train --config pong-h200 --log-dir "$OUT/pong-h200" "${extra[@]}"
   local rc=$?
-  rm -f "$OUT/pong-h200/checkpoint.pt" "$OUT"/pong-h200/.disk_reserve*  # too big to bring back
+  rm -f "$OUT/pong-h200/checkpoint.pt" "$OUT"/pong-h200/checkpoint.pt.*.tmp \
+    "$OUT"/pong-h200/.disk_reserve*  # too big to bring back
   return $rc
 }
 export -f train_recipe

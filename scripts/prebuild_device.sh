@@ -18,7 +18,7 @@ mkdir -p .gpubuild/cp312
 HASH=$(PYTHONPATH="$REPO" python3 -c "from hybridsim.gpu import kernel_source_hash; print(kernel_source_hash())")
 if [ "$(cat .gpubuild/vector_kernels_sm90.cubin.hash 2>/dev/null)" != "$HASH" ]; then
   nice nvcc -std=c++17 -DNDEBUG -arch=sm_90 -cubin -split-compile=0 -Xptxas -v -I cuda cuda/vector_kernels.cu \
-    -o .gpubuild/vector_kernels_sm90.cubin 2>.gpubuild/ptxas_sm90.log
+    -o .gpubuild/vector_kernels_sm90.cubin 2>.gpubuild/ptxas_sm90.log || { tail -30 .gpubuild/ptxas_sm90.log; exit 1; }
   echo "$HASH" >.gpubuild/vector_kernels_sm90.cubin.hash
 fi
 # Register-capped builds for the designs phase (device_check.sh passes those whose hash
@@ -27,7 +27,8 @@ for R in ${PREBUILD_REGISTER_CAPS-128 168}; do
   f=.gpubuild/vector_kernels_sm90_maxreg$R.cubin
   if [ "$(cat "$f.hash" 2>/dev/null)" != "$HASH" ]; then
     nice nvcc -std=c++17 -DNDEBUG -DHS_VEC_NO_FUSED -arch=sm_90 -cubin -split-compile=0 -maxrregcount="$R" \
-      -Xptxas -v -I cuda cuda/vector_kernels.cu -o "$f" 2>".gpubuild/ptxas_sm90_maxreg$R.log"
+      -Xptxas -v -I cuda cuda/vector_kernels.cu -o "$f" 2>".gpubuild/ptxas_sm90_maxreg$R.log" ||
+      { tail -30 ".gpubuild/ptxas_sm90_maxreg$R.log"; exit 1; }
     echo "$HASH" >"$f.hash"
   fi
 done

@@ -31,7 +31,9 @@ def test_device_check_dry_run(tmp_path):
     exact = report["phases"]["exact"]
     assert exact["results"] and all(r["steps"] == exact["max_steps"] for r in exact["results"].values())
     assert summary["gpu_equals_cpu_min_steps"] == exact["max_steps"]
-    assert all(ratio > 0 for ratio in summary["hybrid_vs_cpu_plus_gpu"].values())
+    assert summary["hybrid_vs_cpu_plus_gpu"] and all(r > 0 for r in summary["hybrid_vs_cpu_plus_gpu"].values())
+    hybrid = report["phases"]["hybrid"]
+    assert all(r["steps"] == hybrid["timed_steps"] for r in hybrid["results"])
     streams = report["phases"]["streams"]
     assert [r["runs"] for r in streams["results"]] == [1, 2, 4, 8]
     assert all(r["step_ms"] > 0 and r["one_thread_step_ms"] > 0 for r in streams["results"])
@@ -125,3 +127,43 @@ def test_designs_phase_times_register_capped_cubins(tmp_path):
     assert [r["cubin"] for r in labelled] == ["maxreg128", "maxreg168"]
     assert all(r["steps"] == 3 and "error" not in r for r in labelled)
     assert len(rows) == 8 + 2
+
+
+def test_an_error_midway_is_not_equal(tmp_path):
+    """A device step that raises (a sticky CUDA error) ends its run as not equal, with the
+    error, and the phase's all_equal is False, however many steps were equal before."""
+    out = tmp_path / "exact.json"
+    driver = f"""
+import importlib.util
+import numpy as np
+import hybridsim
+spec = importlib.util.spec_from_file_location("gpu_bench", {str(REPO / "benchmarks" / "gpu_bench.py")!r})
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+class FakeEnv:
+    num_envs = 2
+    class single_action_space:
+        n = 4
+    def __init__(self, game, num_envs, backend="cpu", **kw):
+        self.game, self.backend, self.t = game, backend, 0
+    def reset(self, seed=None):
+        return np.zeros(2, np.uint8), {{}}
+    def step(self, actions):
+        self.t += 1
+        if self.game == "breakout" and self.backend == "gpu" and self.t == 3:
+            raise RuntimeError("cudaErrorIllegalAddress")
+        z = np.zeros(2, np.uint8)
+        return z, z, z, z, dict(lives=z, frame_number=z, episode_frame_number=z)
+
+hybridsim.AtariVectorEnv = FakeEnv
+bench.main(["exact", "--out", {str(out)!r}, "--dry-run", "--games", "pong", "breakout", "--budget", "60",
+            "--exact-steps", "5"])
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", driver], env=env, check=True, timeout=120)
+    report = json.loads(out.read_text())
+    bad = report["results"]["breakout/split"]
+    assert bad["equal"] is False and "cudaErrorIllegalAddress" in bad["error"] and bad["steps"] == 2
+    assert report["results"]["pong/split"] == dict(equal=True, steps=5, ends=0, seconds=bad["seconds"])
+    assert report["all_equal"] is False
