@@ -314,9 +314,9 @@ def phase_exact(args, budget):
     steps = args.exact_steps or (30 if args.dry_run else 3000)
     fs = args.exact_frame_skip
     rep = dict(num_envs=n, max_steps=steps, frame_skip=fs, lockstep=True, results={})
-    # both designs for the main games; the mapper games in the default one
+    # every design for the main games; the mapper games in the default one
     runs = [(f"{g}/{d}", g, dict(design=d)) for g in games
-            for d in (("split", "fused") if g in EXACT_SETTINGS else ("split",))]
+            for d in (("split", "fused", "split_shared") if g in EXACT_SETTINGS else ("split",))]
     if args.nvrtc_marker and not args.dry_run:
         # the NVRTC-built kernels too (CuPy adds -ftz=true there), when already compiled
         if all(os.path.exists(f"{args.nvrtc_marker}.{p}") for p in ("base", "split")):
@@ -534,8 +534,9 @@ def phase_designs(args, budget):
     n = args.design_envs or (4 if args.dry_run else 16384)
     env = AtariVectorEnv(game, n, backend="gpu", gpu_options=_opts(args, output="numpy" if args.dry_run else "cupy"))
     rep = dict(game=game, num_envs=n, results=[])
-    variants = [("split", 128, 256), ("fused", 128, 256), ("split", 64, 256), ("split", 256, 256),
-                ("split", 32, 256), ("fused", 64, 256), ("split", 128, 128), ("split", 128, 512)]
+    variants = [("split", 128, 256), ("fused", 128, 256), ("split_shared", 128, 256), ("split", 64, 256),
+                ("split", 256, 256), ("split_shared", 64, 256), ("split", 32, 256), ("fused", 64, 256),
+                ("split", 128, 128), ("split", 128, 512)]
     share = budget.left() / (len(variants) + len(args.register_cubins or []))
     for design, block, pblock in variants:
         if budget.left() < 3:

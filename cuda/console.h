@@ -70,10 +70,13 @@ struct FrameReplay;
 
 // Frame buffers kept by the caller; `shown` indexes the one holding the last frame.
 // With `replay` set, frames may be emulated without drawing and drawn on demand.
+// With `ram_cache` set, the CPU works on a copy of RIOT RAM there during a run (a GPU
+// kernel's shared memory: cuda/vector_kernels.cu, the split_shared design).
 struct FrameBuffers {
   uint8_t* buf[2];
   int32_t shown;
   FrameReplay* replay = nullptr;
+  uint8_t* ram_cache = nullptr;
 };
 
 // Lazily drawn frames (caller-owned, not part of the emulator state). A frame emulated
@@ -176,7 +179,7 @@ HS_HD HS_NOINLINE uint8_t console_peek_device(Console& c, const uint8_t* rom, ui
   const uint16_t a = addr & 0x1FFF;
   if (a & 0x1000) return cart_peek(c.cart, rom, addr, c.cycles);
   if (!(a & 0x0080)) return tia_peek(c.tia, fb, addr, c.cycles, c.data_bus, inputs, masks);
-  if (!(a & 0x0200)) return c.riot.ram[a & 0x7F];
+  if (!(a & 0x0200)) return c.riot.ram[a & 0x7F];  // not from ConsoleBus: it reads RAM itself
   if ((a & 0x07) == 2) return console_read_switches(c);
   return riot_peek(c.riot, addr, c.cycles, swcha, 0);
 }
@@ -224,6 +227,7 @@ HS_HD HS_NOINLINE PollSkip console_poll_skip(const Console& c, const uint8_t* wi
 // the Console only around device accesses (and by console_bus_finish).
 struct ConsoleBus {
   Console* c;
+  uint8_t* ram;      // RIOT RAM: c->riot.ram, or the run's copy (FrameBuffers::ram_cache)
   const uint8_t* rom;
   uint8_t* fb;
   const TiaInputs* inputs;
@@ -275,14 +279,14 @@ struct ConsoleBus {
   HS_HD HS_INLINE uint8_t peek(uint16_t addr) {
     const uint32_t from_window = (uint32_t)(addr & 0x1FFF) - window_start;
     if (from_window < window_len) data_bus = window[from_window];
-    else if ((addr & 0x1280) == 0x0080) data_bus = c->riot.ram[addr & 0x7F];
+    else if ((addr & 0x1280) == 0x0080) data_bus = ram[addr & 0x7F];
     else data_bus = peek_device(addr);
     return data_bus;
   }
   // An address below $200 (zero page, stack, indirect pointers): A12 and A9 are low, so
   // A7 alone picks RIOT RAM or the TIA.
   HS_HD HS_INLINE uint8_t peek_low(uint16_t addr) {
-    if (addr & 0x0080) data_bus = c->riot.ram[addr & 0x7F];
+    if (addr & 0x0080) data_bus = ram[addr & 0x7F];
     else data_bus = peek_device(addr);
     return data_bus;
   }
@@ -295,7 +299,7 @@ struct ConsoleBus {
   HS_HD HS_INLINE uint8_t peek_poll(uint16_t addr, uint16_t next_pc, uint32_t& left) {
     const uint32_t from_window = (uint32_t)(addr & 0x1FFF) - window_start;
     if (from_window < window_len) data_bus = window[from_window];
-    else if ((addr & 0x1280) == 0x0080) data_bus = c->riot.ram[addr & 0x7F];
+    else if ((addr & 0x1280) == 0x0080) data_bus = ram[addr & 0x7F];
     else {
       data_bus = peek_device(addr);
       if ((addr & 0x1285) == 0x0284 && data_bus != 0) {  // INTIM ($284/$286) not yet 0
@@ -319,7 +323,7 @@ struct ConsoleBus {
   // Returns true when the write ended the frame (the CPU stops after this instruction).
   HS_HD HS_INLINE bool poke(uint16_t addr, uint8_t value, bool last_access_was_read) {
     if ((addr & 0x1280) == 0x0080) {
-      c->riot.ram[addr & 0x7F] = value;
+      ram[addr & 0x7F] = value;
       data_bus = value;
       return false;
     }
@@ -328,7 +332,7 @@ struct ConsoleBus {
   // A write below $200 (see peek_low).
   HS_HD HS_INLINE bool poke_low(uint16_t addr, uint8_t value, bool last_access_was_read) {
     if (addr & 0x0080) {
-      c->riot.ram[addr & 0x7F] = value;
+      ram[addr & 0x7F] = value;
       data_bus = value;
       return false;
     }
@@ -367,6 +371,11 @@ HS_HD inline uint8_t console_read_ram(Console& c, int32_t index) {
 HS_HD inline ConsoleBus console_bus(Console& c, const uint8_t* rom, FrameBuffers& fbs, TiaInputs& inputs) {
   ConsoleBus bus;
   bus.c = &c;
+  bus.ram = c.riot.ram;
+  if (fbs.ram_cache != nullptr) {
+    bus.ram = fbs.ram_cache;
+    for (int32_t i = 0; i < 128; ++i) bus.ram[i] = c.riot.ram[i];
+  }
   bus.rom = rom;
   bus.fb = fbs.buf[fbs.shown];
   inputs = console_tia_inputs(c);
@@ -380,8 +389,11 @@ HS_HD inline ConsoleBus console_bus(Console& c, const uint8_t* rom, FrameBuffers
   return bus;
 }
 
-// Writes back what the bus kept in registers.
+// Writes back what the bus kept in registers (and RAM from the run's copy).
 HS_HD inline void console_bus_finish(Console& c, const ConsoleBus& bus) {
+  if (bus.ram != c.riot.ram) {
+    for (int32_t i = 0; i < 128; ++i) c.riot.ram[i] = bus.ram[i];
+  }
   c.cycles = bus.cycles;
   c.data_bus = bus.data_bus;
   c.stop = bus.stop;

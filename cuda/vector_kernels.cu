@@ -10,7 +10,7 @@
 //   (built on the device by hs_vec_config), the ROM. A batch names its environments
 //   with ids[count]; row j of every output belongs to environment ids[j].
 //
-// Two designs of a step (gpu.py's `design`, measured by benchmarks/gpu_bench.py):
+// Designs of a step (gpu.py's `design`, measured by benchmarks/gpu_bench.py):
 //   fused: hs_vec_execute_fused, one thread per environment does everything
 //          (vec_execute<false>, exactly the CPU engine's call);
 //   split: hs_vec_execute_deferred (one thread per environment: emulation, game
@@ -18,16 +18,18 @@
 //          per output byte: max-pool + resize into the ring slot, clear after a reset)
 //          and hs_vec_obs (one thread per byte: ring -> observation in order, and the
 //          in-place max-pool of raw0 the CPU path leaves behind). Memory accesses of the
-//          pixel kernels are coalesced across the threads of an environment.
+//          pixel kernels are coalesced across the threads of an environment;
+//   split_shared: split, with hs_vec_execute_shared in place of hs_vec_execute_deferred:
+//          the emulated CPU reads and writes RIOT RAM in shared memory during a frame.
 //
 // Each kernel that inlines the emulator can be left out (HS_VEC_NO_FUSED, HS_VEC_NO_SPLIT,
-// HS_VEC_NO_MATERIALIZE): gpu.py compiles them as separate NVRTC modules, in parallel
+// HS_VEC_NO_SPLIT_SHARED, HS_VEC_NO_MATERIALIZE): gpu.py compiles them as separate NVRTC modules, in parallel
 // and only when used, since optimising the inlined emulator takes minutes per kernel.
 //
-// Only blockIdx.x, blockDim.x and threadIdx.x are used (1-D grids), no shared memory,
-// no __syncthreads, no atomics: gpu.py's host emulation compiles this file with g++
-// and a small shim, runs the grid as a loop, and compares with the CPU engine
-// (tests/test_gpu_emulated.py).
+// Only blockIdx.x, blockDim.x and threadIdx.x are used (1-D grids), no __syncthreads, no
+// atomics, and shared memory only as each thread's own part (split_shared's RAM copies):
+// gpu.py's host emulation compiles this file with g++ and a small shim, runs the grid as
+// a loop, and compares with the CPU engine (tests/test_gpu_emulated.py).
 #include "vector_env.h"
 
 namespace hs_gpu {
@@ -52,7 +54,17 @@ __device__ __forceinline__ hs::VecOutput row_outputs(long long j, uint8_t* obs, 
   return o;
 }
 
-template <bool kDefer>
+// The split_shared design's RIOT RAM copies: thread t's 128 bytes at t * kSharedRamStride
+// of the block's dynamic shared memory (blockDim.x * kSharedRamStride bytes at launch).
+// 132 = 33 words: the threads of a warp reading one RAM address hit 32 different banks
+// (CUDA programming guide, shared memory: 32 banks of 4-byte words).
+enum : int { kSharedRamStride = 132 };
+extern __shared__ uint8_t hs_shared_ram[];
+
+// kSharedRam: the emulator's CPU works on RIOT RAM in shared memory (FrameBuffers::
+// ram_cache) instead of the environment's copy in device memory, where the threads of a
+// warp touch 32 environments' cache lines on every access.
+template <bool kDefer, bool kSharedRam = false>
 __device__ __forceinline__ void execute_row(const hs::VecConfig* cfg, const hs::pp::ResizePlan* plan, const uint8_t* rom,
                                  hs::AleEnv* envs, hs::VecEnvState* states, hs::VecEnvBuffers* bufs,
                                  const int32_t* ids, const uint8_t* force, const int32_t* actions,
@@ -65,8 +77,17 @@ __device__ __forceinline__ void execute_row(const hs::VecConfig* cfg, const hs::
   const int32_t k = ids[j];
   const hs::VecOutput o = row_outputs(j, obs, final_obs, reward, terminated, truncated, lives, frame_number,
                                       episode_frame_number, obs_stride);
-  const int32_t f = hs::vec_execute<kDefer>(*cfg, *plan, rom, envs[k], states[k], bufs[k], force[j] != 0,
-                                            actions[j], strengths[j], o);
+  int32_t f;
+  if (kSharedRam) {  // a copy of the buffers with the cache set; `shown` is their only state
+    hs::VecEnvBuffers b = bufs[k];
+    b.fbs.ram_cache = hs_shared_ram + threadIdx.x * kSharedRamStride;
+    f = hs::vec_execute<kDefer>(*cfg, *plan, rom, envs[k], states[k], b, force[j] != 0, actions[j],
+                                strengths[j], o);
+    bufs[k].fbs.shown = b.fbs.shown;
+  } else {
+    f = hs::vec_execute<kDefer>(*cfg, *plan, rom, envs[k], states[k], bufs[k], force[j] != 0, actions[j],
+                                strengths[j], o);
+  }
   if (has_final) has_final[j] = (uint8_t)f;
 }
 
@@ -183,6 +204,21 @@ extern "C" __global__ void hs_vec_execute_deferred(
                             obs_stride, count);
 }
 #endif  // HS_VEC_NO_SPLIT
+
+#ifndef HS_VEC_NO_SPLIT_SHARED
+// The split design with RIOT RAM in shared memory (execute_row's kSharedRam); launched
+// with blockDim.x * kSharedRamStride bytes of dynamic shared memory.
+extern "C" __global__ void hs_vec_execute_shared(
+    const hs::VecConfig* cfg, const hs::pp::ResizePlan* plan, const uint8_t* rom, hs::AleEnv* envs,
+    hs::VecEnvState* states, hs::VecEnvBuffers* bufs, const int32_t* ids, const uint8_t* force,
+    const int32_t* actions, const float* strengths, uint8_t* obs, uint8_t* final_obs, int32_t* reward,
+    uint8_t* terminated, uint8_t* truncated, int32_t* lives, int32_t* frame_number,
+    int32_t* episode_frame_number, uint8_t* has_final, long long obs_stride, int count) {
+  hs_gpu::execute_row<true, true>(cfg, plan, rom, envs, states, bufs, ids, force, actions, strengths, obs,
+                                  final_obs, reward, terminated, truncated, lives, frame_number,
+                                  episode_frame_number, has_final, obs_stride, count);
+}
+#endif  // HS_VEC_NO_SPLIT_SHARED
 
 // Split design, second kernel: one thread per byte i of a resized frame of row j:
 // ring slot vec_last_slot := resize(max(raw0, raw1)) (the in-place max-pool then resize

@@ -20,7 +20,8 @@ Devices (the `device` object a GpuEngine runs on):
 Designs of a step (GpuEngine(design=...), measured by benchmarks/gpu_bench.py):
   "fused": one kernel, one thread per environment (vec_execute, as the CPU engine);
   "split": emulation one thread per environment, then the screen (max-pool + resize)
-           and the observation copy with one thread per output byte.
+           and the observation copy with one thread per output byte;
+  "split_shared": split, with the emulated CPU's RIOT RAM in shared memory during a frame.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ import numpy as np
 
 import hybridsim
 
-DESIGNS = ("fused", "split")
+DESIGNS = ("fused", "split", "split_shared")
 DEFAULT_DESIGN = "split"
 DEFAULT_BLOCK = 128
 KERNEL_SOURCE = "vector_kernels.cu"
@@ -58,6 +59,7 @@ KERNELS = {
     "hs_vec_set_loaded": "ppiiu",
     "hs_vec_execute_fused": _EXEC,
     "hs_vec_execute_deferred": _EXEC,
+    "hs_vec_execute_shared": _EXEC,
     "hs_vec_screen": "pppppi",
     "hs_vec_obs": "pppppqi",
     "hs_vec_write_current": "p" * 12 + "qi",
@@ -106,11 +108,16 @@ NVRTC_OPTIONS = ("-std=c++17", "-DNDEBUG", "--split-compile=0")
 # NVRTC modules: the kernels that inline the emulator each get their own (optimising one
 # takes minutes), compiled when first used, or in parallel processes ahead of time
 # (benchmarks/gpu_bench.py compile --part); the small kernels share "base".
-ALL_PARTS = ("base", "fused", "split", "materialize")
-_PART_MACROS = {"fused": "HS_VEC_NO_FUSED", "split": "HS_VEC_NO_SPLIT", "materialize": "HS_VEC_NO_MATERIALIZE"}
+ALL_PARTS = ("base", "fused", "split", "split_shared", "materialize")
+_PART_MACROS = {"fused": "HS_VEC_NO_FUSED", "split": "HS_VEC_NO_SPLIT", "split_shared": "HS_VEC_NO_SPLIT_SHARED",
+                "materialize": "HS_VEC_NO_MATERIALIZE"}
 KERNEL_PART = {"hs_vec_execute_fused": "fused", "hs_vec_execute_deferred": "split",
-               "hs_vec_materialize": "materialize"}
-EXECUTE_KERNEL = {"fused": "hs_vec_execute_fused", "split": "hs_vec_execute_deferred"}
+               "hs_vec_execute_shared": "split_shared", "hs_vec_materialize": "materialize"}
+EXECUTE_KERNEL = {"fused": "hs_vec_execute_fused", "split": "hs_vec_execute_deferred",
+                  "split_shared": "hs_vec_execute_shared"}
+# Dynamic shared memory per thread of the split_shared kernel (vector_kernels.cu's
+# kSharedRamStride: a padded copy of RIOT RAM).
+SHARED_RAM_STRIDE = 132
 
 
 def part_defines(part: str) -> tuple:
@@ -312,7 +319,7 @@ class CupyDevice:
                 limit = self._limits[name] = int(self._fn(name).attributes["max_threads_per_block"])
         return limit
 
-    def launch(self, name: str, threads: int, block: int, args) -> None:
+    def launch(self, name: str, threads: int, block: int, args, shared_mem: int = 0) -> None:
         if threads <= 0:
             return
         if block > self.max_block(name):  # the launch would fail with "too many resources"
@@ -329,7 +336,7 @@ class CupyDevice:
                 conv.append(_SCALARS[kind](a))
         grid = (threads + block - 1) // block
         with self.device:
-            self._fn(name)((grid,), (block,), tuple(conv))
+            self._fn(name)((grid,), (block,), tuple(conv), shared_mem=shared_mem)
 
     def asarray(self, a, dtype=None):
         with self.device:
@@ -403,7 +410,11 @@ static hs_emu_dim3 blockIdx, threadIdx, blockDim, gridDim;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __shared__
 #include "vector_kernels.cu"
+// One block's dynamic shared memory (the launch limit is 1,024 threads); the threads of
+// the emulated grid run one after another, each on its own part.
+uint8_t hs_gpu::hs_shared_ram[1024 * hs_gpu::kSharedRamStride];
 template <typename... A, size_t... I>
 static void hs_emu_call(void (*k)(A...), void** args, std::index_sequence<I...>) {
   k(*static_cast<typename std::remove_reference<A>::type*>(args[I])...);
@@ -480,9 +491,12 @@ class HostEmulatedDevice:
         self.lib = ctypes.CDLL(str(library or build_emulation_library()))
         self._fns = {}
 
-    def launch(self, name: str, threads: int, block: int, args) -> None:
+    def launch(self, name: str, threads: int, block: int, args, shared_mem: int = 0) -> None:
         if threads <= 0:
             return
+        if shared_mem > block * SHARED_RAM_STRIDE:  # what the shim's static buffer holds per block
+            raise ValueError(f"{name}: {shared_mem} bytes of shared memory, the emulation has "
+                             f"{block * SHARED_RAM_STRIDE}")
         kinds = KERNELS[name]
         vals = []
         for kind, a in zip(kinds, args, strict=True):
@@ -715,11 +729,12 @@ class GpuEngine:
         for name, a in (("obs", obs), ("reward", reward), ("terminated", terminated)):
             if a.shape[0] < n:
                 raise ValueError(f"{name} must have at least {n} rows")
+        shared = self.block * SHARED_RAM_STRIDE if self.design == "split_shared" else 0
         d.launch(EXECUTE_KERNEL[self.design], n, self.block,
                  (self.cfg, self.plan, self.rom, self.env_mem, self.state_mem, self.bufs, ids, force, acts, st,
                   obs, final_obs, reward, terminated, truncated, lives, frame_number, episode_frame_number,
-                  has_final, self.obs_bytes, n))
-        if self.design == "split":
+                  has_final, self.obs_bytes, n), shared_mem=shared)
+        if self.design != "fused":
             self.finish_screens(ids, obs, n)
 
     def finish_screens(self, ids, obs, n):

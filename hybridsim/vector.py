@@ -7,7 +7,7 @@
 backend="gpu" runs every environment on CUDA device `device` (hybridsim/gpu.py, CuPy);
 backend="hybrid" splits them between this CPU engine and the GPU (hybridsim/hybrid.py).
 Both are synchronous (batch_size == num_envs) and return device arrays (torch tensors
-through DLPack by default); docs/GPU.md. gpu_options: design ("split" | "fused"),
+through DLPack by default); docs/GPU.md. gpu_options: design ("split" | "fused" | "split_shared"),
 block, emulate (host-emulated kernels, no GPU), output ("torch" | "cupy" | "numpy"),
 cubin; hybrid: cpu_envs (the split; default measured), cpu_threads, calibrate_steps,
 copy_chunks (the CPU part's chunks, each copied to the device while the next steps).

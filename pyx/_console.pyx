@@ -388,6 +388,7 @@ cdef class Emulator:
         memset(self.env, 0, sizeof(AleEnv))
         memset(self.replay, 0, sizeof(FrameReplay))
         self.fbs.replay = self.replay
+        self.fbs.ram_cache = NULL  # the console's own RAM (console.h)
         self.screen_read = False
 
     def __dealloc__(self):

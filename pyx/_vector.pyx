@@ -24,7 +24,7 @@ VectorEngine(template_state, template_frames, template_shown, num_envs, *, num_t
   state_arrays(): the numpy arrays holding every environment (get_state / set_state).
 """
 from libc.stdint cimport uint8_t, int32_t, uint32_t, int64_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 from cython.parallel cimport prange
 
@@ -253,7 +253,8 @@ cdef class VectorEngine:
         self.raw_mem = np.zeros((num_envs, 2, c.raw_size), dtype=np.uint8)
         self.stack_mem = np.zeros((num_envs, self.obs_bytes), dtype=np.uint8)
         self.replay_mem = np.zeros((num_envs, hs_sizeof_replay()), dtype=np.uint8)
-        self.bufs = <VecEnvBuffers*>malloc(num_envs * sizeof(VecEnvBuffers))
+        # zeroed: fields not set below (FrameBuffers.ram_cache) stay null
+        self.bufs = <VecEnvBuffers*>calloc(num_envs, sizeof(VecEnvBuffers))
         if self.bufs == NULL:
             raise MemoryError("cannot allocate the buffer table")
         cdef uint8_t* frames = _ptr(self.frame_mem)

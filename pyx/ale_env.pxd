@@ -13,6 +13,7 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
         uint8_t* buf[2]
         int32_t shown
         FrameReplay* replay
+        uint8_t* ram_cache
     void console_materialize(const uint8_t* rom, FrameBuffers& fbs)
     int kFrameBytes
     cdef struct EnvConfig:

@@ -22,11 +22,11 @@ if [ "$(cat .gpubuild/vector_kernels_sm90.cubin.hash 2>/dev/null)" != "$HASH" ];
   echo "$HASH" >.gpubuild/vector_kernels_sm90.cubin.hash
 fi
 # Register-capped builds for the designs phase (device_check.sh passes those whose hash
-# matches): every kernel but the fused design's, at most R registers a thread.
+# matches): every kernel but the fused and split_shared designs', at most R registers a thread.
 for R in ${PREBUILD_REGISTER_CAPS-128 168}; do
   f=.gpubuild/vector_kernels_sm90_maxreg$R.cubin
   if [ "$(cat "$f.hash" 2>/dev/null)" != "$HASH" ]; then
-    nice nvcc -std=c++17 -DNDEBUG -DHS_VEC_NO_FUSED -arch=sm_90 -cubin -split-compile=0 -maxrregcount="$R" \
+    nice nvcc -std=c++17 -DNDEBUG -DHS_VEC_NO_FUSED -DHS_VEC_NO_SPLIT_SHARED -arch=sm_90 -cubin -split-compile=0 -maxrregcount="$R" \
       -Xptxas -v -I cuda cuda/vector_kernels.cu -o "$f" 2>".gpubuild/ptxas_sm90_maxreg$R.log" ||
       { tail -30 ".gpubuild/ptxas_sm90_maxreg$R.log"; exit 1; }
     echo "$HASH" >"$f.hash"

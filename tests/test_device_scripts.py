@@ -91,7 +91,7 @@ bench.main(["exact", "--out", {str(out)!r}, "--dry-run", "--games", "pong", "bre
 """
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-c", driver], env=env)
-    runs = ["pong/split", "pong/fused", "breakout/split", "breakout/fused"]
+    runs = [f"{g}/{d}" for g in ("pong", "breakout") for d in ("split", "fused", "split_shared")]
 
     def saved():
         try:
@@ -126,7 +126,7 @@ def test_designs_phase_times_register_capped_cubins(tmp_path):
     labelled = [r for r in rows if "cubin" in r]
     assert [r["cubin"] for r in labelled] == ["maxreg128", "maxreg168"]
     assert all(r["steps"] == 3 and "error" not in r for r in labelled)
-    assert len(rows) == 8 + 2
+    assert len(rows) == 10 + 2
 
 
 def test_an_error_midway_is_not_equal(tmp_path):

@@ -20,7 +20,7 @@ from test_gpu_emulated import GAMES, _compare, _pair, to_numpy  # noqa: E402
 STEPS_BREAKOUT = 40
 
 
-@pytest.mark.parametrize("design", ["split", "fused"])
+@pytest.mark.parametrize("design", ["split", "fused", "split_shared"])
 @pytest.mark.parametrize("game,kw", GAMES, ids=[g for g, _ in GAMES])
 def test_gpu_equals_cpu(game, kw, design):
     cpu, gpu = _pair(game, 64, "gpu", dict(design=design), emulate=False, repeat_action_probability=0.25,

@@ -78,13 +78,15 @@ GAMES = [
 ]
 
 
-@pytest.mark.parametrize("design", ["split", "fused"])
+@pytest.mark.parametrize("design", ["split", "fused", "split_shared"])
 @pytest.mark.parametrize("game,kw", GAMES, ids=[g for g, _ in GAMES])
 def test_emulated_gpu_equals_cpu(emulation_library, game, kw, design):
     cpu, gpu = _pair(game, 5, "gpu", dict(design=design, block=2), repeat_action_probability=0.25,
                      noop_max=30, **kw)
     ends = _compare(cpu, gpu, steps=300)
     assert ends >= 2, f"only {ends} episode ends: the run does not cover resets"
+    # the whole state too (RAM, CPU, TIA, RNGs), which the outputs may not show yet
+    assert cpu.get_state() == gpu.get_state()
 
 
 # One game for each cartridge mapper GAMES leaves out (they have 2K and F8), so the device
@@ -110,7 +112,7 @@ def test_emulated_gpu_equals_cpu_on_every_mapper(emulation_library, game):
     assert ends >= 4, f"only {ends} episode ends: the run does not cover resets"
 
 
-@pytest.mark.parametrize("design", ["split", "fused"])
+@pytest.mark.parametrize("design", ["split", "fused", "split_shared"])
 def test_emulated_gpu_same_step_autoreset_rgb(emulation_library, design):
     """SAME_STEP (final_obs, a reset inside the step; split design processes the ending
     step's screen inline) and RGB observations without max-pool."""
@@ -191,9 +193,9 @@ def test_emulated_hybrid_cpu_part_overlaps_the_gpu_part(emulation_library):
     events = []
 
     class RecordingDevice(HostEmulatedDevice):
-        def launch(self, name, threads, block, args):
+        def launch(self, name, threads, block, args, shared_mem=0):
             events.append(("launch", name))
-            super().launch(name, threads, block, args)
+            super().launch(name, threads, block, args, shared_mem)
 
         def to_host(self, a):
             events.append(("to_host",))
@@ -493,7 +495,7 @@ def test_a_block_over_a_kernels_register_limit_is_refused_before_launching():
     class Kernel:
         attributes = {"max_threads_per_block": 256}
 
-        def __call__(self, grid, block, args):
+        def __call__(self, grid, block, args, shared_mem=0):  # cupy.RawKernel's call
             launched.append((grid, block))
 
     dev = gpu.CupyDevice.__new__(gpu.CupyDevice)  # no CuPy here: only what launch reads
