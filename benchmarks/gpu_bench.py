@@ -151,7 +151,7 @@ def phase_info(args, budget):
         except Exception as exc:  # noqa: BLE001
             attrs[name] = repr(exc)
     rep["kernel_attributes"] = attrs
-    sizes = dev.zeros(7, np.int64)
+    sizes = dev.zeros(8, np.int64)  # hs_vec_sizes writes 8
     dev.launch("hs_vec_sizes", 1, 1, (sizes,))
     rep["device_sizes"] = [int(x) for x in dev.to_host(sizes)]
     try:  # the device-built resize plan against the host's (the engine uploads the host's)
@@ -238,6 +238,7 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
     is called after the first step, every few seconds and at the end.
     runs: {key: (cpu, other, stream)}; returns {key: dict(equal, steps, ends, ...)}."""
     results, live, rngs, queued = {}, {}, {}, {}
+    uncompared = set()  # runs whose queued device step has not been compared yet
 
     def fail(key, exc):  # an error is never "equal" (a sticky CUDA error fails every run)
         results[key].update(equal=False, error=repr(exc), trace=traceback.format_exc()[-2000:])
@@ -249,6 +250,7 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
         try:
             with stream:
                 queued[key] = (a, other.step(a))
+            uncompared.add(key)
         except Exception as exc:  # noqa: BLE001
             fail(key, exc)
 
@@ -281,6 +283,7 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
             try:
                 with stream:  # waits for this run's step; copies on its stream
                     bad = _first_difference(on_cpu[key], queued[key][1])
+                uncompared.discard(key)
             except Exception as exc:  # noqa: BLE001
                 fail(key, exc)
                 continue
@@ -298,6 +301,22 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
             report(results)
             last_report = now
     seconds = time.perf_counter() - t_start
+    # Last, every equal run's whole state (RAM, CPU, TIA, RNGs, frames), which the outputs
+    # may not show yet; a device step queued but not compared is taken on the CPU too.
+    for key in list(live):
+        cpu, other, stream = live[key]
+        try:
+            if key in uncompared:
+                cpu.step(queued[key][0])
+            with stream:
+                same = cpu.get_state() == other.get_state()
+        except Exception as exc:  # noqa: BLE001
+            fail(key, exc)
+            continue
+        results[key]["state_equal"] = same
+        if not same:
+            results[key].update(equal=False, first_mismatch=f"whole state at the end (after step "
+                                                            f"{results[key]['steps']})")
     for r in results.values():
         r["seconds"] = seconds
     report(results)

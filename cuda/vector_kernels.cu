@@ -59,6 +59,7 @@ __device__ __forceinline__ hs::VecOutput row_outputs(long long j, uint8_t* obs, 
 // 132 = 33 words: the threads of a warp reading one RAM address hit 32 different banks
 // (CUDA programming guide, shared memory: 32 banks of 4-byte words).
 enum : int { kSharedRamStride = 132 };
+static_assert(kSharedRamStride >= 128, "a thread's part must hold RIOT RAM");
 extern __shared__ uint8_t hs_shared_ram[];
 
 // kSharedRam: the emulator's CPU works on RIOT RAM in shared memory (FrameBuffers::
@@ -95,7 +96,8 @@ __device__ __forceinline__ void execute_row(const hs::VecConfig* cfg, const hs::
 
 // sizes[0..6] = sizeof AleEnv, VecEnvState, VecEnvBuffers, FrameReplay, VecConfig,
 // ResizePlan, and kFrameBytes, as this compiler lays them out (checked against the CPU
-// build by gpu.py: snapshots and templates are the same bytes on both).
+// build by gpu.py: snapshots and templates are the same bytes on both); sizes[7] =
+// kSharedRamStride (the shared memory per thread gpu.py launches split_shared with).
 extern "C" __global__ void hs_vec_sizes(long long* sizes) {
   if (hs_gpu::thread_index() != 0) return;
   sizes[0] = (long long)sizeof(hs::AleEnv);
@@ -105,6 +107,7 @@ extern "C" __global__ void hs_vec_sizes(long long* sizes) {
   sizes[4] = (long long)sizeof(hs::VecConfig);
   sizes[5] = (long long)sizeof(hs::pp::ResizePlan);
   sizes[6] = (long long)hs::kFrameBytes;
+  sizes[7] = (long long)hs_gpu::kSharedRamStride;
 }
 
 // The VecConfig and ResizePlan of a vector, built on the device (one thread), as

@@ -116,8 +116,20 @@ KERNEL_PART = {"hs_vec_execute_fused": "fused", "hs_vec_execute_deferred": "spli
 EXECUTE_KERNEL = {"fused": "hs_vec_execute_fused", "split": "hs_vec_execute_deferred",
                   "split_shared": "hs_vec_execute_shared"}
 # Dynamic shared memory per thread of the split_shared kernel (vector_kernels.cu's
-# kSharedRamStride: a padded copy of RIOT RAM).
+# kSharedRamStride, reported by hs_vec_sizes and checked: a padded copy of RIOT RAM).
 SHARED_RAM_STRIDE = 132
+SHARED_MEM_PER_THREAD = {"hs_vec_execute_shared": SHARED_RAM_STRIDE}
+# Dynamic shared memory a block may use without the kernel opting in to more (CUDA
+# programming guide, compute capabilities: 48 KB; 227 KB on sm_90 with the opt-in).
+DEFAULT_SHARED_LIMIT = 48 * 1024
+
+
+def _check_shared_mem(name: str, block: int, shared_mem: int) -> None:
+    """A kernel that works in shared memory needs its part for every thread of a block."""
+    need = block * SHARED_MEM_PER_THREAD.get(name, 0)
+    if shared_mem < need:
+        raise ValueError(f"{name}: launched with {shared_mem} bytes of shared memory, its {block} "
+                         f"threads need {need}")
 
 
 def part_defines(part: str) -> tuple:
@@ -322,6 +334,7 @@ class CupyDevice:
     def launch(self, name: str, threads: int, block: int, args, shared_mem: int = 0) -> None:
         if threads <= 0:
             return
+        _check_shared_mem(name, block, shared_mem)
         if block > self.max_block(name):  # the launch would fail with "too many resources"
             raise ValueError(f"{name}: a block of {block} threads is more than this kernel can "
                              f"have on device {self.device_id} ({self.max_block(name)}, set by its "
@@ -494,9 +507,7 @@ class HostEmulatedDevice:
     def launch(self, name: str, threads: int, block: int, args, shared_mem: int = 0) -> None:
         if threads <= 0:
             return
-        if shared_mem > block * SHARED_RAM_STRIDE:  # what the shim's static buffer holds per block
-            raise ValueError(f"{name}: {shared_mem} bytes of shared memory, the emulation has "
-                             f"{block * SHARED_RAM_STRIDE}")
+        _check_shared_mem(name, block, shared_mem)  # the shim's buffer holds 1,024 threads' parts
         kinds = KERNELS[name]
         vals = []
         for kind, a in zip(kinds, args, strict=True):
@@ -608,10 +619,13 @@ class GpuEngine:
         self.num_envs = int(num_envs)
         self.num_threads = int(num_threads)
         # Layout check: the device compiler's structs are the CPU build's bytes.
-        sizes_dev = d.zeros(7, np.int64)
+        sizes_dev = d.zeros(8, np.int64)
         d.launch("hs_vec_sizes", 1, 1, (sizes_dev,))
         s = [int(x) for x in d.to_host(sizes_dev)]
         self.sizes = dict(ale_env=s[0], vec_state=s[1], bufs=s[2], replay=s[3], config=s[4], plan=s[5], frame=s[6])
+        if s[7] != SHARED_RAM_STRIDE:
+            raise RuntimeError(f"the kernels' shared memory per thread is {s[7]} bytes, gpu.py launches "
+                               f"with {SHARED_RAM_STRIDE} (SHARED_RAM_STRIDE vs kSharedRamStride)")
         cpu = _cpu_sizes()
         for key, val in cpu.items():
             if self.sizes[key] != val:
@@ -666,6 +680,10 @@ class GpuEngine:
         # The emulator kernel's first build takes minutes: here, where it is expected (and
         # before training's stall watchdog starts), not inside the first step.
         d.load(EXECUTE_KERNEL[design])
+        if design == "split_shared" and self.block * SHARED_RAM_STRIDE > DEFAULT_SHARED_LIMIT:
+            raise ValueError(f"gpu_options block {self.block} is more than split_shared takes: "
+                             f"{SHARED_RAM_STRIDE} bytes of shared memory a thread, at most "
+                             f"{DEFAULT_SHARED_LIMIT // SHARED_RAM_STRIDE} threads in 48 KB")
         if self.block > d.max_block(EXECUTE_KERNEL[design]):  # say so now, not at the first step
             raise ValueError(f"gpu_options block {self.block} is more than the {design} emulator "
                              f"kernel can have on this device ({d.max_block(EXECUTE_KERNEL[design])} "

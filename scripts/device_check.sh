@@ -53,13 +53,13 @@ if [ "$DRY" != "--dry-run" ]; then
   fi
 fi
 
-# 4. NVRTC: one process per module part (base, fused, split, materialize), in parallel,
+# 4. NVRTC: one process per module part (base, fused, split, split_shared, materialize), in parallel,
 # into CuPy's disk cache, which every later process reuses. Without a cubin this is the
 # first compile, in the foreground; with one it runs in the background (NVRTC's time, and
 # the exact phase then checks the NVRTC build too).
 compile_parts() {
   local pids=() part
-  for part in base fused split materialize; do
+  for part in base fused split split_shared materialize; do
     phase "compile_$part" "$1" "$PY" benchmarks/gpu_bench.py compile --part "$part" \
       --out "$WORK/compile_$part.json" --budget "$1" --nvrtc-marker "$WORK/nvrtc_ready" "${BENCH_FLAGS[@]}" &
     pids+=($!)

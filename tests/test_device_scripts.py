@@ -29,7 +29,8 @@ def test_device_check_dry_run(tmp_path):
     assert not bad, (bad, (tmp_path / "check.log").read_text()[-4000:])
     assert summary["gpu_equals_cpu"] is True and summary["gpu_equals_cpu_every_step_asked"] is True
     exact = report["phases"]["exact"]
-    assert exact["results"] and all(r["steps"] == exact["max_steps"] for r in exact["results"].values())
+    assert exact["results"] and all(r["steps"] == exact["max_steps"] and r["state_equal"]
+                                    for r in exact["results"].values())
     assert summary["gpu_equals_cpu_min_steps"] == exact["max_steps"]
     assert summary["hybrid_vs_cpu_plus_gpu"] and all(r > 0 for r in summary["hybrid_vs_cpu_plus_gpu"].values())
     hybrid = report["phases"]["hybrid"]
@@ -147,8 +148,13 @@ class FakeEnv:
         n = 4
     def __init__(self, game, num_envs, backend="cpu", **kw):
         self.game, self.backend, self.t = game, backend, 0
+        self.design = kw.get("gpu_options", {{}}).get("design")
     def reset(self, seed=None):
         return np.zeros(2, np.uint8), {{}}
+    def get_state(self):
+        if self.game == "pong" and self.backend == "gpu" and self.design == "fused":
+            return b"differs"  # outputs equal, state not
+        return bytes([self.t % 256])  # equal while both sides took the same steps
     def step(self, actions):
         self.t += 1
         if self.game == "breakout" and self.backend == "gpu" and self.t == 3:
@@ -165,5 +171,9 @@ bench.main(["exact", "--out", {str(out)!r}, "--dry-run", "--games", "pong", "bre
     report = json.loads(out.read_text())
     bad = report["results"]["breakout/split"]
     assert bad["equal"] is False and "cudaErrorIllegalAddress" in bad["error"] and bad["steps"] == 2
-    assert report["results"]["pong/split"] == dict(equal=True, steps=5, ends=0, seconds=bad["seconds"])
+    assert report["results"]["pong/split"] == dict(equal=True, steps=5, ends=0, state_equal=True,
+                                                   seconds=bad["seconds"])
+    fused = report["results"]["pong/fused"]
+    assert fused["equal"] is False and fused["state_equal"] is False and fused["steps"] == 5
+    assert fused["first_mismatch"].startswith("whole state at the end")
     assert report["all_equal"] is False

@@ -83,11 +83,12 @@ def test_emulation_shim_builds(tmp_path):
     lib = gpu.build_emulation_library(cache_dir=tmp_path, opt="-O0")
     dev = gpu.HostEmulatedDevice(lib)
     import numpy as np
-    sizes = np.zeros(7, np.int64)
+    sizes = np.zeros(8, np.int64)
     dev.launch("hs_vec_sizes", 1, 1, (sizes,))
     from hybridsim import _vector
     assert sizes[0] == _vector.ALE_ENV_BYTES and sizes[1] == _vector.VEC_STATE_BYTES
     assert sizes[3] == _vector.FRAME_REPLAY_BYTES
+    assert sizes[7] == gpu.SHARED_RAM_STRIDE
     assert sizes[6] == _vector.FRAME_BYTES and sizes[5] == _vector.RESIZE_PLAN_BYTES
 
 

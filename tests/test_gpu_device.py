@@ -26,6 +26,7 @@ def test_gpu_equals_cpu(game, kw, design):
     cpu, gpu = _pair(game, 64, "gpu", dict(design=design), emulate=False, repeat_action_probability=0.25,
                      noop_max=30, **kw)
     assert _compare(cpu, gpu, steps=400) >= 2
+    assert cpu.get_state() == gpu.get_state()
 
 
 @pytest.mark.parametrize("design", ["split", "fused"])

@@ -528,3 +528,17 @@ def test_the_emulated_device_copies_where_cupy_does(emulation_library):
         dev.copy_to_device(dev.zeros((4, 4), np.int32)[:, 0], np.zeros(4, np.int32))
     dev.copy_to_device(on_device, np.arange(4, dtype=np.int32))
     assert on_device.tolist() == [0, 1, 2, 3]
+
+
+def test_split_shared_needs_its_shared_memory(emulation_library):
+    """hs_vec_execute_shared without a part of shared memory per thread would read past
+    its allocation on a device; both devices refuse the launch, and GpuEngine refuses a
+    block whose parts pass the 48 KB a kernel gets without opting in."""
+    from hybridsim import gpu
+    dev = gpu.HostEmulatedDevice(emulation_library)
+    args = (None,) * 19 + (0, 0)
+    with pytest.raises(ValueError, match="hs_vec_execute_shared: launched with 0 bytes of shared memory, "
+                                         "its 128 threads need 16896"):
+        dev.launch("hs_vec_execute_shared", 128, 128, args)
+    with pytest.raises(ValueError, match="block 512 is more than split_shared takes"):
+        AtariVectorEnv("pong", 4, backend="gpu", gpu_options=dict(emulate=True, design="split_shared", block=512))
