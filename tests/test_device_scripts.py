@@ -57,15 +57,13 @@ def test_device_scaling_dry_run(tmp_path):
     assert report["phases"]["node"]["launcher"]["mpi4py"]
 
 
-def test_a_phase_stopped_midway_keeps_the_steps_it_compared(tmp_path):
-    """device_check.sh kills a phase at its time limit (a device step far slower than
-    planned, an NVRTC compile not cached in time): the steps compared by then are in its
-    JSON file, marked partial. Here breakout's device environment hangs at its third step,
-    which stops the lockstep for every run, and the process is killed as the shell's
-    timeout does."""
-    out = tmp_path / "exact.json"
-    driver = f"""
-import importlib.util, sys, time
+def _exact_phase_driver(out, on_third_breakout_device_step, *args):
+    """Python source running gpu_bench's exact phase (dry run, pong and breakout) over fake
+    environments: equal outputs everywhere; breakout's device environment does
+    `on_third_breakout_device_step` at its third step; pong's fused device environment
+    reports a different whole state."""
+    return f"""
+import importlib.util, time
 import numpy as np
 import hybridsim
 spec = importlib.util.spec_from_file_location("gpu_bench", {str(REPO / "benchmarks" / "gpu_bench.py")!r})
@@ -78,18 +76,34 @@ class FakeEnv:
         n = 4
     def __init__(self, game, num_envs, backend="cpu", **kw):
         self.game, self.backend, self.t = game, backend, 0
+        self.design = kw.get("gpu_options", {{}}).get("design")
     def reset(self, seed=None):
         return np.zeros(2, np.uint8), {{}}
+    def get_state(self):
+        if self.game == "pong" and self.backend == "gpu" and self.design == "fused":
+            return b"differs"  # outputs equal, state not
+        return bytes([self.t % 256])  # equal while both sides took the same steps
     def step(self, actions):
         self.t += 1
         if self.game == "breakout" and self.backend == "gpu" and self.t == 3:
-            time.sleep(600)  # until the kill
+            {on_third_breakout_device_step}
         z = np.zeros(2, np.uint8)
         return z, z, z, z, dict(lives=z, frame_number=z, episode_frame_number=z)
 
 hybridsim.AtariVectorEnv = FakeEnv
-bench.main(["exact", "--out", {str(out)!r}, "--dry-run", "--games", "pong", "breakout", "--budget", "60"])
+bench.main(["exact", "--out", {str(out)!r}, "--dry-run", "--games", "pong", "breakout", "--budget", "60",
+            *{list(args)!r}])
 """
+
+
+def test_a_phase_stopped_midway_keeps_the_steps_it_compared(tmp_path):
+    """device_check.sh kills a phase at its time limit (a device step far slower than
+    planned, an NVRTC compile not cached in time): the steps compared by then are in its
+    JSON file, marked partial. Here breakout's device environment hangs at its third step,
+    which stops the lockstep for every run, and the process is killed as the shell's
+    timeout does."""
+    out = tmp_path / "exact.json"
+    driver = _exact_phase_driver(out, "time.sleep(600)  # until the kill")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-c", driver], env=env)
     runs = [f"{g}/{d}" for g in ("pong", "breakout") for d in ("split", "fused", "split_shared")]
@@ -134,38 +148,7 @@ def test_an_error_midway_is_not_equal(tmp_path):
     """A device step that raises (a sticky CUDA error) ends its run as not equal, with the
     error, and the phase's all_equal is False, however many steps were equal before."""
     out = tmp_path / "exact.json"
-    driver = f"""
-import importlib.util
-import numpy as np
-import hybridsim
-spec = importlib.util.spec_from_file_location("gpu_bench", {str(REPO / "benchmarks" / "gpu_bench.py")!r})
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
-
-class FakeEnv:
-    num_envs = 2
-    class single_action_space:
-        n = 4
-    def __init__(self, game, num_envs, backend="cpu", **kw):
-        self.game, self.backend, self.t = game, backend, 0
-        self.design = kw.get("gpu_options", {{}}).get("design")
-    def reset(self, seed=None):
-        return np.zeros(2, np.uint8), {{}}
-    def get_state(self):
-        if self.game == "pong" and self.backend == "gpu" and self.design == "fused":
-            return b"differs"  # outputs equal, state not
-        return bytes([self.t % 256])  # equal while both sides took the same steps
-    def step(self, actions):
-        self.t += 1
-        if self.game == "breakout" and self.backend == "gpu" and self.t == 3:
-            raise RuntimeError("cudaErrorIllegalAddress")
-        z = np.zeros(2, np.uint8)
-        return z, z, z, z, dict(lives=z, frame_number=z, episode_frame_number=z)
-
-hybridsim.AtariVectorEnv = FakeEnv
-bench.main(["exact", "--out", {str(out)!r}, "--dry-run", "--games", "pong", "breakout", "--budget", "60",
-            "--exact-steps", "5"])
-"""
+    driver = _exact_phase_driver(out, 'raise RuntimeError("cudaErrorIllegalAddress")', "--exact-steps", "5")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "-c", driver], env=env, check=True, timeout=120)
     report = json.loads(out.read_text())
