@@ -179,7 +179,7 @@ HS_HD HS_NOINLINE uint8_t console_peek_device(Console& c, const uint8_t* rom, ui
   const uint16_t a = addr & 0x1FFF;
   if (a & 0x1000) return cart_peek(c.cart, rom, addr, c.cycles);
   if (!(a & 0x0080)) return tia_peek(c.tia, fb, addr, c.cycles, c.data_bus, inputs, masks);
-  if (!(a & 0x0200)) return c.riot.ram[a & 0x7F];  // not from ConsoleBus: it reads RAM itself
+  if (!(a & 0x0200)) return c.riot.ram[a & 0x7F];  // ConsoleBus reads RAM itself, never via here
   if ((a & 0x07) == 2) return console_read_switches(c);
   return riot_peek(c.riot, addr, c.cycles, swcha, 0);
 }

@@ -78,17 +78,15 @@ __device__ __forceinline__ void execute_row(const hs::VecConfig* cfg, const hs::
   const int32_t k = ids[j];
   const hs::VecOutput o = row_outputs(j, obs, final_obs, reward, terminated, truncated, lives, frame_number,
                                       episode_frame_number, obs_stride);
-  int32_t f;
-  if (kSharedRam) {  // a copy of the buffers with the cache set; `shown` is their only state
-    hs::VecEnvBuffers b = bufs[k];
-    b.fbs.ram_cache = hs_shared_ram + threadIdx.x * kSharedRamStride;
-    f = hs::vec_execute<kDefer>(*cfg, *plan, rom, envs[k], states[k], b, force[j] != 0, actions[j],
-                                strengths[j], o);
-    bufs[k].fbs.shown = b.fbs.shown;
-  } else {
-    f = hs::vec_execute<kDefer>(*cfg, *plan, rom, envs[k], states[k], bufs[k], force[j] != 0, actions[j],
-                                strengths[j], o);
+  hs::VecEnvBuffers& b = bufs[k];
+  hs::VecEnvBuffers cached;  // kSharedRam: the buffers with the RAM cache set
+  if (kSharedRam) {
+    cached = b;
+    cached.fbs.ram_cache = hs_shared_ram + threadIdx.x * kSharedRamStride;
   }
+  const int32_t f = hs::vec_execute<kDefer>(*cfg, *plan, rom, envs[k], states[k], kSharedRam ? cached : b,
+                                            force[j] != 0, actions[j], strengths[j], o);
+  if (kSharedRam) b.fbs.shown = cached.fbs.shown;  // `shown` is the buffers' only state
   if (has_final) has_final[j] = (uint8_t)f;
 }
 

@@ -680,10 +680,12 @@ class GpuEngine:
         # The emulator kernel's first build takes minutes: here, where it is expected (and
         # before training's stall watchdog starts), not inside the first step.
         d.load(EXECUTE_KERNEL[design])
-        if design == "split_shared" and self.block * SHARED_RAM_STRIDE > DEFAULT_SHARED_LIMIT:
-            raise ValueError(f"gpu_options block {self.block} is more than split_shared takes: "
-                             f"{SHARED_RAM_STRIDE} bytes of shared memory a thread, at most "
-                             f"{DEFAULT_SHARED_LIMIT // SHARED_RAM_STRIDE} threads in 48 KB")
+        per_thread = SHARED_MEM_PER_THREAD.get(EXECUTE_KERNEL[design], 0)
+        self.shared_mem = self.block * per_thread  # dynamic shared memory of each launch
+        if self.shared_mem > DEFAULT_SHARED_LIMIT:
+            raise ValueError(f"gpu_options block {self.block} is more than {design} takes: "
+                             f"{per_thread} bytes of shared memory a thread, at most "
+                             f"{DEFAULT_SHARED_LIMIT // per_thread} threads in 48 KB")
         if self.block > d.max_block(EXECUTE_KERNEL[design]):  # say so now, not at the first step
             raise ValueError(f"gpu_options block {self.block} is more than the {design} emulator "
                              f"kernel can have on this device ({d.max_block(EXECUTE_KERNEL[design])} "
@@ -747,11 +749,10 @@ class GpuEngine:
         for name, a in (("obs", obs), ("reward", reward), ("terminated", terminated)):
             if a.shape[0] < n:
                 raise ValueError(f"{name} must have at least {n} rows")
-        shared = self.block * SHARED_RAM_STRIDE if self.design == "split_shared" else 0
         d.launch(EXECUTE_KERNEL[self.design], n, self.block,
                  (self.cfg, self.plan, self.rom, self.env_mem, self.state_mem, self.bufs, ids, force, acts, st,
                   obs, final_obs, reward, terminated, truncated, lives, frame_number, episode_frame_number,
-                  has_final, self.obs_bytes, n), shared_mem=shared)
+                  has_final, self.obs_bytes, n), shared_mem=self.shared_mem)
         if self.design != "fused":
             self.finish_screens(ids, obs, n)
 

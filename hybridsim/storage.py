@@ -24,7 +24,6 @@ FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _HDF5_ERRNO = re.compile(r"errno = (\d+)")
 
 
-
 def write_errno(exc: BaseException) -> int | None:
     """The errno behind a failed write: OSError.errno, or the one in an HDF5 error text."""
     seen = set()
