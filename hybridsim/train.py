@@ -7,6 +7,7 @@ Two schedules (both use hybridsim.vtrace):
 - impala: the vector env runs asynchronously (`env_batch_size` < num_envs); each batch
   that comes back is acted on with the current policy, per-environment trajectories of
   `num_steps` transitions are cut, and the learner updates on `learner_batch` of them.
+  Batches hold the environments sent longest ago (`impala_order`), so runs repeat.
 
 Defaults follow CuLE's A2C+V-trace example (NVlabs/cule examples/a2c and examples/vtrace:
 RMSprop lr 0.00065, alpha 0.99, eps 1e-5, grad norm 0.5, entropy 0.01, value 0.5,

@@ -13,6 +13,7 @@ OPTIMIZERS = ("rmsprop_tf", "rmsprop", "adam")
 OBS_NORMALIZATIONS = ("scale", "running")
 ALLREDUCE_CHOICES = ("auto", "mpi", "nccl", "gloo")
 LOG_COMPRESSIONS = ("lzf", "gzip", "none")
+IMPALA_ORDERS = ("submission", "completion")
 MAX_FRAME_SKIP = 3600  # 60 s of NTSC frames
 
 
@@ -35,7 +36,7 @@ class TrainConfig:
     resume: bool = False
     """Continue from log_dir/checkpoint.pt (same config) instead of starting afresh."""
     schedule: str = "a2c"
-    """a2c (synchronous, minibatches of environments updated in turn) or impala (asynchronous: batches come in the order environments finish, so a run repeats exactly only with --num-threads 1)."""
+    """a2c (synchronous, minibatches of environments updated in turn) or impala (asynchronous: the learner acts on each batch of env_batch_size environments while the others step)."""
     model: str = "nature"
     """Network: nature (Mnih et al. 2015) or impala (Espeholt et al. 2018 ResNet)."""
     obs_normalization: str = "scale"
@@ -46,6 +47,8 @@ class TrainConfig:
     """a2c: groups of environments updated one after another from one rollout (CuLE's schedule; later groups learn from a slightly stale policy, corrected by V-trace). 1 is Baselines' A2C, one update of all num_envs x num_steps transitions."""
     env_batch_size: int = 0
     """impala: environments returned per asynchronous step (0 = num_envs / 2)."""
+    impala_order: str = "submission"
+    """impala: which environments a batch holds. submission: those sent longest ago, so a seed gives the same run with any --num-threads; completion: the first to finish (EnvPool's and ale-py's rule), never waiting for a slow one, but with more than one worker thread the batches, and so the run, differ run to run."""
     learner_batch: int = 8
     """impala: trajectories per learner update."""
     optimizer: str = "rmsprop_tf"
@@ -175,6 +178,8 @@ class TrainConfig:
             (self.num_minibatches >= 1, f"num_minibatches must be >= 1, got {self.num_minibatches}"),
             (self.learner_batch >= 1, f"learner_batch must be >= 1, got {self.learner_batch}"),
             (self.env_batch_size >= 0, f"env_batch_size must be >= 0 (0: num_envs / 2), got {self.env_batch_size}"),
+            (self.impala_order in IMPALA_ORDERS,
+             f"impala_order must be one of {', '.join(IMPALA_ORDERS)}, got {self.impala_order!r}"),
             (self.checkpoint_every >= 1, f"checkpoint_every must be >= 1 frame, got {self.checkpoint_every}"),
             (finite(self.log_every) and self.log_every >= 0,
              f"log_every must be a finite number of seconds >= 0 (0: every update), got {self.log_every}"),
@@ -200,6 +205,12 @@ class TrainConfig:
             checks.append((self.env_batch_size <= self.num_envs,
                            f"env_batch_size ({self.env_batch_size}) must be <= num_envs "
                            f"({self.num_envs}): a batch is some of this rank's environments"))
+            # ale-py's vector env returns the first to finish; one worker finishes them in order
+            checks.append((self.backend != "ale-py" or self.impala_order == "completion"
+                           or self.num_threads == 1,
+                           f"--backend ale-py returns the environments that finish first: with "
+                           f"impala_order submission (the default) it needs --num-threads 1, got "
+                           f"{self.num_threads}; or choose --impala-order completion"))
         if self.schedule == "a2c" and self.num_minibatches >= 1:
             checks.append((self.num_envs % self.num_minibatches == 0,
                            f"num_envs ({self.num_envs}) must be divisible by num_minibatches "
@@ -227,6 +238,8 @@ def make_vector_env(cfg: TrainConfig, seed: int, batch_size: int = 0, learner_de
                   noop_max=cfg.noop_max, episodic_life=bool(cfg.episodic_life), reward_clipping=False,
                   max_num_frames_per_episode=cfg.max_episode_frames, num_threads=cfg.num_threads,
                   autoreset_mode="SameStep")
+    if batch_size not in (0, cfg.num_envs) and cfg.backend != "ale-py":
+        kwargs["async_order"] = cfg.impala_order
     if cfg.backend == "ale-py":
         from ale_py.vector_env import AtariVectorEnv
 

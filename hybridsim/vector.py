@@ -24,7 +24,10 @@ Synchronous mode (batch_size == num_envs): step() is one call into the engine
 released. Asynchronous mode (batch_size < num_envs), as EnvPool and ale-py have it:
 send(actions, env_ids=None) queues steps for worker threads; recv() returns the first
 batch_size environments to finish, info["env_id"] saying which. Without env_ids, send's
-actions go to the environments of the last recv (ale-py's rule).
+actions go to the environments of the last recv (ale-py's rule). With more than one worker
+thread that order changes run to run; async_order="submission" returns instead the
+batch_size environments sent longest ago (waiting for them if others finish first), so a
+seed gives the same batches with any number of threads.
 
 get_state() / set_state(state) snapshot every environment (consoles, RNGs, raw frames,
 frame stacks) as bytes, so a run resumes exactly.
@@ -46,6 +49,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 BACKENDS = ("cpu", "gpu", "hybrid")
+ASYNC_ORDERS = ("completion", "submission")
 STATE_MAGIC = b"HSVEC2"  # format 2: a digest of the payload follows the fingerprint
 _STATE_MAGIC_V1 = b"HSVEC1"
 _DIGEST_BYTES = 32  # blake2b-128, hex
@@ -130,6 +134,7 @@ class AtariVectorEnv(VectorEnv):
         backend: str = "cpu",
         batch_size: int = 0,
         num_threads: int = 0,
+        async_order: str = "completion",
         thread_affinity_offset: int = -1,
         max_num_frames_per_episode: int = 108000,
         repeat_action_probability: float = 0.0,
@@ -157,6 +162,8 @@ class AtariVectorEnv(VectorEnv):
         if backend != "cpu" and batch_size not in (0, num_envs):
             raise ValueError(f"backend={backend!r} is synchronous: batch_size must be 0 or num_envs, "
                              f"got {batch_size!r}")
+        if async_order not in ASYNC_ORDERS:
+            raise ValueError(f"async_order must be one of {ASYNC_ORDERS}, got {async_order!r}")
         # ale-py raises gymnasium's error for a bad frameskip; keep its exception type.
         if type(frameskip) is not int:
             raise gym_error.Error(f"Invalid frameskip type: {type(frameskip)}.")
@@ -212,6 +219,7 @@ class AtariVectorEnv(VectorEnv):
         self.num_envs = num_envs
         self.batch_size = num_envs if batch_size == 0 else int(batch_size)
         self.num_threads = resolve_num_threads(num_threads, self.batch_size)
+        self.async_order = async_order
         self.backend = backend
         self.continuous = bool(continuous)
         self.continuous_action_threshold = float(continuous_action_threshold)
@@ -283,6 +291,7 @@ class AtariVectorEnv(VectorEnv):
         self._all_ids = np.arange(num_envs, dtype=np.int32)
         self._in_flight = np.zeros(num_envs, dtype=bool)  # sent, result not yet returned
         self._ready: list[int] = []  # async: finished (taken from the pool), not yet returned
+        self._sent: list[int] = []  # async_order "submission": sent, not yet returned, in order
         self._last_ids: np.ndarray | None = None  # env ids of the last result, in order
         self._pending: tuple | None = None  # sync mode: actions sent, not yet received
         self._ones = np.ones(num_envs, dtype=np.float32)
@@ -456,8 +465,7 @@ class AtariVectorEnv(VectorEnv):
         force = np.ones(n, dtype=np.uint8)
         zeros = np.zeros(n, dtype=np.int32)
         if self._async:
-            self._engine.pool_submit(indices, force, zeros, self._ones[:n])
-            self._in_flight[indices] = True
+            self._submit(indices, force, zeros, self._ones[:n])
             ids, out = self._recv_async()
             return out["obs"], self._info(ids, out)
         out = self._outputs(self.num_envs, False)
@@ -540,8 +548,7 @@ class AtariVectorEnv(VectorEnv):
         if len(busy):
             raise ValueError(f"env_ids must be environments waiting for an action (received, not sent "
                              f"since); these are still running: {busy.tolist()}")
-        self._engine.pool_submit(ids, self._no_force[: len(ids)], acts, strengths)
-        self._in_flight[ids] = True
+        self._submit(ids, self._no_force[: len(ids)], acts, strengths)
 
     @_on_engine_device
     def recv(self):
@@ -570,14 +577,39 @@ class AtariVectorEnv(VectorEnv):
         if running < self.batch_size:
             raise ValueError(f"recv() needs batch_size={self.batch_size} environments running, "
                              f"only {running} are: send() actions first")
-        take = min(len(self._ready), self.batch_size)
-        ids = np.array(self._ready[:take], dtype=np.int32)
-        del self._ready[:take]
-        if take < self.batch_size:
-            ids = np.concatenate([ids, self._engine.pool_wait(self.batch_size - take)])
+        if self.async_order == "submission":
+            ids = self._take_oldest()
+        else:
+            take = min(len(self._ready), self.batch_size)
+            ids = np.array(self._ready[:take], dtype=np.int32)
+            del self._ready[:take]
+            if take < self.batch_size:
+                ids = np.concatenate([ids, self._engine.pool_wait(self.batch_size - take)])
         self._in_flight[ids] = False
         self._last_ids = ids
         return ids, self._gather_stage(ids)
+
+    def _submit(self, ids, force, actions, strengths) -> None:
+        self._engine.pool_submit(ids, force, actions, strengths)
+        self._in_flight[ids] = True
+        if self.async_order == "submission":
+            self._sent.extend(ids.tolist())
+
+    def _take_oldest(self) -> np.ndarray:
+        """The batch_size environments sent longest ago, once all of them have finished."""
+        oldest = np.array(self._sent[: self.batch_size], dtype=np.int32)
+        finished = np.zeros(self.num_envs, dtype=bool)
+        finished[self._ready] = True
+        while missing := int(np.count_nonzero(~finished[oldest])):
+            # waits for no more completions than the oldest still need
+            done = self._engine.pool_wait(missing)
+            self._ready.extend(done.tolist())
+            finished[done] = True
+        del self._sent[: self.batch_size]
+        taken = np.zeros(self.num_envs, dtype=bool)
+        taken[oldest] = True
+        self._ready = [k for k in self._ready if not taken[k]]
+        return oldest
 
     def _check_open(self, call: str) -> None:
         if self.closed:
@@ -589,11 +621,14 @@ class AtariVectorEnv(VectorEnv):
             in_pool = int(self._in_flight.sum()) - len(self._ready)
             if in_pool:
                 self._ready.extend(int(k) for k in self._engine.pool_wait(in_pool))
+            if self.async_order == "submission":  # get_state saves them in the order sent
+                self._ready = list(self._sent)
 
     def _drain(self) -> None:
         """Wait for (and drop) every step still running in async mode."""
         self._settle()
         self._ready.clear()
+        self._sent.clear()
         self._in_flight[:] = False
 
     # ----- snapshots -----------------------------------------------------------------------
@@ -665,6 +700,9 @@ class AtariVectorEnv(VectorEnv):
                     getattr(e, name)[...] = data[name]
             self._in_flight[:] = data["in_flight"]
             self._ready = [int(k) for k in data["ready"]]
+            # every step running at get_state had finished; "submission" returns them in the
+            # order saved (what this env would have returned)
+            self._sent = list(self._ready) if self.async_order == "submission" else []
         if not bool(data["started"]):
             self._last_ids = None
             return None, {}

@@ -14,6 +14,7 @@ pytest.importorskip("ale_py")
 pytest.importorskip("gymnasium")
 from ale_py.vector_env import AtariVectorEnv as AleVectorEnv  # noqa: E402
 
+from async_util import ShuffledPool  # noqa: E402
 from hybridsim.vector import AtariVectorEnv  # noqa: E402
 
 
@@ -293,6 +294,8 @@ def test_bad_input_names_the_expected_value():
         AtariVectorEnv("pong", 2, backend="gpu", batch_size=1)
     with pytest.raises(ValueError, match="backend must be one of"):
         AtariVectorEnv("pong", 2, backend="tpu")
+    with pytest.raises(ValueError, match=r"async_order must be one of \('completion', 'submission'\), got 'fifo'"):
+        AtariVectorEnv("pong", 2, batch_size=1, async_order="fifo")
     with pytest.raises(ValueError, match="img_height"):
         AtariVectorEnv("pong", 2, img_height=0)
     async_env = AtariVectorEnv("pong", 3, batch_size=1, noop_max=0)
@@ -408,6 +411,76 @@ def test_async_snapshot_resumes_exactly():
     for k in set(first) & set(second):
         n = min(len(first[k]), len(second[k]))
         assert n > 0 and first[k][:n] == second[k][:n], f"env {k}"
+
+
+def _async_run(env, recvs, seed=3):
+    """Every recv's (env ids, observations, rewards, terminations, truncations, frames),
+    actions drawn from (environment, its step count) so they do not depend on the order."""
+    counts = np.zeros(env.num_envs, np.int64)
+    obs, info = env.reset(seed=seed)
+    out = [(info["env_id"].tolist(), obs.tobytes())]
+    for _ in range(recvs):
+        ids = info["env_id"]
+        env.send(np.array([np.random.default_rng([int(k), int(counts[k])]).integers(0, 4) for k in ids]))
+        counts[ids] += 1
+        obs, rew, term, trunc, info = env.recv()
+        out.append((info["env_id"].tolist(), obs.tobytes(), rew.tolist(), term.tolist(),
+                    trunc.tolist(), info["frame_number"].tolist()))
+    return out
+
+
+def test_submission_order_gives_the_same_batches_whatever_the_completion_order():
+    """async_order="submission": each recv returns the batch_size environments sent longest
+    ago, so the batches do not depend on which step finishes first (here shuffled on
+    purpose; with "completion" the same shuffle changes them)."""
+    kw = dict(batch_size=2, **RANDOM_KW)
+    plain = _async_run(AtariVectorEnv("breakout", 5, num_threads=1, async_order="submission", **kw), 40)
+    runs = []
+    for seed in (0, 1):
+        env = AtariVectorEnv("breakout", 5, num_threads=2, async_order="submission", **kw)
+        ShuffledPool(env, seed)
+        runs.append(_async_run(env, 40))
+    # 5 environments, 2 a batch: sent in order, so batches cycle through ids 0..4
+    expected = [[(2 * t + j) % 5 for j in range(2)] for t in range(41)]
+    assert [r[0] for r in plain] == expected
+    for run in runs:
+        for t, (a, b) in enumerate(zip(plain, run)):
+            assert a == b, f"recv {t}: {a[0]} vs {b[0]}"
+    shuffled = AtariVectorEnv("breakout", 5, num_threads=2, async_order="completion", **kw)
+    ShuffledPool(shuffled, 0)
+    assert [r[0] for r in _async_run(shuffled, 40)] != expected
+
+
+def test_submission_order_snapshot_resumes_the_same_batches():
+    """get_state with steps running, set_state into another env: the same batches follow,
+    in the same order."""
+    kw = dict(batch_size=3, num_threads=2, async_order="submission", **RANDOM_KW)
+    env = AtariVectorEnv("pong", 5, **kw)
+    ShuffledPool(env, 4)  # get_state must save the steps in the order sent, not finished
+    counts = np.zeros(5, np.int64)
+
+    def drive(env, counts, info, recvs):
+        out = []
+        for _ in range(recvs):
+            ids = info["env_id"]
+            env.send(np.array([np.random.default_rng([int(k), int(counts[k])]).integers(0, 6) for k in ids]))
+            counts[ids] += 1
+            obs, rew, term, trunc, info = env.recv()
+            out.append((info["env_id"].tolist(), obs.tobytes(), rew.tolist(), term.tolist()))
+        return out, info
+
+    _, info = env.reset(seed=2)
+    _, info = drive(env, counts, info, 9)
+    env.send(np.zeros(3, np.int64))  # steps running at the snapshot
+    counts[info["env_id"]] += 1
+    state, saved_counts, saved_info = env.get_state(), counts.copy(), info
+    first, _ = drive(env, counts, env.recv()[-1], 20)
+    other = AtariVectorEnv("pong", 5, **kw)
+    other.set_state(state)
+    ShuffledPool(other, 5)
+    second, _ = drive(other, saved_counts, other.recv()[-1], 20)
+    assert saved_info["env_id"].tolist() != first[0][0]
+    assert first == second
 
 
 def test_bilinear_resize_matches_opencv():

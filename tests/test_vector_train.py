@@ -6,6 +6,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from async_util import ShuffledPool  # noqa: E402
 from hybridsim.train import TrainConfig, Trainer  # noqa: E402
 
 
@@ -146,3 +147,30 @@ def test_the_a2c_loop_takes_tensor_batches_like_numpy_ones(tmp_path):
     assert plain.all_episodes == tensors.all_episodes != []
     for name, value in plain.model.state_dict().items():
         assert torch.equal(value, tensors.model.state_dict()[name]), name
+
+
+def test_impala_repeats_with_any_thread_count_and_completion_order(tmp_path):
+    """--impala-order submission (the default): the same seed gives the same weights and
+    episodes with one worker thread or two whose steps finish in a shuffled order;
+    --impala-order completion follows the shuffle, so the same shuffle changes its run."""
+    import torch
+    base = dict(game="pong", backend="cpu", num_envs=5, total_frames=1600, torch_threads=1,
+                log_every=0.0, checkpoint_every=10**9, noop_max=5, max_episode_frames=300,
+                log_trajectories=False, schedule="impala", env_batch_size=2, learner_batch=2)
+
+    def run(name, shuffle_seed=None, **overrides):
+        trainer = Trainer(TrainConfig(**dict(base, log_dir=str(tmp_path / name), **overrides)))
+        if shuffle_seed is not None:
+            ShuffledPool(trainer.env, shuffle_seed)
+        trainer.train()
+        return trainer.model.state_dict(), trainer.all_episodes
+
+    one_thread = run("one", num_threads=1)
+    assert len(one_thread[1]) >= 4
+    for seed in (0, 1):
+        weights, episodes = run(f"shuffled{seed}", seed, num_threads=2)
+        assert episodes == one_thread[1]
+        for name, value in one_thread[0].items():
+            assert torch.equal(value, weights[name]), (seed, name)
+    weights, episodes = run("completion", 0, num_threads=2, impala_order="completion")
+    assert episodes != one_thread[1] or any(not torch.equal(v, weights[k]) for k, v in one_thread[0].items())
