@@ -18,11 +18,14 @@ and hold every logged step; free space and run again with --resume."""
 
 def _cmd_bench(args) -> int:
     from hybridsim import bench
-    _require_at_least(args, frames=1, num_envs=1, threads=0, steps=1, rounds=1)
+    _require_at_least(args, frames=1, num_envs=1, threads=0, steps=1, rounds=1, batch_size=0)
     _refuse_unused(args, {"single": ("frames",),
                           "vector": ("num_envs", "threads", "steps", "rounds", "scaling",
-                                     "envpool_python"),
+                                     "envpool_python", "batch_size"),
                           "single or vector": ("games",)})
+    if args.batch_size > args.num_envs:
+        raise ValueError(f"--batch-size {args.batch_size} must be <= --num-envs {args.num_envs} "
+                         f"(0: synchronous)")
     games = _game_list(args.games) if args.games else None
     threads = _count_list("--scaling", args.scaling)
     if args.single:
@@ -34,7 +37,8 @@ def _cmd_bench(args) -> int:
     if args.vector:
         bench.bench_vector(games=games or bench.VECTOR_GAMES, num_envs=args.num_envs,
                            threads=args.threads, steps=args.steps, rounds=args.rounds,
-                           envpool_python=args.envpool_python, scaling_threads=threads or None)
+                           envpool_python=args.envpool_python, scaling_threads=threads or None,
+                           batch_size=args.batch_size)
     if args.cpu or not (args.single or args.vector):
         bench.bench_cpu()
     return 0
@@ -315,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="AtariVectorEnv: hybridsim vs ale-py vs EnvPool, alternating, plus --scaling")
     p.add_argument("--num-envs", type=int, default=16, help="environments for --vector")
     p.add_argument("--threads", type=int, default=2, help="threads for --vector")
+    p.add_argument("--batch-size", type=int, default=0,
+                   help="--vector: below --num-envs, time async mode (send/recv, batches of this many)")
     p.add_argument("--steps", type=int, default=200, help="timed steps per side and round (--vector)")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (--vector)")
     p.add_argument("--scaling", default="1,2", help="thread counts of the --vector scaling table ('' = none)")

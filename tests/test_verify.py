@@ -85,6 +85,8 @@ def test_verify_takes_game_names_as_train_does(capsys):
     (["bench", "--vector", "--scaling", "1,two"], "--scaling: 'two' is not a positive integer"),
     (["bench", "--vector", "--scaling", "0"], "--scaling: '0' is not a positive integer"),
     (["bench", "--single", "--games", "pong,pongg"], "unknown game 'pongg' (did you mean 'pong'?)"),
+    (["bench", "--single", "--batch-size", "8"], "--batch-size applies to --vector"),
+    (["bench", "--vector", "--num-envs", "4", "--batch-size", "5"], "--batch-size 5 must be <= --num-envs 4"),
     (["bench", "--vector", "--envpool-python", "/nonexistent/python"],
      "--envpool-python /nonexistent/python: not an interpreter that can import envpool"),
     (["verify", "--games", "pong", "--mode", "99"], "pong: --mode 99 is not one of its modes"),
@@ -117,6 +119,15 @@ def test_bench_vector_plays_each_game_s_own_actions(capsys):
                  "--rounds", "1", "--scaling", "1"]) == 0
     out = capsys.readouterr().out
     assert "threads scaling (freeway" in out and out.rstrip().splitlines()[-1].split()[0] == "1"
+
+
+def test_bench_vector_times_async_mode(capsys):
+    """--batch-size below --num-envs: every side is timed in async mode (send/recv)."""
+    from hybridsim.cli import main
+    assert main(["bench", "--vector", "--games", "breakout", "--num-envs", "4", "--batch-size", "2",
+                 "--steps", "3", "--rounds", "1", "--scaling", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "vector envs (async, batches of 2): 4 envs" in out and "threads scaling (breakout" in out
 
 
 def _roms_with_a_foreign_pong(tmp_path, data: bytes):
