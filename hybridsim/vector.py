@@ -701,7 +701,7 @@ class AtariVectorEnv(VectorEnv):
             self._in_flight[:] = data["in_flight"]
             self._ready = [int(k) for k in data["ready"]]
             # every step running at get_state had finished; "submission" returns them in the
-            # order saved (what this env would have returned)
+            # order saved, which a submission-order env saves in the order sent
             self._sent = list(self._ready) if self.async_order == "submission" else []
         if not bool(data["started"]):
             self._last_ids = None
