@@ -48,7 +48,7 @@ class TrainConfig:
     env_batch_size: int = 0
     """impala: environments returned per asynchronous step (0 = num_envs / 2)."""
     impala_order: str = "submission"
-    """impala: which environments a batch holds. submission: those sent longest ago, so a seed gives the same run with any --num-threads; completion: the first to finish (EnvPool's and ale-py's rule), never waiting for a slow one, but with more than one worker thread the batches, and so the run, differ run to run."""
+    """impala: which environments a batch holds. submission: those sent longest ago, so a seed gives the same run with any --num-threads (the same --torch-threads; --backend ale-py allows it with --num-threads 1 only); completion: the first to finish (EnvPool's and ale-py's rule), never waiting for a slow one, but with more than one worker thread the batches, and so the run, differ run to run."""
     learner_batch: int = 8
     """impala: trajectories per learner update."""
     optimizer: str = "rmsprop_tf"
@@ -210,7 +210,8 @@ class TrainConfig:
                            or self.num_threads == 1,
                            f"--backend ale-py returns the environments that finish first: with "
                            f"impala_order submission (the default) it needs --num-threads 1, got "
-                           f"{self.num_threads}; or choose --impala-order completion"))
+                           f"{self.num_threads}{' (all cores)' if self.num_threads == 0 else ''}; "
+                           f"or choose --impala-order completion"))
         if self.schedule == "a2c" and self.num_minibatches >= 1:
             checks.append((self.num_envs % self.num_minibatches == 0,
                            f"num_envs ({self.num_envs}) must be divisible by num_minibatches "

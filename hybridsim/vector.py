@@ -219,7 +219,7 @@ class AtariVectorEnv(VectorEnv):
         self.num_envs = num_envs
         self.batch_size = num_envs if batch_size == 0 else int(batch_size)
         self.num_threads = resolve_num_threads(num_threads, self.batch_size)
-        self.async_order = async_order
+        self._async_order = async_order
         self.backend = backend
         self.continuous = bool(continuous)
         self.continuous_action_threshold = float(continuous_action_threshold)
@@ -302,6 +302,11 @@ class AtariVectorEnv(VectorEnv):
             self._reseed(self._all_ids, entropy.astype(np.int64))
         if self._async:
             self._engine.pool_start(self.num_threads)
+
+    @property
+    def async_order(self) -> str:
+        """"completion" or "submission" (read-only: the bookkeeping of one is not the other's)."""
+        return self._async_order
 
     # The batched spaces hold low/high arrays of the whole batch (560 MB for 10,000 84x84x4
     # observations): built on first use only.
@@ -584,7 +589,7 @@ class AtariVectorEnv(VectorEnv):
             ids = np.array(self._ready[:take], dtype=np.int32)
             del self._ready[:take]
             if take < self.batch_size:
-                ids = np.concatenate([ids, self._engine.pool_wait(self.batch_size - take)])
+                ids = np.concatenate([ids, self._pool_wait(self.batch_size - take)])
         self._in_flight[ids] = False
         self._last_ids = ids
         return ids, self._gather_stage(ids)
@@ -595,20 +600,29 @@ class AtariVectorEnv(VectorEnv):
         if self.async_order == "submission":
             self._sent.extend(ids.tolist())
 
+    def _pool_wait(self, n: int) -> np.ndarray:
+        """The next n finished environments; an error, not a hang, when fewer are running
+        (ids lost to an exception, e.g. Ctrl-C, between the pool and this object)."""
+        running = self._engine.pool_in_flight()
+        if n > running:
+            raise RuntimeError(f"AtariVectorEnv lost track of its running steps: waiting for {n} "
+                               f"results with {running} running; call reset()")
+        return self._engine.pool_wait(n)
+
     def _take_oldest(self) -> np.ndarray:
         """The batch_size environments sent longest ago, once all of them have finished."""
         oldest = np.array(self._sent[: self.batch_size], dtype=np.int32)
-        finished = np.zeros(self.num_envs, dtype=bool)
-        finished[self._ready] = True
-        while missing := int(np.count_nonzero(~finished[oldest])):
-            # waits for no more completions than the oldest still need
-            done = self._engine.pool_wait(missing)
+        is_oldest = np.zeros(self.num_envs, dtype=bool)
+        is_oldest[oldest] = True
+        missing = len(oldest) - int(np.count_nonzero(is_oldest[np.array(self._ready, dtype=np.int32)]))
+        while missing:
+            # everything finished so far in one call, and otherwise no more completions than
+            # the oldest still need (a slow one behind many fast ones costs one call, not many)
+            done = self._pool_wait(max(missing, self._engine.pool_ready()))
             self._ready.extend(done.tolist())
-            finished[done] = True
+            missing -= int(np.count_nonzero(is_oldest[done]))
         del self._sent[: self.batch_size]
-        taken = np.zeros(self.num_envs, dtype=bool)
-        taken[oldest] = True
-        self._ready = [k for k in self._ready if not taken[k]]
+        self._ready = [k for k in self._ready if not is_oldest[k]]
         return oldest
 
     def _check_open(self, call: str) -> None:
@@ -618,9 +632,9 @@ class AtariVectorEnv(VectorEnv):
     def _settle(self) -> None:
         """Async: wait for every running step; their results stay staged, in order."""
         if self._async:
-            in_pool = int(self._in_flight.sum()) - len(self._ready)
+            in_pool = self._engine.pool_in_flight()  # the pool's count, right even after an interrupt
             if in_pool:
-                self._ready.extend(int(k) for k in self._engine.pool_wait(in_pool))
+                self._ready.extend(int(k) for k in self._pool_wait(in_pool))
             if self.async_order == "submission":  # get_state saves them in the order sent
                 self._ready = list(self._sent)
 

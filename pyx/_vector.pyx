@@ -418,6 +418,10 @@ cdef class VectorEngine:
     def pool_in_flight(self):
         return 0 if self.pool == NULL else self.pool.in_flight()
 
+    def pool_ready(self):
+        """Jobs completed and not yet handed out by pool_wait."""
+        return 0 if self.pool == NULL else self.pool.ready()
+
     # ---- snapshots ----------------------------------------------------------------
     def shown(self):
         return np.array([self.bufs[k].fbs.shown for k in range(self.num_envs)], dtype=np.int32)

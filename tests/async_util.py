@@ -14,6 +14,12 @@ class ShuffledPool:
     def __getattr__(self, name):  # everything else is the engine's
         return getattr(self.engine, name)
 
+    def pool_ready(self):
+        return len(self.held) + self.engine.pool_ready()
+
+    def pool_in_flight(self):
+        return len(self.held) + self.engine.pool_in_flight()
+
     def pool_wait(self, n):
         if len(self.held) < n:
             running = int(self.env._in_flight.sum()) - len(self.env._ready) - len(self.held)

@@ -347,7 +347,9 @@ def test_resume_after_kill_9(tmp_path, capsys):
     (dict(log_compression="zstd"), "log_compression must be one of lzf, gzip, none, got 'zstd'"),
     (dict(schedule="impala", impala_order="fifo"), "impala_order must be one of submission, completion, got 'fifo'"),
     (dict(schedule="impala", num_threads=2), r"--backend ale-py returns the environments that finish "
-     r"first: with impala_order submission \(the default\) it needs --num-threads 1, got 2"),
+     r"first: with impala_order submission \(the default\) it needs --num-threads 1, got 2; "),
+    (dict(schedule="impala", num_threads=0), r"needs --num-threads 1, got 0 \(all cores\); or choose "
+     r"--impala-order completion"),
     (dict(torch_threads=99999), r"torch_threads must be <= the \d+ CPUs of this machine"),
 ])
 def test_settings_that_only_failed_later_are_refused_up_front(tmp_path, overrides, message):

@@ -451,6 +451,32 @@ def test_submission_order_gives_the_same_batches_whatever_the_completion_order()
     assert [r[0] for r in _async_run(shuffled, 40)] != expected
 
 
+def test_submission_order_after_a_reset_with_steps_running():
+    """reset() while steps run drops them: the batches then are a fresh env's."""
+    kw = dict(batch_size=2, num_threads=2, async_order="submission", **RANDOM_KW)
+    env = AtariVectorEnv("breakout", 5, **kw)
+    _async_run(env, 7, seed=4)
+    env.send(np.zeros(2, np.int64))  # running at the reset
+    assert _async_run(env, 12, seed=9) == _async_run(AtariVectorEnv("breakout", 5, **kw), 12, seed=9)
+    assert sorted(env._sent) == sorted(set(env._sent))
+
+
+def test_a_result_lost_between_pool_and_env_is_an_error_not_a_hang():
+    """A completion taken from the pool behind the env's back (as a Ctrl-C between the two
+    could): waiting for it would never end; recv() says so, and reset() recovers."""
+    env = AtariVectorEnv("pong", 4, batch_size=2, num_threads=2, async_order="submission", noop_max=0)
+    env.reset(seed=0)
+    env.send(np.zeros(2, np.int64))
+    env._settle()  # every result taken from the pool; then one is lost
+    env._ready.remove(env._sent[0])
+    with pytest.raises(RuntimeError, match="lost track of its running steps"):
+        env.recv()
+    obs, info = env.reset(seed=0)
+    assert info["env_id"].tolist() == [0, 1]
+    env.send(np.zeros(2, np.int64))
+    assert env.recv()[-1]["env_id"].tolist() == [2, 3]
+
+
 def test_submission_order_snapshot_resumes_the_same_batches():
     """get_state with steps running, set_state into another env: the same batches follow,
     in the same order."""
