@@ -263,6 +263,30 @@ def _decoded_env_state(rank_state: dict, path, rank: int) -> bytes | None:
                          f"new run in another --log-dir") from None
 
 
+class TrainingDiverged(RuntimeError):
+    """The gradients are NaN or infinite: the update is not applied and the run stops."""
+
+
+METRICS_HEADER = ("frames", "updates", "seconds", "fps", "mean_return_100", "episodes", "lr", "policy_loss",
+                  "baseline_loss", "entropy")
+
+
+def _check_metrics_file(path: pathlib.Path) -> None:
+    """A resumed run appends to metrics.csv: one that is not hybridsim's (another header,
+    not text) is refused before anything is written, so nothing in it is lost."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return  # none, or empty: a new one is started
+    try:
+        with open(path, encoding="utf-8") as fh:
+            header = fh.readline()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--resume: {path}: not readable as hybridsim's metrics ({exc}); move it "
+                         f"aside to resume (a new one is started)") from None
+    if tuple(next(csv.reader([header]), [])) != METRICS_HEADER:
+        raise ValueError(f"--resume: {path}: its first line is not hybridsim's metrics header "
+                         f"({header.strip()[:80]!r}); move it aside to resume (a new one is started)")
+
+
 class BudgetReached(Exception):
     """--resume of a run that has already trained its --total-frames (a finished Slurm
     array task resubmitted with the rest): nothing to train, and not an error.
@@ -486,6 +510,13 @@ class Trainer:
         loss.backward()
         self.comm.allreduce_gradients(self.model)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        # after the allreduce, so every rank sees the same norm and stops at the same update
+        if not math.isfinite(float(grad_norm)):
+            raise TrainingDiverged(
+                f"training diverged at update {self.updates + 1} ({self.frames + self.local_frames:,} "
+                f"frames): the gradient norm is {float(grad_norm)} (loss {float(loss.detach())}); the update is "
+                f"not applied and no checkpoint is written after it. Lower --lr (now {cfg.lr:g}) or "
+                f"resume from the last checkpoint with other settings")
         self.optimizer.step()
         self.updates += 1
         if self.updates % self.cfg.sync_check_every == 0 and not self.comm.parameters_in_sync(self.model):
@@ -529,15 +560,13 @@ class Trainer:
         try:
             if self.rank == 0:
                 path = self.log_dir / "metrics.csv"
-                new = not path.exists() or not self.cfg.resume
+                new = not path.exists() or not self.cfg.resume or path.stat().st_size == 0
                 if not new:
                     _drop_metrics_after(path, self.frames)
                 # whole-line appends, cut back on a failed write: a full disk never leaves half a row
                 self.metrics_file = storage.AppendFile(path, "w" if new else "a")
                 if new:
-                    self.metrics_file.write(_csv_line(["frames", "updates", "seconds", "fps",
-                                                       "mean_return_100", "episodes", "lr", "policy_loss",
-                                                       "baseline_loss", "entropy"]), "the header")
+                    self.metrics_file.write(_csv_line(METRICS_HEADER), "the header")
                 try:
                     from torch.utils.tensorboard import SummaryWriter
                     # a resumed run hides the events a killed job logged after its checkpoint
@@ -760,16 +789,33 @@ class Trainer:
             self.model.load_state_dict(state["model"])
         except RuntimeError as exc:
             raise ValueError(f"--resume: {path} holds another network: {exc}") from None
-        self.optimizer.load_state_dict(state["optimizer"])
+        if not all(bool(torch.isfinite(t).all()) for t in self.model.state_dict().values() if t.is_floating_point()):
+            raise ValueError(f"--resume: {path}: its network holds NaN or infinite weights (training "
+                             f"diverged before this checkpoint): start a new run, or resume an earlier copy")
+        if self.rank == 0:
+            _check_metrics_file(self.log_dir / "metrics.csv")
+
+        def field(name, load):  # a damaged field is named, not a traceback from deep inside
+            try:
+                return load()
+            except (KeyError, TypeError, AttributeError, ValueError, RuntimeError, IndexError) as exc:
+                raise ValueError(f"--resume: {path}: damaged checkpoint: its {name} does not load "
+                                 f"({type(exc).__name__}: {exc})") from None
+        field("optimizer state", lambda: self.optimizer.load_state_dict(state["optimizer"]))
         self.frames, self.updates = state["frames"], state["updates"]
         self.run_id = state.get("run_id") or self.run_id
-        torch.set_rng_state(state["torch_rng"])
+        field("torch_rng", lambda: torch.set_rng_state(state["torch_rng"]))
         if state.get("world_size", 1) == self.world_size:
-            self.action_counters[:] = state["action_counters"][:len(self.action_counters)]
-        self.all_episodes = list(state["episodes"])
+            def counters():
+                self.action_counters[:] = state["action_counters"][:len(self.action_counters)]
+            field("action_counters", counters)
+        self.all_episodes = field("episodes", lambda: list(state["episodes"]))
         rank_states = state.get("rank_states")
         if rank_states is None:  # written before rank states: rank 0's environments only
             rank_states = [{"env_state": state.get("env_state")}]
+        if not isinstance(rank_states, list) or not all(isinstance(r, dict) for r in rank_states):
+            raise ValueError(f"--resume: {path}: damaged checkpoint: its rank_states is not a list of "
+                             f"dicts ({type(rank_states).__name__})")
         if len(rank_states) != self.world_size:
             print(f"note: the checkpoint holds {len(rank_states)} rank(s)' environments, this job has "
                   f"{self.world_size}; environments restart", file=sys.stderr)
@@ -777,7 +823,7 @@ class Trainer:
         else:
             mine = rank_states[self.rank]
         if "episode_tracker" in mine:
-            self.episodes.load(mine["episode_tracker"])
+            field("episode_tracker", lambda: self.episodes.load(mine["episode_tracker"]))
         else:
             self._skip_unknown_episode_starts(rank_states, saved.get("num_envs"))
         if self.device.type == "cpu" and mine.get("torch_threads") not in (None, torch.get_num_threads()):

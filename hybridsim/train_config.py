@@ -15,6 +15,8 @@ ALLREDUCE_CHOICES = ("auto", "mpi", "nccl", "gloo")
 LOG_COMPRESSIONS = ("lzf", "gzip", "none")
 IMPALA_ORDERS = ("submission", "completion")
 MAX_FRAME_SKIP = 3600  # 60 s of NTSC frames
+MAX_NOOP_MAX = 108_000  # as hybridsim.vector's (not imported: this module loads without the engine)
+NO_EPISODE_LIMIT = 2**31 - 1  # max_episode_frames 0: the vector envs' largest limit (a C int)
 
 
 @dataclasses.dataclass
@@ -86,7 +88,7 @@ class TrainConfig:
     episodic_life: bool = False
     """End an episode, for learning, when a life is lost."""
     max_episode_frames: int = 108_000
-    """Truncate episodes after this many emulator frames."""
+    """Truncate episodes after this many emulator frames (0: never; ALE's vector envs would cut every episode after one step)."""
     device: str = "auto"
     """Torch device for the learner: auto, cpu, cuda or cuda:K (auto and cuda: with several GPUs visible, local rank L takes GPU L mod count)."""
     cuda_deterministic: bool = True
@@ -137,6 +139,9 @@ class TrainConfig:
             (0 <= self.repeat_action_probability <= 1,
              f"repeat_action_probability must be in [0, 1], got {self.repeat_action_probability}"),
             (self.noop_max >= 0, f"noop_max must be >= 0, got {self.noop_max}"),
+            (self.noop_max <= MAX_NOOP_MAX,
+             f"noop_max must be <= {MAX_NOOP_MAX:,} (30 minutes of frames; a reset runs its no-ops "
+             f"without a stop check), got {self.noop_max}"),
             (self.max_episode_frames >= 0, f"max_episode_frames must be >= 0, got {self.max_episode_frames}"),
             (0 <= self.seed and self.seed + self.num_envs <= 2**31,
              f"seed must be in [0, 2**31 - num_envs] (environment i gets seed + i, a C int in ALE), "
@@ -237,7 +242,8 @@ def make_vector_env(cfg: TrainConfig, seed: int, batch_size: int = 0, learner_de
     kwargs = dict(game=cfg.game, num_envs=cfg.num_envs, batch_size=batch_size,
                   frameskip=cfg.frame_skip, repeat_action_probability=cfg.repeat_action_probability,
                   noop_max=cfg.noop_max, episodic_life=bool(cfg.episodic_life), reward_clipping=False,
-                  max_num_frames_per_episode=cfg.max_episode_frames, num_threads=cfg.num_threads,
+                  max_num_frames_per_episode=cfg.max_episode_frames or NO_EPISODE_LIMIT,
+                  num_threads=cfg.num_threads,
                   autoreset_mode="SameStep")
     if batch_size not in (0, cfg.num_envs) and cfg.backend != "ale-py":
         kwargs["async_order"] = cfg.impala_order

@@ -54,6 +54,9 @@ STATE_MAGIC = b"HSVEC2"  # format 2: a digest of the payload follows the fingerp
 _STATE_MAGIC_V1 = b"HSVEC1"
 _DIGEST_BYTES = 32  # blake2b-128, hex
 _SEED_LIMIT = 2**31  # ale-py passes seeds through a C++ int
+# A reset runs its no-ops in one engine call, with no stop check in between: more than ALE's
+# default episode cap of frames (30 minutes of play) is a typo that would hang the reset.
+MAX_NOOP_MAX = 108_000
 
 
 def _digest(payload: bytes) -> bytes:
@@ -183,6 +186,9 @@ class AtariVectorEnv(VectorEnv):
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
             if value >= _SEED_LIMIT:  # the engine keeps them in C ints
                 raise ValueError(f"{name} must be < 2**31, got {value!r}")
+        if noop_max > MAX_NOOP_MAX:
+            raise ValueError(f"noop_max must be <= {MAX_NOOP_MAX:,} (30 minutes of frames; a reset runs "
+                             f"its no-ops without a stop check), got {noop_max!r}")
         flags = dict(full_action_space=full_action_space, continuous=continuous, grayscale=grayscale,
                      maxpool=maxpool, episodic_life=episodic_life, life_loss_info=life_loss_info,
                      reward_clipping=reward_clipping, use_fire_reset=use_fire_reset)

@@ -665,3 +665,97 @@ def test_cpu_busy_fraction_sees_a_busy_cpu():
         spinner.kill()
         spinner.wait()
     assert sysinfo.cpu_busy_fraction([10**6]) is None  # no such CPU: nothing to tell
+
+
+def test_a_diverging_run_stops_with_an_error_instead_of_training_on_nan(tmp_path, capsys):
+    """lr 1e30 blows the weights up within a few updates: the run stops at the first NaN
+    gradient, naming it, without applying that update; the CLI exits with status 2."""
+    from hybridsim.cli import main
+    from hybridsim.train import TrainingDiverged
+    cfg = tiny_config(tmp_path / "api", backend="cpu", lr=1e30, total_frames=4000, log_trajectories=False)
+    trainer = Trainer(cfg)
+    with pytest.raises(TrainingDiverged, match=r"training diverged at update \d+ .*the gradient norm is nan"):
+        trainer.train()
+    # the NaN update was not applied (the steps before it, clipped to norm 0.5, stay finite)
+    assert trainer.updates >= 1 and all(bool(torch.isfinite(p).all()) for p in trainer.model.parameters())
+    assert main(["train", "--game", "pong", "--backend", "cpu", "--num-envs", "4", "--num-threads", "1",
+                 "--torch-threads", "1", "--lr", "1e30", "--total-frames", "4000", "--log-trajectories",
+                 "false", "--log-dir", str(tmp_path / "cli")]) == 2
+    assert "training diverged at update" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("small_run")
+    Trainer(tiny_config(run, backend="cpu", total_frames=400, log_trajectories=False)).train()
+    return run
+
+
+def _resume_with(small_run, tmp_path, change):
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+    state = torch.load(run / "checkpoint.pt", weights_only=False)
+    change(state)
+    torch.save(state, run / "checkpoint.pt")
+    return run
+
+
+def _set(key, value):
+    return lambda state: state.__setitem__(key, value)
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda s: s.pop("torch_rng"), r"its torch_rng does not load \(KeyError"),
+    (lambda s: s.__setitem__("torch_rng", torch.zeros(3, dtype=torch.uint8)), "its torch_rng does not load"),
+    (_set("optimizer", {"x": 1}), "its optimizer state does not load"),
+    (_set("episodes", 5), r"its episodes does not load \(TypeError"),
+    (_set("action_counters", "abc"), "its action_counters does not load"),
+    (_set("rank_states", "x"), "its rank_states is not a list of dicts"),
+    (lambda s: s["rank_states"][0].__setitem__("episode_tracker", "junk"), "its episode_tracker does not load"),
+    (lambda s: s["model"][next(iter(s["model"]))].view(-1).__setitem__(0, float("nan")),
+     "its network holds NaN or infinite weights"),
+])
+def test_a_damaged_checkpoint_field_is_named_on_resume(small_run, tmp_path, change, message):
+    run = _resume_with(small_run, tmp_path, change)
+    before = (run / "metrics.csv").read_bytes()
+    with pytest.raises(ValueError, match=message):
+        Trainer(tiny_config(run, backend="cpu", total_frames=800, log_trajectories=False, resume=True)).train()
+    assert (run / "metrics.csv").read_bytes() == before
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"hello,world\n1,2\n", "its first line is not hybridsim's metrics header"),
+    (b"\xe0\xff\x00binary", "not readable as hybridsim's metrics"),
+])
+def test_a_foreign_metrics_file_is_refused_on_resume_and_kept(small_run, tmp_path, content, message):
+    run = _resume_with(small_run, tmp_path, lambda s: None)
+    (run / "metrics.csv").write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        Trainer(tiny_config(run, backend="cpu", total_frames=800, log_trajectories=False, resume=True)).train()
+    assert (run / "metrics.csv").read_bytes() == content
+
+
+def test_an_empty_metrics_file_gets_a_header_on_resume(small_run, tmp_path):
+    run = _resume_with(small_run, tmp_path, lambda s: None)
+    (run / "metrics.csv").write_bytes(b"")
+    Trainer(tiny_config(run, backend="cpu", total_frames=800, log_trajectories=False, resume=True)).train()
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert rows and int(rows[-1]["frames"]) >= 800
+
+
+def test_no_op_and_episode_limits(tmp_path):
+    """noop_max past 30 minutes of frames is refused (a reset would run them all without a
+    stop check); max_episode_frames 0 means no limit, as its help says (ALE's vector envs
+    would cut every episode after one step)."""
+    from hybridsim.train import make_vector_env
+    from hybridsim.vector import AtariVectorEnv
+    with pytest.raises(ValueError, match=r"noop_max must be <= 108,000 .*got 1000000000"):
+        tiny_config(tmp_path, noop_max=10**9).validate()
+    with pytest.raises(ValueError, match=r"noop_max must be <= 108,000"):
+        AtariVectorEnv("pong", 1, noop_max=10**9)
+    env = make_vector_env(tiny_config(tmp_path, backend="cpu", max_episode_frames=0), seed=1)
+    env.reset(seed=1)
+    for _ in range(5):
+        truncated = env.step(np.zeros(4, np.int64))[3]
+        assert not truncated.any()
