@@ -152,6 +152,8 @@ class ALEInterface:
     def loadROM(self, rom) -> None:
         from hybridsim import _console
         from hybridsim.console_props import emulator_kwargs
+        if not isinstance(rom, (str, bytes, os.PathLike)):
+            raise TypeError(f"loadROM needs a ROM file's path (str, bytes or os.PathLike), got {rom!r}")
         path = pathlib.Path(os.fsdecode(rom))  # str, bytes or os.PathLike, as ale-py takes
         data = roms.read_rom(path)
         md5 = roms.md5_hex(data)

@@ -160,6 +160,8 @@ class AtariVectorEnv(VectorEnv):
         device: int = 0,
         gpu_options: dict | None = None,
     ):
+        if not isinstance(game, str):
+            raise TypeError(f"game must be a game's name, such as 'pong', got {game!r}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if backend != "cpu" and batch_size not in (0, num_envs):
@@ -204,6 +206,8 @@ class AtariVectorEnv(VectorEnv):
         except (TypeError, ValueError):
             raise ValueError(f"continuous_action_threshold must be a number, got "
                              f"{continuous_action_threshold!r}") from None
+        if not np.isfinite(continuous_action_threshold):  # every comparison with NaN is false
+            raise ValueError(f"continuous_action_threshold must be finite, got {continuous_action_threshold}")
         if not 0.0 <= float(repeat_action_probability) <= 1.0:
             raise ValueError(f"repeat_action_probability must be in [0, 1], got {repeat_action_probability}")
         interpolations = {"area": 3, "linear": 1}  # cv2.INTER_AREA / INTER_LINEAR codes

@@ -53,6 +53,8 @@ def test_bad_input_is_a_clear_exception(tmp_path):
         env.act(0)
     with pytest.raises(FileNotFoundError, match="ROM file not found"):
         env.loadROM(tmp_path / "missing.bin")
+    with pytest.raises(TypeError, match=r"loadROM needs a ROM file's path .*got None"):
+        env.loadROM(None)
     odd = tmp_path / "odd.bin"
     odd.write_bytes(b"\x00" * 3000)
     with pytest.raises(ValueError, match="3000 bytes"):

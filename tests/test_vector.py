@@ -294,6 +294,10 @@ def test_bad_input_names_the_expected_value():
         AtariVectorEnv("pong", 2, backend="gpu", batch_size=1)
     with pytest.raises(ValueError, match="backend must be one of"):
         AtariVectorEnv("pong", 2, backend="tpu")
+    with pytest.raises(TypeError, match="game must be a game's name, such as 'pong', got None"):
+        AtariVectorEnv(None, 2)
+    with pytest.raises(ValueError, match="continuous_action_threshold must be finite, got nan"):
+        AtariVectorEnv("pong", 2, continuous=True, continuous_action_threshold=float("nan"))
     with pytest.raises(ValueError, match=r"async_order must be one of \('completion', 'submission'\), got 'fifo'"):
         AtariVectorEnv("pong", 2, batch_size=1, async_order="fifo")
     with pytest.raises(ValueError, match="img_height"):
