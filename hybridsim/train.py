@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import json
 import math
 import numbers
@@ -71,10 +72,46 @@ def read_checkpoint(path, map_location=None) -> dict:
     if not isinstance(state["config"], dict):
         raise ValueError(f"{path}: not a hybridsim checkpoint (its config is a "
                          f"{type(state['config']).__name__})")
+    if "digest" in state and checkpoint_digest(state) != state["digest"]:
+        raise ValueError(f"{path}: damaged checkpoint: its network, optimizer state, RNG state or action "
+                         f"counters differ from what was written (digest mismatch; torch.load does not "
+                         f"check the tensors' bytes): use an earlier copy")
     problem = _checkpoint_problem(state)
     if problem:
         raise ValueError(f"{path}: damaged checkpoint: {problem}")
     return state
+
+
+DIGESTED_FIELDS = ("model", "optimizer", "torch_rng", "action_counters")
+
+
+def checkpoint_digest(state: dict) -> str:
+    """blake2b of a checkpoint's tensors and arrays that load silently when damaged (the
+    network, optimizer state, torch RNG, action counters): names, dtypes, shapes, bytes."""
+    h = hashlib.blake2b(digest_size=16)
+
+    def feed(x):
+        if isinstance(x, torch.Tensor):
+            flat = x.detach().cpu().contiguous().reshape(-1)
+            h.update(f"T{flat.dtype}{tuple(x.shape)}".encode())
+            h.update(flat.view(torch.uint8).numpy().tobytes())
+        elif isinstance(x, np.ndarray):
+            h.update(f"N{x.dtype}{x.shape}".encode())
+            h.update(np.ascontiguousarray(x).tobytes())
+        elif isinstance(x, dict):
+            for key in sorted(x, key=repr):
+                h.update(repr(key).encode())
+                feed(x[key])
+        elif isinstance(x, (list, tuple)):
+            h.update(f"L{len(x)}".encode())
+            for item in x:
+                feed(item)
+        else:
+            h.update(repr(x).encode())
+    for field in DIGESTED_FIELDS:
+        h.update(field.encode())
+        feed(state.get(field))
+    return h.hexdigest()
 
 
 def _checkpoint_problem(state: dict) -> str | None:
@@ -702,6 +739,7 @@ class Trainer:
         path = pathlib.Path(path) if path is not None else self.checkpoint_path()
         self._beat(f"writing {path.name}")
         state = self._checkpoint_state()
+        state["digest"] = checkpoint_digest(state)
         try:
             storage.atomic_write(path, lambda fh: torch.save(state, fh))
         except (OSError, RuntimeError) as exc:  # torch reports a short write as RuntimeError

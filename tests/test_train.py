@@ -529,6 +529,7 @@ def test_resume_at_the_budget_writes_a_master_file_the_last_job_did_not(tmp_path
 
 def test_eval_refuses_a_checkpoint_whose_network_does_not_fit_the_game(tmp_path):
     from hybridsim import evaluate
+    from hybridsim import train
     from hybridsim.models import build_model
     Trainer(tiny_config(tmp_path, total_frames=400, log_trajectories=False)).train()
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
@@ -536,6 +537,7 @@ def test_eval_refuses_a_checkpoint_whose_network_does_not_fit_the_game(tmp_path)
     state["num_actions"] = 18  # a consistent network for the full action set
     state["model"] = build_model(cfg["model"], state["obs_shape"], 18,
                                  cfg["obs_normalization"]).state_dict()
+    state["digest"] = train.checkpoint_digest(state)  # a consistent file, of another network
     torch.save(state, tmp_path / "full.pt")
     with pytest.raises(ValueError, match="picks among 18 actions, but pong on hybridsim gives"):
         evaluate.evaluate(tmp_path / "full.pt", episodes=1, env="hybridsim")
@@ -697,6 +699,7 @@ def _resume_with(small_run, tmp_path, change):
     shutil.copytree(small_run, run)
     state = torch.load(run / "checkpoint.pt", weights_only=False)
     change(state)
+    state.pop("digest")  # as written before checkpoints had one: the fields' own checks answer
     torch.save(state, run / "checkpoint.pt")
     return run
 
@@ -759,3 +762,28 @@ def test_no_op_and_episode_limits(tmp_path):
     for _ in range(5):
         truncated = env.step(np.zeros(4, np.int64))[3]
         assert not truncated.any()
+
+
+def test_bytes_damaged_inside_a_weight_tensor_are_found(small_run, tmp_path):
+    """torch.load does not check a tensor's bytes: one flipped byte in the middle of a
+    weight loads as a slightly different network. The digest written with the checkpoint
+    finds it, for eval and for a resume; an intact copy still loads."""
+    import shutil
+    from hybridsim import evaluate
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+    state = torch.load(run / "checkpoint.pt", weights_only=False)
+    weight = max(state["model"].values(), key=lambda t: t.numel())  # the biggest: its bytes are unique
+    raw = bytearray((run / "checkpoint.pt").read_bytes())
+    at = bytes(raw).find(weight.numpy().tobytes()[:256])
+    assert at > 0
+    raw[at + 100] ^= 0x40
+    (run / "checkpoint.pt").write_bytes(bytes(raw))
+    damaged = torch.load(run / "checkpoint.pt", weights_only=False)
+    assert not all(torch.equal(v, damaged["model"][k]) for k, v in state["model"].items())
+    with pytest.raises(ValueError, match="damaged checkpoint: its network, optimizer state, RNG state or "
+                                         "action counters differ from what was written"):
+        evaluate.evaluate(run / "checkpoint.pt", episodes=1, env="hybridsim")
+    with pytest.raises(ValueError, match="digest mismatch"):
+        Trainer(tiny_config(run, backend="cpu", total_frames=800, log_trajectories=False, resume=True)).train()
+    evaluate.evaluate(small_run / "checkpoint.pt", episodes=1, env="hybridsim", max_episode_frames=200)
