@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from hybridsim.models import build_model
-from hybridsim.train import TrainConfig, make_vector_env, read_checkpoint
+from hybridsim.train import TrainConfig, has_nonfinite_weights, make_vector_env, read_checkpoint
 
 ENVS = {"hybridsim": "cpu", "ale-py": "ale-py"}
 
@@ -70,8 +70,7 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
     except RuntimeError as exc:
         raise ValueError(f"{checkpoint}: its network does not match its settings: {exc}") from None
     model.eval()
-    if not random_policy and not all(bool(torch.isfinite(t).all()) for t in model.state_dict().values()
-                                     if t.is_floating_point()):
+    if not random_policy and has_nonfinite_weights(model):
         raise ValueError(f"{checkpoint}: its network holds NaN or infinite weights (training diverged)")
     generator = torch.Generator().manual_seed(seed)
     obs, _ = vec.reset(seed=seed)

@@ -85,6 +85,11 @@ def read_checkpoint(path, map_location=None) -> dict:
 DIGESTED_FIELDS = ("model", "optimizer", "torch_rng", "action_counters")
 
 
+def has_nonfinite_weights(model: torch.nn.Module) -> bool:
+    """NaN or infinite values in a network's floating-point parameters or buffers."""
+    return not all(bool(torch.isfinite(t).all()) for t in model.state_dict().values() if t.is_floating_point())
+
+
 def checkpoint_digest(state: dict) -> str:
     """blake2b of a checkpoint's tensors and arrays that load silently when damaged (the
     network, optimizer state, torch RNG, action counters): names, dtypes, shapes, bytes."""
@@ -827,7 +832,7 @@ class Trainer:
             self.model.load_state_dict(state["model"])
         except RuntimeError as exc:
             raise ValueError(f"--resume: {path} holds another network: {exc}") from None
-        if not all(bool(torch.isfinite(t).all()) for t in self.model.state_dict().values() if t.is_floating_point()):
+        if has_nonfinite_weights(self.model):
             raise ValueError(f"--resume: {path}: its network holds NaN or infinite weights (training "
                              f"diverged before this checkpoint): start a new run, or resume an earlier copy")
         if self.rank == 0:
