@@ -59,7 +59,6 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
     option = "--out" if out_dir else "--out (default: beside the logs)"
     out_dir = pathlib.Path(out_dir) if out_dir else (target if target.is_dir() else target.parent)
     storage.check_output_directory(out_dir, option)  # before a scan that can take minutes
-    out_dir.mkdir(parents=True, exist_ok=True)
     per_rank, all_episodes, actions_total, curves = {}, [], None, []
     attrs = {}
     for path in files:

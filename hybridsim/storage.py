@@ -4,7 +4,7 @@
   written and the errno (ENOSPC, EDQUOT, ...). h5py reports a failed write as a
   RuntimeError whose text holds "errno = 28", so `write_errno` reads that too.
 - `atomic_write`: temporary file, fsync, rename; a failed write never replaces the old file.
-- `check_output_directory`: refuse, before minutes of work, a directory that cannot be made.
+- `check_output_directory`: make an output directory before minutes of work, or say why not.
 - `DiskReserve`: a preallocated file in the run directory, deleted when the disk fills so
   the final checkpoint and the last trajectory rows have room (a ballast file).
 - `AppendFile`: an append-only text file (metrics.csv) that cuts a half-written line off
@@ -76,8 +76,9 @@ def free_bytes(path) -> int:
 
 
 def check_output_directory(path, option: str) -> None:
-    """Raise if directory `path` (named by command-line `option`) could not be made or
-    written into: it, or the nearest of its parents that exists, is a file or read-only."""
+    """Make directory `path` (named by command-line `option`), or raise saying why it cannot
+    be made or written into: it, or the nearest of its parents that exists, is a file or
+    read-only, or the file system refuses it."""
     out = pathlib.Path(path)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"{option} {path}: is a file, not a directory")
@@ -86,6 +87,10 @@ def check_output_directory(path, option: str) -> None:
         raise NotADirectoryError(f"{option} {path}: {base} is a file, not a directory")
     if not os.access(base, os.W_OK):
         raise PermissionError(f"{option} {path}: cannot write into {base}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)  # /proc and the like pass the checks above
+    except OSError as exc:
+        raise OSError(f"{option} {path}: cannot make the directory ({exc.strerror or exc})") from None
 
 
 def same_filesystem(a, b) -> bool:

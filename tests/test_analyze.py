@@ -1,5 +1,6 @@
 """`hybridsim analyze` against statistics computed directly from what was written."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -261,3 +262,12 @@ def test_rank_files_of_different_runs_are_not_read_as_one(tmp_path):
     renamed = tmp_path / "pong_run_1.h5"
     shutil.copy(runs["other"] / "traj_rank00000.h5", renamed)
     assert analyze.analyze(renamed, plots=False)["files"] == [str(renamed)]
+
+
+def test_analyze_says_when_the_out_directory_cannot_be_made(tmp_path):
+    """/proc passes the writability check as root but refuses mkdir: the message names --out."""
+    if not os.access("/proc", os.W_OK):
+        pytest.skip("/proc is not writable-looking for this user: the earlier check answers")
+    from hybridsim import storage
+    with pytest.raises(OSError, match=r"--out /proc/nope: cannot make the directory \(No such file"):
+        storage.check_output_directory("/proc/nope", "--out")
