@@ -15,7 +15,6 @@ ALLREDUCE_CHOICES = ("auto", "mpi", "nccl", "gloo")
 LOG_COMPRESSIONS = ("lzf", "gzip", "none")
 IMPALA_ORDERS = ("submission", "completion")
 MAX_FRAME_SKIP = 3600  # 60 s of NTSC frames
-MAX_NOOP_MAX = 108_000  # as hybridsim.vector's (not imported: this module loads without the engine)
 NO_EPISODE_LIMIT = 2**31 - 1  # max_episode_frames 0: the vector envs' largest limit (a C int)
 
 
@@ -127,6 +126,7 @@ class TrainConfig:
     def environment_checks(self) -> list[tuple[bool, str]]:
         """(ok, message) for the settings that make the environments: shared by validate()
         and by `hybridsim eval`, which builds new environments from a checkpoint's config."""
+        from hybridsim.vector import MAX_NOOP_MAX  # here, not at import: the command line starts fast
         return [
             (self.num_envs >= 1, f"num_envs must be >= 1, got {self.num_envs}"),
             (self.num_envs < 2**20, f"num_envs must be < 2**20 per rank, got {self.num_envs}"),

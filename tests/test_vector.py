@@ -417,20 +417,27 @@ def test_async_snapshot_resumes_exactly():
         assert n > 0 and first[k][:n] == second[k][:n], f"env {k}"
 
 
-def _async_run(env, recvs, seed=3):
-    """Every recv's (env ids, observations, rewards, terminations, truncations, frames),
-    actions drawn from (environment, its step count) so they do not depend on the order."""
-    counts = np.zeros(env.num_envs, np.int64)
-    obs, info = env.reset(seed=seed)
-    out = [(info["env_id"].tolist(), obs.tobytes())]
+def _drive(env, counts, info, recvs):
+    """recv after send, `recvs` times: every recv's (env ids, observations, rewards,
+    terminations, truncations, frames), and the last info. Actions are drawn from
+    (environment, its step count), so they do not depend on the order."""
+    out = []
+    n = env.single_action_space.n
     for _ in range(recvs):
         ids = info["env_id"]
-        env.send(np.array([np.random.default_rng([int(k), int(counts[k])]).integers(0, 4) for k in ids]))
+        env.send(np.array([np.random.default_rng([int(k), int(counts[k])]).integers(0, n) for k in ids]))
         counts[ids] += 1
         obs, rew, term, trunc, info = env.recv()
         out.append((info["env_id"].tolist(), obs.tobytes(), rew.tolist(), term.tolist(),
                     trunc.tolist(), info["frame_number"].tolist()))
-    return out
+    return out, info
+
+
+def _async_run(env, recvs, seed=3):
+    """reset(seed), then _drive's record of `recvs` recvs (the reset's batch first)."""
+    obs, info = env.reset(seed=seed)
+    out, _ = _drive(env, np.zeros(env.num_envs, np.int64), info, recvs)
+    return [(info["env_id"].tolist(), obs.tobytes())] + out
 
 
 def test_submission_order_gives_the_same_batches_whatever_the_completion_order():
@@ -489,26 +496,16 @@ def test_submission_order_snapshot_resumes_the_same_batches():
     ShuffledPool(env, 4)  # get_state must save the steps in the order sent, not finished
     counts = np.zeros(5, np.int64)
 
-    def drive(env, counts, info, recvs):
-        out = []
-        for _ in range(recvs):
-            ids = info["env_id"]
-            env.send(np.array([np.random.default_rng([int(k), int(counts[k])]).integers(0, 6) for k in ids]))
-            counts[ids] += 1
-            obs, rew, term, trunc, info = env.recv()
-            out.append((info["env_id"].tolist(), obs.tobytes(), rew.tolist(), term.tolist()))
-        return out, info
-
     _, info = env.reset(seed=2)
-    _, info = drive(env, counts, info, 9)
+    _, info = _drive(env, counts, info, 9)
     env.send(np.zeros(3, np.int64))  # steps running at the snapshot
     counts[info["env_id"]] += 1
     state, saved_counts, saved_info = env.get_state(), counts.copy(), info
-    first, _ = drive(env, counts, env.recv()[-1], 20)
+    first, _ = _drive(env, counts, env.recv()[-1], 20)
     other = AtariVectorEnv("pong", 5, **kw)
     other.set_state(state)
     ShuffledPool(other, 5)
-    second, _ = drive(other, saved_counts, other.recv()[-1], 20)
+    second, _ = _drive(other, saved_counts, other.recv()[-1], 20)
     assert saved_info["env_id"].tolist() != first[0][0]
     assert first == second
 
