@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import traceback
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -226,6 +227,17 @@ def _first_difference(rc, ro):
     return None
 
 
+class LockstepRun(NamedTuple):
+    """One comparison: cpu and other step the same actions. start() -> (cpu obs, other obs)
+    begins it (default: both reset with the seed); actions(t) -> step t's actions (default:
+    seeded uniform random)."""
+    cpu: object
+    other: object
+    stream: object
+    start: Callable | None = None
+    actions: Callable | None = None
+
+
 def _lockstep_compare(runs, steps, deadline, report, seed=11):
     """Compare every run's (cpu, other) pair of vector environments step by step, all runs
     in one loop from one host thread, so nothing on the host (locks, the GIL) stands
@@ -236,7 +248,7 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
     environment's frame loop (a thread per environment): runs whose kernels overlap on
     the device share it. A run stops at its first difference or error; report(results)
     is called after the first step, every few seconds and at the end.
-    runs: {key: (cpu, other, stream)}; returns {key: dict(equal, steps, ends, ...)}."""
+    runs: {key: LockstepRun}; returns {key: dict(equal, steps, ends, ...)}."""
     results, live, rngs, queued = {}, {}, {}, {}
     uncompared = set()  # runs whose queued device step has not been compared yet
 
@@ -244,9 +256,9 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
         results[key].update(equal=False, error=repr(exc), trace=traceback.format_exc()[-2000:])
         live.pop(key, None)
 
-    def queue_step(key):
-        cpu, other, stream = live[key]
-        a = rngs[key].integers(0, cpu.single_action_space.n, cpu.num_envs)
+    def queue_step(key, step):
+        cpu, other, stream, _, actions = live[key]
+        a = actions(step) if actions else rngs[key].integers(0, cpu.single_action_space.n, cpu.num_envs)
         try:
             with stream:
                 queued[key] = (a, other.step(a))
@@ -254,18 +266,21 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
         except Exception as exc:  # noqa: BLE001
             fail(key, exc)
 
-    for key, (cpu, other, stream) in runs.items():
+    for key, run in runs.items():
         results[key] = dict(equal=True, steps=0, ends=0)
         try:
-            obs_c, _ = cpu.reset(seed=seed)
-            with stream:
-                obs_o, _ = other.reset(seed=seed)
+            with run.stream:
+                if run.start:
+                    obs_c, obs_o = run.start()
+                else:
+                    obs_c, _ = run.cpu.reset(seed=seed)
+                    obs_o, _ = run.other.reset(seed=seed)
                 if not np.array_equal(_to_numpy(obs_c), _to_numpy(obs_o)):
-                    results[key].update(equal=False, first_mismatch="reset obs")
+                    results[key].update(equal=False, first_mismatch="start obs")
                     continue
-            live[key] = (cpu, other, stream)
+            live[key] = run
             rngs[key] = np.random.default_rng(seed)
-            queue_step(key)
+            queue_step(key, 0)
         except Exception as exc:  # noqa: BLE001
             fail(key, exc)
     t_start = last_report = time.perf_counter()
@@ -278,7 +293,7 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
             except Exception as exc:  # noqa: BLE001
                 fail(key, exc)
         for key in list(live):
-            cpu, other, stream = live[key]
+            stream = live[key].stream
             r = results[key]
             try:
                 with stream:  # waits for this run's step; copies on its stream
@@ -294,7 +309,7 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
             r["steps"] = t + 1
             r["ends"] += int(np.sum(_to_numpy(on_cpu[key][2]) | _to_numpy(on_cpu[key][3])))
             if t + 1 < steps:
-                queue_step(key)
+                queue_step(key, t + 1)
         t += 1
         now = time.perf_counter()
         if t == 1 or now - last_report > 5:
@@ -304,7 +319,7 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
     # Last, every equal run's whole state (RAM, CPU, TIA, RNGs, frames), which the outputs
     # may not show yet; a device step queued but not compared is taken on the CPU too.
     for key in list(live):
-        cpu, other, stream = live[key]
+        cpu, other, stream = live[key][:3]
         try:
             if key in uncompared:
                 cpu.step(queued[key][0])
@@ -323,16 +338,59 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
     return results
 
 
+class SegmentedTrajectory:
+    """A CPU trajectory of num_envs environments over segments x length steps (seeded
+    reset, seeded random actions), cut into segments that then run side by side: the
+    environments' states at every segment's start are composed into one state of
+    num_envs x segments environments (segment-major), so a comparison that runs `length`
+    steps from it covers the whole trajectory, and the device's parallelism buys steps
+    instead of waiting on one environment's frame loop per step. end_digest: the composed
+    state the segments must reach (each segment's end is the next one's start)."""
+
+    def __init__(self, make_env, num_envs, segments, length, seed):
+        source = make_env(num_envs)
+        source.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        self.actions = rng.integers(0, source.single_action_space.n, (segments, length, num_envs))
+        states = [source.get_state()]
+        for k in range(segments):
+            for j in range(length):
+                source.step(self.actions[k, j])
+            states.append(source.get_state())
+        source.close()
+        composer = make_env(num_envs * segments)
+        self.start_state = composer.compose_state([(st, np.arange(num_envs)) for st in states[:-1]])
+        self.end_digest = _state_digest(composer.compose_state([(st, np.arange(num_envs)) for st in states[1:]]))
+        composer.close()
+
+    def run(self, cpu, other, stream):
+        return LockstepRun(cpu, other, stream, start=lambda: (cpu.set_state(self.start_state)[0],
+                                                             other.set_state(self.start_state)[0]),
+                           actions=lambda t: self.actions[:, t].reshape(-1))
+
+
+def _state_digest(state: bytes) -> str:
+    import hashlib
+    return hashlib.blake2b(state, digest_size=16).hexdigest()
+
+
 def phase_exact(args, budget):
     """Every (game, design) run at once, in lockstep (_lockstep_compare): each pair of
     environments on its own CUDA stream, so if the device overlaps their kernels the runs
-    together cost about what one does, and each compares more steps."""
+    together cost about what one does, and each compares more steps. With
+    --exact-segments S, each game's --exact-steps long CPU trajectory is compared in S
+    segments side by side (SegmentedTrajectory), and the CPU's segments must end where
+    its trajectory went."""
     from hybridsim import AtariVectorEnv
     games = args.games or list(EXACT_SETTINGS)
-    n = args.exact_envs or (4 if args.dry_run else 128)
-    steps = args.exact_steps or (30 if args.dry_run else 3000)
+    segments = min(args.exact_segments, 3) if args.dry_run else args.exact_segments
+    n = args.exact_envs or (2 if args.dry_run and segments else 4 if args.dry_run else 8 if segments else 128)
+    total_steps = args.exact_steps or (30 if args.dry_run else 3000)
+    steps = -(-total_steps // segments) if segments else total_steps  # each run's lockstep steps
     fs = args.exact_frame_skip
     rep = dict(num_envs=n, max_steps=steps, frame_skip=fs, lockstep=True, results={})
+    if segments:
+        rep.update(segments=segments, trajectory_steps=segments * steps, envs_per_run=n * segments)
     # every design for the main games; the mapper games in the default one
     runs = [(f"{g}/{d}", g, dict(design=d)) for g in games
             for d in (("split", "fused", "split_shared") if g in EXACT_SETTINGS else ("split",))]
@@ -342,7 +400,7 @@ def phase_exact(args, budget):
             runs.append(("breakout/split/nvrtc", "breakout", dict(design="split", cubin=False)))
         else:
             rep["nvrtc_variant"] = "skipped: NVRTC build not ready"
-    pairs = {}
+    pairs, trajectories = {}, {}
     for key, game, options in runs:  # built one after another (module loads, allocations)
         if budget.left() < 10:
             rep["results"][key] = "skipped: out of time"
@@ -350,13 +408,19 @@ def phase_exact(args, budget):
         try:
             kw = dict(EXACT_SETTINGS.get(game, MAPPER_SETTINGS), repeat_action_probability=0.25, noop_max=30,
                       frameskip=fs)
+
+            def cpu_env(num_envs, game=game, kw=kw):  # all cores: the CPU steps while the device does
+                return AtariVectorEnv(game, num_envs, backend="cpu", num_threads=0, **kw)
+            if segments and game not in trajectories:
+                t0 = time.perf_counter()
+                trajectories[game] = SegmentedTrajectory(cpu_env, n, segments, steps, seed=11)
+                rep.setdefault("trajectory_seconds", {})[game] = round(time.perf_counter() - t0, 2)
             stream = _new_stream(args)
-            # the CPU references use every core: they step while the device does
-            cpu = AtariVectorEnv(game, n, backend="cpu", num_threads=0, **kw)
+            cpu = cpu_env(n * segments if segments else n)
             with stream:
                 o = dict(_opts(args, output="numpy" if args.dry_run else "cupy"), **options)
-                other = AtariVectorEnv(game, n, backend="gpu", gpu_options=o, **kw)
-            pairs[key] = (cpu, other, stream)
+                other = AtariVectorEnv(game, cpu.num_envs, backend="gpu", gpu_options=o, **kw)
+            pairs[key] = trajectories[game].run(cpu, other, stream) if segments else LockstepRun(cpu, other, stream)
         except Exception as exc:  # noqa: BLE001
             rep["results"][key] = dict(error=repr(exc), trace=traceback.format_exc()[-2000:])
 
@@ -364,7 +428,16 @@ def phase_exact(args, budget):
         rep["results"].update(results)
         _save_partial(rep)
 
-    _lockstep_compare(pairs, steps, time.perf_counter() + budget.left() - 5, report)
+    results = _lockstep_compare(pairs, steps, time.perf_counter() + budget.left() - 5, report)
+    if segments:  # every segment's CPU end must be the next one's start
+        for key, r in results.items():
+            if r.get("equal") and r.get("steps") == steps:
+                game = key.split("/")[0]
+                r["chain_equal"] = _state_digest(pairs[key].cpu.get_state()) == trajectories[game].end_digest
+                if not r["chain_equal"]:
+                    r.update(equal=False, first_mismatch="the CPU's segments did not end where its "
+                                                         "trajectory went (compose_state)")
+        report(results)
     rep["results"] = {key: rep["results"][key] for key, _, _ in runs if key in rep["results"]}
     # a comparison its time cut short compared fewer steps: equal needs one step at
     # least, and all_steps says whether every run reached max_steps
@@ -691,6 +764,8 @@ def merge(out, files):
         report["summary"]["gpu_equals_cpu"] = exact["all_equal"]
         report["summary"]["gpu_equals_cpu_every_step_asked"] = exact.get("all_steps", False)
         report["summary"]["gpu_equals_cpu_min_steps"] = exact.get("min_steps")
+        if exact.get("segments"):  # each game's trajectory, compared in segments side by side
+            report["summary"]["gpu_equals_cpu_trajectory_steps"] = exact["segments"] * exact.get("min_steps", 0)
     if report["phases"].get("hybrid", {}).get("hybrid_vs_sum"):
         report["summary"]["hybrid_vs_cpu_plus_gpu"] = report["phases"]["hybrid"]["hybrid_vs_sum"]
     with open(out, "w") as fh:
@@ -710,7 +785,10 @@ def main(argv=None):
     p.add_argument("--sizes", nargs="*", type=int)
     p.add_argument("--design", default="split")
     p.add_argument("--exact-envs", type=int)
-    p.add_argument("--exact-steps", type=int)
+    p.add_argument("--exact-steps", type=int, help="exact: steps of each comparison (with "
+                                                   "--exact-segments: of each game's trajectory)")
+    p.add_argument("--exact-segments", type=int, default=0,
+                   help="exact: compare each trajectory in this many segments side by side (0: one piece)")
     p.add_argument("--exact-frame-skip", type=int, default=4)
     p.add_argument("--design-envs", type=int)
     p.add_argument("--register-cubins", nargs="*", metavar="LABEL=PATH",

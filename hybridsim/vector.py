@@ -656,8 +656,11 @@ class AtariVectorEnv(VectorEnv):
         self._in_flight[:] = False
 
     # ----- snapshots -----------------------------------------------------------------------
-    def _fingerprint(self) -> str:
-        cfg = json.dumps(self._config, sort_keys=True) + repr(
+    def _fingerprint(self, num_envs: int | None = None) -> str:
+        """This environment's game, settings and build; num_envs: those of a synchronous
+        one with as many environments (compose_state's sources)."""
+        config = self._config if num_envs is None else dict(self._config, num_envs=num_envs, batch_size=num_envs)
+        cfg = json.dumps(config, sort_keys=True) + repr(
             (len(self._engine.template_state), self._engine.obs_bytes))
         return hashlib.md5(cfg.encode() + self._rom_bytes).hexdigest()
 
@@ -681,10 +684,51 @@ class AtariVectorEnv(VectorEnv):
             for name in self._STAGE:
                 if getattr(e, name) is not None:
                     arrays[name] = getattr(e, name)
+        return self._encode_state(arrays)
+
+    def _encode_state(self, arrays: dict) -> bytes:
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         payload = buf.getvalue()
         return STATE_MAGIC + self._fingerprint().encode() + _digest(payload) + payload
+
+    def compose_state(self, parts) -> bytes:
+        """A state for this environment made of environments taken from other snapshots,
+        for set_state(). parts: (state, ids) pairs, each state get_state()'s bytes of a
+        synchronous AtariVectorEnv with this one's game and settings and any num_envs, ids
+        the environments taken from it, in order; num_envs in all. After set_state each
+        environment goes on exactly as it would have in its source (same console, RNGs,
+        frame stack and episode counters), on any backend. This environment must be
+        synchronous too. Used, for example, to replay a long run's stretches side by side."""
+        self._check_open("compose_state")
+        if self._async:
+            raise ValueError("compose_state needs a synchronous AtariVectorEnv (batch_size == num_envs)")
+        names = ("env", "state", "frames", "raw", "stack", "shown")
+        taken = {name: [] for name in names}
+        for index, part in enumerate(parts):
+            try:
+                state, ids = part
+            except (TypeError, ValueError):
+                raise TypeError(f"compose_state: part {index} must be a (state, ids) pair") from None
+            data = self._decode_state(bytes(state), any_size=True)
+            if not bool(data["started"]):
+                raise ValueError(f"compose_state: part {index}'s state was saved before its first reset")
+            n = len(data["env"])
+            ids = np.asarray(ids)
+            if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu") or \
+                    (ids.size and (ids.min() < 0 or ids.max() >= n)):
+                raise ValueError(f"compose_state: part {index}'s ids must be a 1-D list of "
+                                 f"environments in 0..{n - 1}")
+            for name in names:
+                taken[name].append(data[name][ids])
+        total = sum(len(rows) for rows in taken["env"])
+        if total != self.num_envs:
+            raise ValueError(f"compose_state: the parts take {total} environments, this "
+                             f"AtariVectorEnv has {self.num_envs}")
+        arrays = {name: np.concatenate(rows) for name, rows in taken.items()}
+        arrays.update(last_ids=np.arange(self.num_envs, dtype=np.int32), started=np.array(True),
+                      in_flight=np.zeros(self.num_envs, bool), ready=np.array([], np.int32))
+        return self._encode_state(arrays)
 
     def __copy__(self):
         # a shallow copy shares the engine, as copy.copy of ale-py's AtariVectorEnv shares
@@ -740,17 +784,19 @@ class AtariVectorEnv(VectorEnv):
             return self._deliver(out["obs"]), self._deliver(self._info(ids, out))
         return out["obs"], self._info(ids, out)
 
-    def _decode_state(self, state: bytes) -> dict[str, np.ndarray]:
+    def _decode_state(self, state: bytes, any_size: bool = False) -> dict[str, np.ndarray]:
         """get_state()'s arrays, checked before anything is overwritten: the magic, this
         environment's fingerprint, the payload's digest (a truncated or corrupted state is
         refused; format 1, before digests, is still read) and every array's dtype, shape
-        and indices. The console bytes themselves are trusted once the digest matches."""
+        and indices. The console bytes themselves are trusted once the digest matches.
+        any_size: a synchronous environment's state with any num_envs (compose_state)."""
         magic = state[:len(STATE_MAGIC)]
         if magic not in (STATE_MAGIC, _STATE_MAGIC_V1):
             raise ValueError(f"not a hybridsim AtariVectorEnv state (expected it to start with {STATE_MAGIC!r})")
         head = len(STATE_MAGIC) + 32
-        if state[len(STATE_MAGIC):head] != self._fingerprint().encode():
-            raise ValueError("the state was saved by an AtariVectorEnv with another game, settings or build")
+        other_settings = "the state was saved by an AtariVectorEnv with another game, settings or build"
+        if not any_size and state[len(STATE_MAGIC):head] != self._fingerprint().encode():
+            raise ValueError(other_settings)
         if magic == STATE_MAGIC:
             digest, payload = state[head:head + _DIGEST_BYTES], state[head + _DIGEST_BYTES:]
             if _digest(payload) != digest:
@@ -765,17 +811,22 @@ class AtariVectorEnv(VectorEnv):
             raise ValueError(f"corrupted AtariVectorEnv state: {type(exc).__name__}: {exc}") from None
         e = self._engine
         n = self.num_envs
+        if any_size:
+            n = len(data["env"]) if getattr(data.get("env"), "ndim", 0) == 2 else 0
+            if not n or state[len(STATE_MAGIC):head] != self._fingerprint(n).encode():
+                raise ValueError(other_settings + " (or a batch_size below its num_envs)")
         current = (dict(env=e.env_mem, state=e.state_mem, frames=e.frame_mem, raw=e.raw_mem,
                         stack=e.stack_mem) if self.backend == "cpu" else e.host_arrays())
         current.update(shown=e.shown(), started=np.array(True), in_flight=self._in_flight)
-        if self._async:
+        if self._async and not any_size:
             current.update({name: getattr(e, name) for name in self._STAGE if getattr(e, name) is not None})
         for name, arr in current.items():
             got = data.get(name)
-            if got is None or got.dtype != np.asarray(arr).dtype or got.shape != np.shape(arr):
+            shape = np.shape(arr) if name == "started" else (n,) + np.shape(arr)[1:]
+            if got is None or got.dtype != np.asarray(arr).dtype or got.shape != shape:
                 raise ValueError(f"corrupted AtariVectorEnv state: array {name!r} is "
                                  f"{'missing' if got is None else f'{got.dtype} {got.shape}'}, expected "
-                                 f"{np.asarray(arr).dtype} {np.shape(arr)}")
+                                 f"{np.asarray(arr).dtype} {shape}")
         if not np.isin(data["shown"], (0, 1)).all():
             raise ValueError("corrupted AtariVectorEnv state: 'shown' must hold 0 or 1 per environment")
         for name in ("last_ids", "ready"):
@@ -784,7 +835,8 @@ class AtariVectorEnv(VectorEnv):
                     or (len(ids) and (ids.min() < 0 or ids.max() >= n)) or len(np.unique(ids)) != len(ids):
                 raise ValueError(f"corrupted AtariVectorEnv state: {name!r} must be distinct "
                                  f"environment ids in 0..{n - 1}")
-        if bool(data["started"]) and len(data["last_ids"]) != (self.batch_size if self._async else n):
+        batch = self.batch_size if self._async and not any_size else n
+        if bool(data["started"]) and len(data["last_ids"]) != batch:
             raise ValueError("corrupted AtariVectorEnv state: 'last_ids' must hold one batch")
         if not np.array_equal(np.sort(data["ready"]), np.flatnonzero(data["in_flight"])):
             # get_state settles every running step: in flight means finished and staged

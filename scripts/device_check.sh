@@ -99,9 +99,12 @@ run_tests() {
 }
 export -f run_tests
 want tests && phase tests 95 run_tests
-# frame_skip 1: every frame compared, and more steps in the time (a step is a frame loop)
+# Each game's 3000-step CPU trajectory (8 environments, frame skip 4) compared in 200 segments
+# of 15 steps side by side: a device step costs about one environment's frame loop up to
+# ~16K environments (BENCHMARKS.md, GPU-only: 0.21 s at 4,096, 0.22 s at 16,384), so the
+# segments' 1,600 environments per run cost about what 128 did.
 bench exact 130 --games pong breakout ms_pacman space_invaders road_runner klax elevator_action \
-  montezuma_revenge robotank pitfall2 --exact-frame-skip 1 --nvrtc-marker "$WORK/nvrtc_ready"
+  montezuma_revenge robotank pitfall2 --exact-segments 200 --nvrtc-marker "$WORK/nvrtc_ready"
 bench streams 20 --games pong
 # (a throughput read beside the background compile shares the host's cores with it: say so)
 [ -n "$COMPILE_PID" ] && kill -0 "$COMPILE_PID" 2>/dev/null &&

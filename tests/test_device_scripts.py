@@ -32,6 +32,9 @@ def test_device_check_dry_run(tmp_path):
     assert exact["results"] and all(r["steps"] == exact["max_steps"] and r["state_equal"]
                                     for r in exact["results"].values())
     assert summary["gpu_equals_cpu_min_steps"] == exact["max_steps"]
+    # each game's trajectory in segments side by side (test_segments_must_end_where_the_trajectory_went)
+    assert all(r["chain_equal"] for r in exact["results"].values())
+    assert summary["gpu_equals_cpu_trajectory_steps"] == exact["segments"] * exact["max_steps"] > exact["max_steps"]
     assert summary["hybrid_vs_cpu_plus_gpu"] and all(r > 0 for r in summary["hybrid_vs_cpu_plus_gpu"].values())
     hybrid = report["phases"]["hybrid"]
     assert all(r["steps"] == hybrid["timed_steps"] for r in hybrid["results"])
@@ -160,3 +163,40 @@ def test_an_error_midway_is_not_equal(tmp_path):
     assert fused["equal"] is False and fused["state_equal"] is False and fused["steps"] == 5
     assert fused["first_mismatch"].startswith("whole state at the end")
     assert report["all_equal"] is False
+
+
+def _load_gpu_bench():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_bench", REPO / "benchmarks" / "gpu_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_segments_must_end_where_the_trajectory_went(tmp_path, monkeypatch):
+    """exact --exact-segments (host-emulated device): each segment starts from the CPU
+    trajectory's state and the device must equal the CPU at every step; the CPU's segments
+    must also end in the trajectory's next states, else the segments did not replay the
+    trajectory (here: each segment's actions one step late, which both sides follow)."""
+    bench = _load_gpu_bench()
+    out = tmp_path / "exact.json"
+    argv = ["exact", "--out", str(out), "--dry-run", "--games", "breakout", "--exact-segments", "3",
+            "--exact-steps", "24", "--budget", "120"]
+    bench.main(argv)
+    report = json.loads(out.read_text())
+    assert report["all_equal"] and report["all_steps"] and report["trajectory_steps"] == 24
+    assert [r["chain_equal"] for r in report["results"].values()] == [True] * 3
+    assert report["envs_per_run"] == 6 and report["max_steps"] == 8
+
+    honest = bench.SegmentedTrajectory.run
+
+    def one_step_late(self, cpu, other, stream):
+        run = honest(self, cpu, other, stream)
+        return run._replace(actions=lambda t: self.actions[:, max(t - 1, 0)].reshape(-1))
+    monkeypatch.setattr(bench.SegmentedTrajectory, "run", one_step_late)
+    bench.main(argv)
+    report = json.loads(out.read_text())
+    assert not report["all_equal"]
+    for r in report["results"].values():
+        assert r["state_equal"] and r["chain_equal"] is False and r["equal"] is False
+        assert "did not end where its trajectory went" in r["first_mismatch"]

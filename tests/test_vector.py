@@ -269,6 +269,76 @@ def test_state_snapshot_resumes_exactly():
         AtariVectorEnv("pong", 2, **RANDOM_KW).set_state(state)
 
 
+def _take(result, rows):
+    """A step result's rows; env_id is left out (a composed environment's ids differ)."""
+    obs, rewards, terminations, truncations, info = result
+    return (obs[rows], rewards[rows], terminations[rows], truncations[rows],
+            {k: info[k][rows] for k in ("lives", "frame_number", "episode_frame_number")})
+
+
+def _assert_rows_same(step, ours, theirs):
+    for x, y in zip(ours[:4] + tuple(ours[4].values()), theirs[:4] + tuple(theirs[4].values())):
+        assert x.dtype == y.dtype and np.array_equal(x, y), f"step {step}"
+
+
+def test_composed_segments_replay_one_trajectory():
+    """compose_state: a 3 x 20-step trajectory of 2 environments, replayed as 6
+    environments started from its snapshots at steps 0, 20 and 40 (gpu_bench's exact
+    phase does this on the device), gives every step's outputs and ends in the states the
+    trajectory went through, episode ends (150-frame cap) included."""
+    segments, length = 3, 20
+    source = AtariVectorEnv("breakout", 2, **RANDOM_KW)
+    source.reset(seed=4)
+    actions = np.random.default_rng(2).integers(0, 4, (segments, length, 2))
+    states, results = [source.get_state()], []
+    for k in range(segments):
+        results.append([source.step(a) for a in actions[k]])
+        states.append(source.get_state())
+    assert sum(int(r[2].sum() + r[3].sum()) for seg in results for r in seg) >= 2
+    replay = AtariVectorEnv("breakout", 2 * segments, **RANDOM_KW)
+    obs, info = replay.set_state(replay.compose_state([(st, [0, 1]) for st in states[:-1]]))
+    assert obs.shape == (6, 4, 84, 84)
+    for j in range(length):
+        out = replay.step(actions[:, j].reshape(-1))  # segment-major, as composed
+        for k in range(segments):
+            _assert_rows_same((k, j), _take(out, slice(2 * k, 2 * k + 2)), _take(results[k][j], slice(None)))
+    assert replay.get_state() == replay.compose_state([(st, [0, 1]) for st in states[1:]])
+    # any environments, in any order, repeated
+    picked = AtariVectorEnv("breakout", 4, **RANDOM_KW)
+    picked.set_state(picked.compose_state([(states[2], [1]), (states[1], np.array([1, 0, 0]))]))
+    out = picked.step(np.array([actions[2, 0, 1], actions[1, 0, 1], actions[1, 0, 0], actions[1, 0, 0]]))
+    _assert_rows_same("picked", _take(out, [0]), _take(results[2][0], [1]))
+    _assert_rows_same("picked", _take(out, [1, 2, 3]), _take(results[1][0], [1, 0, 0]))
+
+
+def test_compose_state_refuses_what_does_not_fit():
+    source = AtariVectorEnv("breakout", 2, **RANDOM_KW)
+    source.reset(seed=0)
+    state = source.get_state()
+    target = AtariVectorEnv("breakout", 3, **RANDOM_KW)
+    cases = [([(state, [0, 1])], "take 2 environments, this AtariVectorEnv has 3"),
+             ([(state, [0, 1, 2])], r"ids must be a 1-D list of environments in 0..1"),
+             ([(state, [[0, 1, 1]])], r"ids must be a 1-D list"),
+             ([(state, [0.0, 1.0, 1.0])], r"ids must be a 1-D list"),
+             ([(state,)], TypeError),
+             ([(AtariVectorEnv("breakout", 2, **RANDOM_KW).get_state(), [0, 1, 1])], "before its first reset"),
+             ([(AtariVectorEnv("pong", 2, **RANDOM_KW).get_state(), [0, 1, 1])], "another game"),
+             ([(state[:-50], [0, 1, 1])], "digest does not match")]
+    for parts, match in cases:
+        if isinstance(match, type):
+            with pytest.raises(match, match="part 0 must be a"):
+                target.compose_state(parts)
+        else:
+            with pytest.raises(ValueError, match=match):
+                target.compose_state(parts)
+    async_source = AtariVectorEnv("breakout", 2, batch_size=1, num_threads=1, **RANDOM_KW)
+    async_source.reset(seed=0)
+    with pytest.raises(ValueError, match="batch_size below its num_envs"):
+        target.compose_state([(async_source.get_state(), [0, 1, 1])])
+    with pytest.raises(ValueError, match="needs a synchronous AtariVectorEnv"):
+        async_source.compose_state([(state, [0, 1])])
+
+
 # ---- bad input ----------------------------------------------------------------------
 
 def test_bad_input_names_the_expected_value():
