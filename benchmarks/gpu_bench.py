@@ -230,12 +230,14 @@ def _first_difference(rc, ro):
 class LockstepRun(NamedTuple):
     """One comparison: cpu and other step the same actions. start() -> (cpu obs, other obs)
     begins it (default: both reset with the seed); actions(t) -> step t's actions (default:
-    seeded uniform random)."""
+    seeded uniform random); check_end(cpu's state) -> results to add, when every step was
+    compared and the whole states equal."""
     cpu: object
     other: object
     stream: object
     start: Callable | None = None
     actions: Callable | None = None
+    check_end: Callable | None = None
 
 
 def _lockstep_compare(runs, steps, deadline, report, seed=11):
@@ -257,8 +259,9 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
         live.pop(key, None)
 
     def queue_step(key, step):
-        cpu, other, stream, _, actions = live[key]
-        a = actions(step) if actions else rngs[key].integers(0, cpu.single_action_space.n, cpu.num_envs)
+        run = live[key]
+        cpu, other, stream = run[:3]
+        a = run.actions(step) if run.actions else rngs[key].integers(0, cpu.single_action_space.n, cpu.num_envs)
         try:
             with stream:
                 queued[key] = (a, other.step(a))
@@ -324,7 +327,8 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
             if key in uncompared:
                 cpu.step(queued[key][0])
             with stream:
-                same = cpu.get_state() == other.get_state()
+                cpu_state = cpu.get_state()
+                same = cpu_state == other.get_state()
         except Exception as exc:  # noqa: BLE001
             fail(key, exc)
             continue
@@ -332,6 +336,8 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
         if not same:
             results[key].update(equal=False, first_mismatch=f"whole state at the end (after step "
                                                             f"{results[key]['steps']})")
+        elif live[key].check_end and results[key]["steps"] == steps:
+            results[key].update(live[key].check_end(cpu_state))
     for r in results.values():
         r["seconds"] = seconds
     report(results)
@@ -366,7 +372,13 @@ class SegmentedTrajectory:
     def run(self, cpu, other, stream):
         return LockstepRun(cpu, other, stream, start=lambda: (cpu.set_state(self.start_state)[0],
                                                              other.set_state(self.start_state)[0]),
-                           actions=lambda t: self.actions[:, t].reshape(-1))
+                           actions=lambda t: self.actions[:, t].reshape(-1), check_end=self.check_end)
+
+    def check_end(self, cpu_state):
+        if _state_digest(cpu_state) == self.end_digest:
+            return dict(chain_equal=True)
+        return dict(chain_equal=False, equal=False,
+                    first_mismatch="the CPU's segments did not end where its trajectory went (compose_state)")
 
 
 def _state_digest(state: bytes) -> str:
@@ -384,7 +396,7 @@ def phase_exact(args, budget):
     from hybridsim import AtariVectorEnv
     games = args.games or list(EXACT_SETTINGS)
     segments = min(args.exact_segments, 3) if args.dry_run else args.exact_segments
-    n = args.exact_envs or (2 if args.dry_run and segments else 4 if args.dry_run else 8 if segments else 128)
+    n = args.exact_envs or (2 if args.dry_run and segments else 4 if args.dry_run or segments else 128)
     total_steps = args.exact_steps or (30 if args.dry_run else 3000)
     steps = -(-total_steps // segments) if segments else total_steps  # each run's lockstep steps
     fs = args.exact_frame_skip
@@ -428,16 +440,7 @@ def phase_exact(args, budget):
         rep["results"].update(results)
         _save_partial(rep)
 
-    results = _lockstep_compare(pairs, steps, time.perf_counter() + budget.left() - 5, report)
-    if segments:  # every segment's CPU end must be the next one's start
-        for key, r in results.items():
-            if r.get("equal") and r.get("steps") == steps:
-                game = key.split("/")[0]
-                r["chain_equal"] = _state_digest(pairs[key].cpu.get_state()) == trajectories[game].end_digest
-                if not r["chain_equal"]:
-                    r.update(equal=False, first_mismatch="the CPU's segments did not end where its "
-                                                         "trajectory went (compose_state)")
-        report(results)
+    _lockstep_compare(pairs, steps, time.perf_counter() + budget.left() - 5, report)
     rep["results"] = {key: rep["results"][key] for key, _, _ in runs if key in rep["results"]}
     # a comparison its time cut short compared fewer steps: equal needs one step at
     # least, and all_steps says whether every run reached max_steps

@@ -99,10 +99,11 @@ run_tests() {
 }
 export -f run_tests
 want tests && phase tests 95 run_tests
-# Each game's 3000-step CPU trajectory (8 environments, frame skip 4) compared in 200 segments
+# Each game's 3000-step CPU trajectory (4 environments, frame skip 4) compared in 200 segments
 # of 15 steps side by side: a device step costs about one environment's frame loop up to
 # ~16K environments (BENCHMARKS.md, GPU-only: 0.21 s at 4,096, 0.22 s at 16,384), so the
-# segments' 1,600 environments per run cost about what 128 did.
+# segments' 800 environments per run cost about what 128 did (a state of 800 is 160 MB:
+# more would spend the phase on set_state/get_state).
 bench exact 130 --games pong breakout ms_pacman space_invaders road_runner klax elevator_action \
   montezuma_revenge robotank pitfall2 --exact-segments 200 --nvrtc-marker "$WORK/nvrtc_ready"
 bench streams 20 --games pong
