@@ -1209,7 +1209,7 @@ class Trainer:
                 buf = traj[int(e)]
                 buf["obs"].append(obs[k])
                 if len(buf["act"]) == T:  # T transitions plus the next observation: cut here
-                    ready.append({key: np.stack(v) for key, v in buf.items()})
+                    ready.append(buf)  # per-step arrays, stacked once into the learner's batch
                     traj[int(e)] = buf = self._empty_trajectory()
                     buf["obs"].append(obs[k])
                 buf["act"].append(actions[k])
@@ -1245,8 +1245,13 @@ class Trainer:
         state["obs"], state["info"] = obs, info
         batch, state["ready"] = ready[:cfg.learner_batch], ready[cfg.learner_batch:]
 
-        def stack(key):  # [T(+1), B, ...]
-            return np.stack([b[key] for b in batch], axis=1)
+        def stack(key):  # [T(+1), B, ...] in one copy from the per-step arrays
+            first = np.asarray(batch[0][key][0])
+            out = np.empty((len(batch[0][key]), len(batch)) + first.shape, first.dtype)
+            for j, b in enumerate(batch):
+                for t, x in enumerate(b[key]):
+                    out[t, j] = x
+            return out
 
         self.learn(stack("obs"), stack("act"), stack("logit").astype(np.float32),
                    stack("rew").astype(np.float32), stack("done").astype(np.float32))
