@@ -797,11 +797,16 @@ class GpuEngine:
         self.dev.launch("hs_vec_set_shown", self.num_envs, self.block,
                         (self.bufs, self.dev.asarray(v), self.num_envs))
 
-    def host_arrays(self):
-        """Host copies of the snapshot arrays (env, state, frames, raw, stack)."""
-        t = self.dev.to_host
-        return dict(env=t(self.env_mem), state=t(self.state_mem), frames=t(self.frame_mem),
-                    raw=t(self.raw_mem), stack=t(self.stack_mem))
+    SNAPSHOT_ARRAYS = dict(env="env_mem", state="state_mem", frames="frame_mem", raw="raw_mem", stack="stack_mem")
+
+    def host_array(self, name):
+        """A host copy of one snapshot array (SNAPSHOT_ARRAYS), so a snapshot holds one at a time."""
+        return self.dev.to_host(getattr(self, self.SNAPSHOT_ARRAYS[name]))
+
+    def snapshot_layout(self):
+        """name -> (shape, dtype) of the snapshot arrays, without copying them."""
+        return {name: (tuple(getattr(self, attr).shape), np.dtype(getattr(self, attr).dtype))
+                for name, attr in self.SNAPSHOT_ARRAYS.items()}
 
     def load_arrays(self, arrays):
         for name, arr in (("env", self.env_mem), ("state", self.state_mem), ("frames", self.frame_mem),

@@ -350,14 +350,24 @@ class HybridEngine:
         if self.gpu is not None:
             self.gpu.set_shown(v[self.cpu_envs:])
 
-    def host_arrays(self):
-        names = dict(env="env_mem", state="state_mem", frames="frame_mem", raw="raw_mem", stack="stack_mem")
+    def host_array(self, name):
+        """One snapshot array (GpuEngine.SNAPSHOT_ARRAYS) of both parts, on the host."""
+        from hybridsim.gpu import GpuEngine
         parts = []
         if self.cpu is not None:
-            parts.append({k: np.asarray(getattr(self.cpu, attr)) for k, attr in names.items()})
+            parts.append(np.asarray(getattr(self.cpu, GpuEngine.SNAPSHOT_ARRAYS[name])))
         if self.gpu is not None:
-            parts.append(self.gpu.host_arrays())
-        return {k: np.concatenate([p[k] for p in parts]) for k in names}
+            parts.append(self.gpu.host_array(name))
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    def snapshot_layout(self):
+        from hybridsim.gpu import GpuEngine
+        if self.gpu is not None:
+            rows = self.gpu.snapshot_layout()
+        else:
+            rows = {name: (np.shape(getattr(self.cpu, attr)), np.dtype(getattr(self.cpu, attr).dtype))
+                    for name, attr in GpuEngine.SNAPSHOT_ARRAYS.items()}
+        return {name: ((self.num_envs,) + tuple(shape[1:]), dtype) for name, (shape, dtype) in rows.items()}
 
     def load_arrays(self, arrays):
         c = self.cpu_envs

@@ -40,6 +40,7 @@ import hashlib
 import io
 import json
 import os
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,27 @@ _SEED_LIMIT = 2**31  # ale-py passes seeds through a C++ int
 # A reset runs its no-ops in one engine call, with no stop check in between: more than ALE's
 # default episode cap of frames (30 minutes of play) is a typo that would hang the reset.
 MAX_NOOP_MAX = 108_000
+
+
+class _FromHere:
+    """A seekable file over a BytesIO from its current position on: a zip written through it
+    records offsets from its own first byte, as np.savez's do (zipfile would count from the
+    BytesIO's start, past get_state's header)."""
+
+    def __init__(self, buf: io.BytesIO):
+        self.buf, self.start = buf, buf.tell()
+
+    def write(self, data) -> int:
+        return self.buf.write(data)
+
+    def tell(self) -> int:
+        return self.buf.tell() - self.start
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.buf.seek(offset + self.start if whence == 0 else offset, whence) - self.start
+
+    def flush(self) -> None:
+        pass
 
 
 def _digest(payload: bytes) -> bytes:
@@ -674,9 +696,7 @@ class AtariVectorEnv(VectorEnv):
         self._settle()
         e = self._engine
         e.materialize()
-        engine_arrays = (dict(env=e.env_mem, state=e.state_mem, frames=e.frame_mem, raw=e.raw_mem,
-                              stack=e.stack_mem) if self.backend == "cpu" else e.host_arrays())
-        arrays = dict(**engine_arrays, shown=e.shown(),
+        arrays = dict(**self._snapshot_sources(), shown=e.shown(),
                       last_ids=np.array([] if self._last_ids is None else self._last_ids, np.int32),
                       started=np.array(self._last_ids is not None),
                       in_flight=self._in_flight, ready=np.array(self._ready, np.int32))
@@ -686,11 +706,43 @@ class AtariVectorEnv(VectorEnv):
                     arrays[name] = getattr(e, name)
         return self._encode_state(arrays)
 
+    _SNAPSHOT_ARRAYS = dict(env="env_mem", state="state_mem", frames="frame_mem", raw="raw_mem", stack="stack_mem")
+
+    def _snapshot_sources(self) -> dict:
+        """The engine's snapshot arrays: the CPU engine's own, or functions making a device
+        array's host copy when _encode_state comes to it (one copy at a time: at 256K
+        environments the five arrays are ~50 GB)."""
+        e = self._engine
+        if self.backend == "cpu":
+            return {name: getattr(e, attr) for name, attr in self._SNAPSHOT_ARRAYS.items()}
+        return {name: functools.partial(e.host_array, name) for name in self._SNAPSHOT_ARRAYS}
+
+    def _snapshot_layout(self) -> dict:
+        """name -> (shape, dtype) of the engine's snapshot arrays, without copies."""
+        e = self._engine
+        if self.backend == "cpu":
+            return {name: (np.shape(getattr(e, attr)), np.asarray(getattr(e, attr)).dtype)
+                    for name, attr in self._SNAPSHOT_ARRAYS.items()}
+        return e.snapshot_layout()
+
     def _encode_state(self, arrays: dict) -> bytes:
+        """MAGIC, fingerprint, digest and an .npz payload (np.savez's bytes) written in one
+        buffer, each array as its turn comes (a function is called then): the state's
+        bytes plus one array's host copy at most, where np.savez and joining the header
+        held the payload two or three times."""
+        head = STATE_MAGIC + self._fingerprint().encode()
         buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        payload = buf.getvalue()
-        return STATE_MAGIC + self._fingerprint().encode() + _digest(payload) + payload
+        buf.write(head + b"\0" * _DIGEST_BYTES)
+        with zipfile.ZipFile(_FromHere(buf), mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as npz:
+            for name, value in arrays.items():
+                array = np.asanyarray(value() if callable(value) else value)
+                with npz.open(name + ".npy", "w", force_zip64=True) as fh:
+                    np.lib.format.write_array(fh, array, allow_pickle=False)
+                del array
+        with buf.getbuffer() as view:
+            start = len(head) + _DIGEST_BYTES
+            view[len(head):start] = _digest(view[start:])
+        return buf.getvalue()  # the buffer's own bytes, not a copy (no views left)
 
     def compose_state(self, parts) -> bytes:
         """A state for this environment made of environments taken from other snapshots,
@@ -797,15 +849,17 @@ class AtariVectorEnv(VectorEnv):
         other_settings = "the state was saved by an AtariVectorEnv with another game, settings or build"
         if not any_size and state[len(STATE_MAGIC):head] != self._fingerprint().encode():
             raise ValueError(other_settings)
+        start = head + _DIGEST_BYTES if magic == STATE_MAGIC else head  # the payload's
         if magic == STATE_MAGIC:
-            digest, payload = state[head:head + _DIGEST_BYTES], state[head + _DIGEST_BYTES:]
-            if _digest(payload) != digest:
+            with memoryview(state) as view:  # no copy of the payload (tens of GB at 256K environments)
+                altered = _digest(view[start:]) != state[head:start]
+            if altered:
                 raise ValueError(f"corrupted AtariVectorEnv state: its digest does not match its "
-                                 f"{len(payload):,} bytes (truncated or altered)")
-        else:
-            payload = state[head:]
+                                 f"{len(state) - start:,} bytes (truncated or altered)")
         try:
-            with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
+            source = io.BytesIO(state)  # shares the bytes; zipfile skips the header
+            source.seek(start)
+            with np.load(source, allow_pickle=False) as npz:
                 data = {name: npz[name] for name in npz.files}
         except Exception as exc:  # zipfile, numpy format and pickle refusals alike
             raise ValueError(f"corrupted AtariVectorEnv state: {type(exc).__name__}: {exc}") from None
@@ -815,18 +869,20 @@ class AtariVectorEnv(VectorEnv):
             n = len(data["env"]) if getattr(data.get("env"), "ndim", 0) == 2 else 0
             if not n or state[len(STATE_MAGIC):head] != self._fingerprint(n).encode():
                 raise ValueError(other_settings + " (or a batch_size below its num_envs)")
-        current = (dict(env=e.env_mem, state=e.state_mem, frames=e.frame_mem, raw=e.raw_mem,
-                        stack=e.stack_mem) if self.backend == "cpu" else e.host_arrays())
-        current.update(shown=e.shown(), started=np.array(True), in_flight=self._in_flight)
+        expected = dict(self._snapshot_layout())  # name -> (shape, dtype)
+        shown = np.asarray(e.shown())
+        expected.update(shown=(shown.shape, shown.dtype), started=((), np.dtype(bool)),
+                        in_flight=(self._in_flight.shape, self._in_flight.dtype))
         if self._async and not any_size:
-            current.update({name: getattr(e, name) for name in self._STAGE if getattr(e, name) is not None})
-        for name, arr in current.items():
+            expected.update({name: (np.shape(getattr(e, name)), np.asarray(getattr(e, name)).dtype)
+                             for name in self._STAGE if getattr(e, name) is not None})
+        for name, (shape, dtype) in expected.items():
             got = data.get(name)
-            shape = np.shape(arr) if name == "started" else (n,) + np.shape(arr)[1:]
-            if got is None or got.dtype != np.asarray(arr).dtype or got.shape != shape:
+            shape = tuple(shape) if name == "started" else (n,) + tuple(shape[1:])
+            if got is None or got.dtype != dtype or got.shape != shape:
                 raise ValueError(f"corrupted AtariVectorEnv state: array {name!r} is "
                                  f"{'missing' if got is None else f'{got.dtype} {got.shape}'}, expected "
-                                 f"{np.asarray(arr).dtype} {shape}")
+                                 f"{dtype} {shape}")
         if not np.isin(data["shown"], (0, 1)).all():
             raise ValueError("corrupted AtariVectorEnv state: 'shown' must hold 0 or 1 per environment")
         for name in ("last_ids", "ready"):
@@ -845,8 +901,8 @@ class AtariVectorEnv(VectorEnv):
         # The digest is unkeyed: a crafted payload passes it, so the rows' fields that the
         # emulator indexes with are checked too (cuda/ale_env.h env_state_check).
         from hybridsim import _vector
-        bad = _vector.check_state_rows(data["env"], data["state"], np.asarray(current["env"])[0],
-                                       self._config["stack_num"])
+        reference = np.asarray(e.env_mem[0]) if self.backend == "cpu" else e.env_row_host(0)[0]
+        bad = _vector.check_state_rows(data["env"], data["state"], reference, self._config["stack_num"])
         if bad is not None:
             row, part, text = bad
             raise ValueError(f"corrupted AtariVectorEnv state: environment {row}: state field "
