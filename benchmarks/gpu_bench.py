@@ -546,7 +546,7 @@ def bytes_per_env(obs_bytes=4 * 84 * 84):
             + obs_bytes * 3 + _vector.FRAME_REPLAY_BYTES + 256)
 
 
-def _time_steps(env, args, budget, min_time, max_steps):
+def _time_steps(env, args, budget, min_time, max_steps, warmup=1):
     xp = _xp(args)
     n = env.num_envs
     na = env.single_action_space.n
@@ -556,7 +556,8 @@ def _time_steps(env, args, budget, min_time, max_steps):
     env.reset(seed=0)
     _sync(args)
     reset_s = time.perf_counter() - t0
-    env.step(acts[0])
+    for k in range(warmup):
+        env.step(acts[k % 4])
     _sync(args)
     steps = 0
     step_s = []  # each timed step's seconds: does a step slow down as the episodes diverge?
@@ -676,14 +677,16 @@ def phase_designs(args, budget):
 # run builds and resets its environments on the host: at 131,072, 10 s and 12 s on 16
 # cores, 2026-12-04; the hybrid calibrates): one starts only with half its share left.
 _HYBRID_SHARE = dict(cpu=0.45, gpu=0.2, hybrid=0.35)
+_REBALANCE_STEPS = 3  # the hybrid's re-split after its first full steps; then one more warm-up step
 
 
 def phase_hybrid(args, budget):
     """CPU-only (all cores), GPU-only and hybrid at each size, each timed over the same
-    steps after its reset (a warm-up step, then --hybrid-steps): the three are compared at
+    steps after its reset (warm-up steps, then --hybrid-steps): the three are compared at
     the same point of their episodes. (2026-12-04 timed one step each, and the hybrid's
     calibration, averaged over three, found the GPU 1.34-1.38 times slower than the
-    GPU-only run's one step said.)"""
+    GPU-only run's one step said.) The warm-up covers the hybrid's re-split from its own
+    first steps (HybridEngine rebalance_steps), so the timed steps run on the final split."""
     from hybridsim import AtariVectorEnv
     game = (args.games or ["pong"])[0]
     sizes = args.sizes or ([6] if args.dry_run else [131072])
@@ -708,7 +711,7 @@ def phase_hybrid(args, budget):
                 else:
                     o = _opts(args, output="numpy" if args.dry_run else "cupy")
                     if backend == "hybrid":
-                        o.update(cpu_threads=threads, calibrate_steps=steps)
+                        o.update(cpu_threads=threads, calibrate_steps=steps, rebalance_steps=_REBALANCE_STEPS)
                     kw = dict(gpu_options=o)
                 t0 = time.perf_counter()
                 env = AtariVectorEnv(game, n, backend=backend, **kw)
@@ -716,7 +719,7 @@ def phase_hybrid(args, budget):
                 bargs = argparse.Namespace(**vars(args))
                 bargs.dry_run = args.dry_run or backend == "cpu"
                 # every backend times the same steps: only the phase's end cuts them short
-                r = _time_steps(env, bargs, budget, float("inf"), steps)
+                r = _time_steps(env, bargs, budget, float("inf"), steps, warmup=_REBALANCE_STEPS + 1)
                 r.update(backend=backend, build_s=build_s)
                 if r["steps"] == steps:
                     fps[backend] = r["frames_per_s"]

@@ -389,6 +389,17 @@ class CupyDevice:
         with self.device:
             dst.set(src, stream=self._side if side else self.stream)
 
+    def record_event(self):
+        """A CUDA event recorded on the stream now (elapsed_seconds times the work between two)."""
+        with self.device:
+            return self.stream.record()
+
+    def elapsed_seconds(self, start, end) -> float:
+        """Device seconds between two recorded events, once both have passed."""
+        with self.device:
+            end.synchronize()
+            return self.cp.cuda.get_elapsed_time(start, end) / 1000.0
+
     # The hybrid engine's copies of its CPU rows go on a second stream: on the compute
     # stream they would queue behind the GPU part's kernels instead of overlapping them.
     def begin_side_copies(self) -> None:
@@ -553,6 +564,12 @@ class HostEmulatedDevice:
 
     def pinned_empty(self, shape, dtype) -> np.ndarray:
         return np.empty(shape, dtype=dtype)
+
+    def record_event(self) -> float:
+        return time.perf_counter()  # the emulated launches run on the host, in order
+
+    def elapsed_seconds(self, start: float, end: float) -> float:
+        return end - start
 
     def begin_side_copies(self) -> None:
         pass
@@ -840,7 +857,7 @@ class GpuEngine:
 
 OUTPUTS = ("torch", "cupy", "numpy")
 GPU_OPTION_KEYS = {"design", "block", "pixel_block", "emulate", "output", "cubin", "cpu_envs",
-                   "cpu_threads", "calibrate_steps", "copy_chunks"}
+                   "cpu_threads", "calibrate_steps", "copy_chunks", "rebalance_steps"}
 
 
 def make_deliver(output: str, dev):
@@ -892,5 +909,5 @@ def make_vector_engine(backend: str, engine_args, engine_kwargs, *, device=0, op
             engine = HybridEngine(engine_args, engine_kwargs, device=dev, gpu_kwargs=gpu_kw,
                                   cpu_envs=opts.get("cpu_envs"), cpu_threads=opts.get("cpu_threads"),
                                   calibrate_steps=opts.get("calibrate_steps", 8),
-                                  copy_chunks=opts.get("copy_chunks"))
+                                  copy_chunks=opts.get("copy_chunks"), rebalance_steps=opts.get("rebalance_steps"))
     return engine, dev.xp, make_deliver(output, dev)

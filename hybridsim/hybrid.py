@@ -14,7 +14,9 @@ step takes at least that loop's time however few environments the GPU has (on an
 pong's step took 0.17 s at 1,024 environments and 0.29 s at 16,384; BENCHMARKS.md). The
 three numbers are measured at construction by short runs of throwaway engines
 (calibrate: the GPU at N and N/8 environments), unless gpu_options={"cpu_envs": k}
-fixes the split. HybridEngine.split reports the choice.
+fixes the split. After its first few full steps the engine re-splits once from its own
+part times (rebalanced_split), which include what the parts cost each other on the
+host. HybridEngine.split reports the choices.
 
 The CPU part runs in chunks; each chunk's rows go to the device on a side stream while
 the next chunk steps and the GPU part's kernels run, so only the last chunk's copy adds
@@ -62,6 +64,24 @@ def step_time_balance(cpu_envs: int, num_envs: int, cpu_rate: float, gpu_rate: f
     t_cpu = cpu_envs / cpu_rate if cpu_envs else 0.0
     t_gpu = gpu_latency + (num_envs - cpu_envs) / gpu_rate if num_envs - cpu_envs else 0.0
     return t_cpu, t_gpu
+
+
+def rebalanced_split(num_envs: int, cpu_envs: int, cpu_step_s: float, gpu_step_s: float,
+                     gpu_rate: float, gpu_latency: float, min_change: float = 0.01) -> int:
+    """The split from the hybrid's own steps (cpu_step_s: its CPU part's seconds for
+    cpu_envs environments; gpu_step_s: its GPU part's kernel seconds for the rest): the CPU
+    rate is measured, and the calibration's GPU line (latency + n / rate) is scaled to pass
+    through the measured GPU step. The calibration's throwaway engines step alone; here the
+    parts share the host (threads, memory bandwidth, the copies), which the measured times
+    include. Returns cpu_envs unchanged when the change would be under min_change x N or
+    a part had nothing to time."""
+    n, c = int(num_envs), int(cpu_envs)
+    g = n - c
+    if c <= 0 or g <= 0 or not (cpu_step_s > 0 and gpu_step_s > 0 and gpu_rate > 0):
+        return c
+    scale = gpu_step_s / (gpu_latency + g / gpu_rate)
+    new = balance_split(n, c / cpu_step_s, gpu_rate / scale, gpu_latency=gpu_latency * scale)
+    return new if abs(new - c) >= max(1.0, min_change * n) else c
 
 
 def gpu_step_model(n_small: int, t_small: float, n_big: int, t_big: float):
@@ -143,9 +163,7 @@ class HybridEngine:
     """The engine interface of pyx/_vector.pyx's VectorEngine over a CPU part and a GPU part."""
 
     def __init__(self, engine_args, engine_kwargs, *, device, gpu_kwargs, cpu_envs=None, cpu_threads=None,
-                 calibrate_steps=8, copy_chunks=None):
-        from hybridsim import _vector
-        from hybridsim.gpu import GpuEngine
+                 calibrate_steps=8, copy_chunks=None, rebalance_steps=None):
         from hybridsim.vector import resolve_num_threads
         rom, tstate, tframes, tshown, n = engine_args
         self.num_envs = int(n)
@@ -162,23 +180,75 @@ class HybridEngine:
         cpu_envs = int(cpu_envs)
         if not 0 <= cpu_envs <= self.num_envs:
             raise ValueError(f"cpu_envs must be in 0..{self.num_envs}, got {cpu_envs}")
-        self.cpu_envs = cpu_envs
-        self.gpu_envs = self.num_envs - cpu_envs
-        if copy_chunks is None:  # chunks of 64 environments per thread at least
-            copy_chunks = min(MAX_COPY_CHUNKS, max(1, cpu_envs // (64 * threads)))
-        if int(copy_chunks) < 1:
+        if copy_chunks is not None and int(copy_chunks) < 1:
             raise ValueError(f"copy_chunks must be >= 1, got {copy_chunks}")
-        self.copy_chunks = int(copy_chunks)
-        self.split = dict(cpu_envs=self.cpu_envs, gpu_envs=self.gpu_envs, cpu_threads=threads,
+        # Re-split once from the hybrid's own first full steps (rebalanced_split); only a
+        # measured split (a given cpu_envs is the caller's choice).
+        rebalance_steps = (3 if measured else 0) if rebalance_steps is None else int(rebalance_steps)
+        if rebalance_steps < 0:
+            raise ValueError(f"rebalance_steps must be >= 0, got {rebalance_steps}")
+        self._rebalance_left = rebalance_steps
+        self._split_times = []
+        self._copy_chunks_option = copy_chunks
+        self._build = (engine_args, engine_kwargs, gpu_kwargs)
+        if rebalance_steps and not measured:
+            raise ValueError("rebalance_steps needs a measured split (leave cpu_envs out)")
+        self.split = dict(cpu_envs=cpu_envs, gpu_envs=self.num_envs - cpu_envs, cpu_threads=threads,
                           measured=measured, **measurement)
-        kw = dict(engine_kwargs, num_threads=threads)
-        self.cpu = _vector.VectorEngine(rom, tstate, tframes, tshown, cpu_envs, **kw) if cpu_envs else None
-        self.gpu = (GpuEngine(rom, tstate, tframes, tshown, self.gpu_envs, **engine_kwargs, device=device,
-                              **gpu_kwargs) if self.gpu_envs else None)
+        self._build_parts(cpu_envs)
         part = self.cpu if self.cpu is not None else self.gpu
         self.obs_bytes = part.obs_bytes
         self.template_state = part.template_state
+
+    def _build_parts(self, cpu_envs):
+        """The CPU engine for environments 0..cpu_envs-1 and the GPU engine for the rest."""
+        from hybridsim import _vector
+        from hybridsim.gpu import GpuEngine
+        (rom, tstate, tframes, tshown, _), engine_kwargs, gpu_kwargs = self._build
+        threads = self.num_threads
+        self.cpu_envs = int(cpu_envs)
+        self.gpu_envs = self.num_envs - self.cpu_envs
+        chunks = self._copy_chunks_option
+        if chunks is None:  # chunks of 64 environments per thread at least
+            chunks = min(MAX_COPY_CHUNKS, max(1, self.cpu_envs // (64 * threads)))
+        self.copy_chunks = int(chunks)
+        self.split.update(cpu_envs=self.cpu_envs, gpu_envs=self.gpu_envs)
+        self.cpu = self.gpu = None  # the old parts' memory goes before the new parts take theirs
         self._pinned = {}
+        kw = dict(engine_kwargs, num_threads=threads)
+        self.cpu = _vector.VectorEngine(rom, tstate, tframes, tshown, self.cpu_envs, **kw) if self.cpu_envs else None
+        self.gpu = (GpuEngine(rom, tstate, tframes, tshown, self.gpu_envs, **engine_kwargs, device=self.dev,
+                              **gpu_kwargs) if self.gpu_envs else None)
+
+    def _note_step_times(self, cpu_step_s, gpu_step_s):
+        """A full step's part times; after rebalance_steps of them, re-split once if the
+        measured times call for it (rebalanced_split). The environments keep their states:
+        they move between the parts through a host copy of every snapshot array, as
+        get_state/set_state would (seconds at 100K+ environments, once)."""
+        self._split_times.append((cpu_step_s, gpu_step_s))
+        self._rebalance_left -= 1
+        if self._rebalance_left > 0:
+            return
+        t_cpu, t_gpu = (float(np.median(x)) for x in zip(*self._split_times))
+        before = self.cpu_envs
+        after = rebalanced_split(self.num_envs, before, t_cpu, t_gpu, self.split["gpu_rate"],
+                                 self.split["gpu_latency"])
+        record = dict(steps=len(self._split_times), cpu_step_s=t_cpu, gpu_step_s=t_gpu, cpu_envs_before=before,
+                      cpu_envs_after=after)
+        if after != before:
+            t0 = time.perf_counter()
+            self._move_split(after)
+            record["seconds"] = time.perf_counter() - t0
+        self.split["rebalance"] = record
+
+    def _move_split(self, cpu_envs):
+        from hybridsim.gpu import GpuEngine
+        self.materialize()
+        arrays = {name: self.host_array(name) for name in GpuEngine.SNAPSHOT_ARRAYS}
+        shown = self.shown()
+        self._build_parts(cpu_envs)  # fresh parts: nothing left undrawn
+        self.load_arrays(arrays)
+        self.set_shown(shown)
 
     # ---- routing ----------------------------------------------------------------------
     def _split_ids(self, env_ids):
@@ -247,7 +317,12 @@ class HybridEngine:
                           self._host(strengths, rc, np.float32))
             if prefix:
                 self.dev.begin_side_copies()  # before the launch, or the copies would wait for it
+        # the parts' times of a full step (no resets) while a re-split is pending
+        timed = (self._rebalance_left > 0 and prefix and m and len(rg) and n == self.num_envs
+                 and not cpu_inputs[0].any())
         # GPU part first: its kernels run while the CPU part steps.
+        if timed:
+            gpu_start = self.dev.record_event()
         if len(rg):
             gpu_ids = ids[rg] - self.cpu_envs
             sel = slice(m, n) if prefix else xp.asarray(rg)
@@ -262,6 +337,9 @@ class HybridEngine:
                 for k, v in g_out.items():
                     if v is not None:
                         outs[k][sel] = v
+        if timed:
+            gpu_end = self.dev.record_event()
+            cpu_start = time.perf_counter()
         if m:
             h = self._host_buffers(m, final_obs is not None)
             cpu_ids = ids[rc]
@@ -280,6 +358,7 @@ class HybridEngine:
                             self.dev.copy_to_device(outs[k][a:b], v, side=True)
             if prefix:
                 self.dev.end_side_copies()
+            cpu_end = time.perf_counter()
             for k, v in h.items():
                 if outs.get(k) is None:
                     continue
@@ -293,6 +372,8 @@ class HybridEngine:
                 elif not prefix:
                     outs[k][xp.asarray(rc)] = xp.asarray(v)
         self.dev.synchronize()
+        if timed:
+            self._note_step_times(cpu_end - cpu_start, self.dev.elapsed_seconds(gpu_start, gpu_end))
 
     def _take(self, a, rows, dtype):
         if isinstance(a, np.ndarray):

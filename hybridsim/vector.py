@@ -10,7 +10,8 @@ Both are synchronous (batch_size == num_envs) and return device arrays (torch te
 through DLPack by default); docs/GPU.md. gpu_options: design ("split" | "fused" | "split_shared"),
 block, emulate (host-emulated kernels, no GPU), output ("torch" | "cupy" | "numpy"),
 cubin; hybrid: cpu_envs (the split; default measured), cpu_threads, calibrate_steps,
-copy_chunks (the CPU part's chunks, each copied to the device while the next steps).
+rebalance_steps (re-split once from the hybrid's own first steps), copy_chunks (the CPU
+part's chunks, each copied to the device while the next steps).
 
 resize_interpolation="linear" resizes as cv2.INTER_LINEAR (bit for bit) instead of
 ale-py's INTER_AREA.

@@ -119,7 +119,7 @@ done
 bench designs 30 --games breakout ${REGISTER_CUBINS[@]+--register-cubins "${REGISTER_CUBINS[@]}"}
 
 [ -n "$COMPILE_PID" ] && wait "$COMPILE_PID" 2>/dev/null  # bounded by its limit; hybrid wants every core
-bench hybrid 85 --games pong
+bench hybrid 100 --games pong
 
 # 8. Optional, when $DEVICE_CHECK_TRAIN_SECONDS > 0 (raise DEVICE_CHECK_SECONDS with it):
 # the pong-h200 training recipe for that long; a SIGTERM at the limit ends it with a

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hybridsim import AtariVectorEnv
-from hybridsim.hybrid import balance_split, gpu_step_model, step_time_balance
+from hybridsim.hybrid import balance_split, gpu_step_model, rebalanced_split, step_time_balance
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
                                 reason="host emulation of the kernels needs g++")
@@ -412,6 +412,77 @@ def test_gpu_step_model_fits_two_steps():
     rate, latency = gpu_step_model(2048, 0.30, 16384, 0.29)
     assert np.isfinite(rate) and rate > 0 and 0 <= latency < 0.29
     assert latency + 16384 / rate == pytest.approx(0.29)
+
+
+def test_rebalanced_split_from_the_hybrids_own_steps():
+    """The calibration's GPU line scaled through the measured GPU step, the CPU rate from
+    the measured CPU step: the new split's modelled part times agree (brute force over
+    every split: none is faster by more than one environment's time)."""
+    n, c, rate, latency = 1000, 500, 1000.0, 0.1
+    # the CPU part was the long pole (1.0 s against the GPU's 0.6 s, which the line predicts)
+    k = rebalanced_split(n, c, 1.0, 0.6, rate, latency)
+    assert k == 367  # 367 / 500 = 0.734 s, 0.1 + 633 / 1000 = 0.733 s
+    # the GPU ran 1.5x slower than its line: latency and slope scale together
+    k = rebalanced_split(n, c, 0.6, 0.9, rate, latency)
+    cpu_rate, g_rate, g_lat = c / 0.6, rate / 1.5, latency * 1.5
+
+    def step(j):
+        return max(step_time_balance(j, n, cpu_rate, g_rate, g_lat))
+    assert k > c and step(k) <= min(step(j) for j in range(n + 1)) + 1 / cpu_rate + 1 / g_rate
+    # balanced already, a change under 1% of N, or a part with nothing to time: kept
+    assert rebalanced_split(n, c, 0.6, 0.6, rate, latency) == c
+    assert rebalanced_split(n, c, 0.6, 0.6 * 1.01, rate, latency) == c
+    assert rebalanced_split(n, 0, 0.0, 0.6, rate, latency) == 0
+    assert rebalanced_split(n, n, 0.6, 0.0, rate, latency) == n
+
+
+@pytest.mark.parametrize("after", [2, 10, 0, 12])
+def test_emulated_hybrid_rebalance_moves_environments_exactly(emulation_library, monkeypatch, after):
+    """After rebalance_steps full steps the hybrid re-splits once (here to a forced split:
+    more or fewer environments on the CPU, or all on one side), moving every
+    environment's state between the parts; the outputs stay the CPU backend's, bit for
+    bit, episode ends included."""
+    import hybridsim.hybrid as hybrid
+    monkeypatch.setattr(hybrid, "calibrate", lambda *a, **k: dict(cpu_rate=100.0, gpu_rate=100.0, gpu_latency=0.0))
+    seen = []
+
+    def forced(n, c, t_cpu, t_gpu, rate, latency):
+        seen.append((n, c, t_cpu, t_gpu, rate, latency))
+        return after
+    monkeypatch.setattr(hybrid, "rebalanced_split", forced)
+    cpu, hyb = _pair("breakout", 12, "hybrid", dict(cpu_threads=1, rebalance_steps=2), episodic_life=True,
+                     repeat_action_probability=0.25)
+    assert hyb._engine.split["cpu_envs"] == 6
+    _compare(cpu, hyb, steps=2)
+    assert hyb._engine.split["cpu_envs"] == after
+    assert hyb.get_state() == cpu.get_state()  # frames left undrawn before the move included
+    rng, ends = np.random.default_rng(1), 0
+    for t in range(60):
+        actions = rng.integers(0, 4, 12)
+        rc, rh = cpu.step(actions), hyb.step(actions)
+        for name, x, y in zip(("obs", "reward", "terminated", "truncated"), rc[:4], rh[:4]):
+            _assert_same(x, y, f"step {t} {name}")
+        ends += int(np.sum(rc[2] | rc[3]))
+    assert ends >= 2
+    (n, c, t_cpu, t_gpu, rate, latency), = seen  # once, from two full steps' times
+    assert (n, c, rate, latency) == (12, 6, 100.0, 0.0) and t_cpu > 0 and t_gpu > 0
+    s = hyb._engine.split
+    assert s["cpu_envs"] == after and s["gpu_envs"] == 12 - after
+    assert s["rebalance"]["cpu_envs_before"] == 6 and s["rebalance"]["steps"] == 2
+    assert hyb.get_state() == cpu.get_state()
+    # right after a reset the noop frames are left undrawn (FrameReplay): a move must draw
+    # them (materialize) before it copies the frames
+    cpu.reset(seed=9)
+    hyb.reset(seed=9)
+    hyb._engine._move_split(6)
+    assert hyb.get_state() == cpu.get_state()
+
+
+def test_rebalance_needs_a_measured_split(emulation_library):
+    with pytest.raises(ValueError, match="rebalance_steps needs a measured split"):
+        AtariVectorEnv("pong", 4, backend="hybrid", gpu_options=dict(emulate=True, cpu_envs=2, rebalance_steps=3))
+    with pytest.raises(ValueError, match="rebalance_steps must be >= 0"):
+        AtariVectorEnv("pong", 4, backend="hybrid", gpu_options=dict(emulate=True, rebalance_steps=-1))
 
 
 def test_balance_split_edges():
