@@ -248,8 +248,10 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
     is compared as soon as its step is done and its next step is queued at once, so the
     device computes it during the other runs' comparisons. A step's device time is one
     environment's frame loop (a thread per environment): runs whose kernels overlap on
-    the device share it. A run stops at its first difference or error; report(results)
-    is called after the first step, every few seconds and at the end.
+    the device share it. Runs may share a CPU reference (the same game and actions on
+    several device designs): it steps once per step for all of them. A run stops at its
+    first difference or error; report(results) is called after the first step, every few
+    seconds and at the end.
     runs: {key: LockstepRun}; returns {key: dict(equal, steps, ends, ...)}."""
     results, live, rngs, queued = {}, {}, {}, {}
     uncompared = set()  # runs whose queued device step has not been compared yet
@@ -289,10 +291,15 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
     t_start = last_report = time.perf_counter()
     t = 0
     while live and t < steps and time.perf_counter() <= deadline:
-        on_cpu = {}
+        on_cpu, by_cpu = {}, {}  # by_cpu: id(cpu) -> (its actions, its step's results)
         for key in list(live):  # while the device steps
+            cpu, actions = live[key].cpu, queued[key][0]
             try:
-                on_cpu[key] = live[key][0].step(queued[key][0])
+                if id(cpu) not in by_cpu:
+                    by_cpu[id(cpu)] = (actions, cpu.step(actions))
+                elif not np.array_equal(by_cpu[id(cpu)][0], actions):
+                    raise RuntimeError("runs sharing a CPU reference must step the same actions")
+                on_cpu[key] = by_cpu[id(cpu)][1]
             except Exception as exc:  # noqa: BLE001
                 fail(key, exc)
         for key in list(live):
@@ -321,13 +328,16 @@ def _lockstep_compare(runs, steps, deadline, report, seed=11):
     seconds = time.perf_counter() - t_start
     # Last, every equal run's whole state (RAM, CPU, TIA, RNGs, frames), which the outputs
     # may not show yet; a device step queued but not compared is taken on the CPU too.
+    cpu_states = {}  # id(cpu) -> its state (a shared reference steps and saves once)
     for key in list(live):
         cpu, other, stream = live[key][:3]
         try:
-            if key in uncompared:
-                cpu.step(queued[key][0])
+            if id(cpu) not in cpu_states:
+                if key in uncompared:
+                    cpu.step(queued[key][0])
+                cpu_states[id(cpu)] = cpu.get_state()
+            cpu_state = cpu_states[id(cpu)]
             with stream:
-                cpu_state = cpu.get_state()
                 same = cpu_state == other.get_state()
         except Exception as exc:  # noqa: BLE001
             fail(key, exc)
@@ -368,11 +378,17 @@ class SegmentedTrajectory:
         self.start_state = composer.compose_state([(st, np.arange(num_envs)) for st in states[:-1]])
         self.end_digest = _state_digest(composer.compose_state([(st, np.arange(num_envs)) for st in states[1:]]))
         composer.close()
+        self._started = {}
 
     def run(self, cpu, other, stream):
-        return LockstepRun(cpu, other, stream, start=lambda: (cpu.set_state(self.start_state)[0],
-                                                             other.set_state(self.start_state)[0]),
+        return LockstepRun(cpu, other, stream, start=lambda: (self._start(cpu), other.set_state(self.start_state)[0]),
                            actions=lambda t: self.actions[:, t].reshape(-1), check_end=self.check_end)
+
+    def _start(self, cpu):
+        """The CPU reference's first observations; one shared by several runs loads once."""
+        if self._started.get(id(cpu)) is None:
+            self._started[id(cpu)] = cpu.set_state(self.start_state)[0]
+        return self._started[id(cpu)]
 
     def check_end(self, cpu_state):
         if _state_digest(cpu_state) == self.end_digest:
@@ -412,7 +428,7 @@ def phase_exact(args, budget):
             runs.append(("breakout/split/nvrtc", "breakout", dict(design="split", cubin=False)))
         else:
             rep["nvrtc_variant"] = "skipped: NVRTC build not ready"
-    pairs, trajectories = {}, {}
+    pairs, trajectories, cpus = {}, {}, {}  # a game's designs share its trajectory and CPU reference
     for key, game, options in runs:  # built one after another (module loads, allocations)
         if budget.left() < 10:
             rep["results"][key] = "skipped: out of time"
@@ -428,7 +444,9 @@ def phase_exact(args, budget):
                 trajectories[game] = SegmentedTrajectory(cpu_env, n, segments, steps, seed=11)
                 rep.setdefault("trajectory_seconds", {})[game] = round(time.perf_counter() - t0, 2)
             stream = _new_stream(args)
-            cpu = cpu_env(n * segments if segments else n)
+            if game not in cpus:
+                cpus[game] = cpu_env(n * segments if segments else n)
+            cpu = cpus[game]
             with stream:
                 o = dict(_opts(args, output="numpy" if args.dry_run else "cupy"), **options)
                 other = AtariVectorEnv(game, cpu.num_envs, backend="gpu", gpu_options=o, **kw)
