@@ -12,9 +12,14 @@ that load plugins.
 """
 from __future__ import annotations
 
+import inspect
+
 import ale_py
 import ale_py.env
 import numpy as np
+
+from hybridsim.roms import rom_path
+
 
 class ActionOutOfRangeError(ValueError, IndexError):
     """An action index outside the action set. A ValueError, and an IndexError as ale-py's
@@ -41,11 +46,27 @@ class AtariEnv(ale_py.env.AtariEnv):
         self._hybridsim_ale = value if isinstance(value, ALEInterface) else ALEInterface()
 
     def __init__(self, *args, **kwargs):
+        self._check_arguments(*args, **kwargs)
         super().__init__(*args, **kwargs)
         # ale-py's get_action_meanings and get_keys_to_action look actions up by
         # ale_py.Action (a pybind11 enum, unequal to hybridsim.Action's IntEnum members), and
         # gymnasium's AtariPreprocessing calls the first: keep ale-py's own members.
         self._action_set = [ale_py.Action(int(a)) for a in self._action_set]
+
+    @staticmethod
+    def _check_arguments(*args, **kwargs):
+        """What ale-py lets through: an unknown game only warns and then fails inside
+        loadROM, a NaN threshold turns every continuous action into NOOP."""
+        bound = inspect.signature(ale_py.env.AtariEnv.__init__).bind(None, *args, **kwargs)
+        bound.apply_defaults()
+        game = bound.arguments["game"]
+        if not isinstance(game, str) or not game:
+            raise TypeError(f"game must be a game's name, such as 'pong', got {game!r}")
+        rom_path(game)  # names the installed games when there is no ROM for it
+        threshold = bound.arguments["continuous_action_threshold"]
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(threshold):
+            raise ValueError(f"continuous_action_threshold must be a finite number, got {threshold!r}")
 
     _closed = False
 

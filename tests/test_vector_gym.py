@@ -105,6 +105,20 @@ def test_a_closed_single_environment_refuses_to_play():
             call()
 
 
+def test_single_env_arguments_ale_py_lets_through_are_refused():
+    """ale-py only warns about an unknown game and then fails inside loadROM ("got None"),
+    and a NaN threshold makes every continuous action NOOP (each comparison is false)."""
+    with pytest.raises(FileNotFoundError, match="no ROM for game 'nosuch'.*installed ROMs"):
+        gymnasium.make("hybridsim/Pong-v5", game="nosuch")
+    for game in ("", None, 3):
+        with pytest.raises(TypeError, match="game must be a game's name"):
+            gymnasium.make("hybridsim/Pong-v5", game=game)
+    for threshold in (float("nan"), float("inf"), "0.5", True):
+        with pytest.raises(ValueError, match="continuous_action_threshold must be a finite number"):
+            gymnasium.make("hybridsim/Breakout-v5", continuous=True, continuous_action_threshold=threshold)
+    gymnasium.make("hybridsim/Breakout-v5", continuous=True, continuous_action_threshold=np.float32(0.3)).close()
+
+
 def test_continuous_actions_are_checked_and_match_ale_py():
     """ale-py only asserts (a bare AssertionError) that the action is a float32 array of
     shape (3,); hybridsim names the problem, takes other real arrays as float32 and plays
