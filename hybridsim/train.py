@@ -430,6 +430,8 @@ class Trainer:
             self.run_lock = None
 
     def _setup(self, cfg: TrainConfig, rank: int):
+        if rank == 0 and cfg.fallback_dir:  # used only once log_dir is full: a bad one is found now
+            storage.check_output_directory(cfg.fallback_dir, "--fallback-dir")
         # the local rank also spreads independent tasks (HYBRIDSIM_SINGLE_PROCESS) over GPUs
         self.device = pick_device(cfg.device, dist.local_rank())
         if self.device.type == "cuda" and cfg.cuda_deterministic:
@@ -1128,7 +1130,7 @@ class Trainer:
                 directory.mkdir(parents=True, exist_ok=True)
                 return self.save_checkpoint(path)
             except (StorageError, OSError) as exc:
-                self.storage_notes.append(str(exc))
+                self.storage_notes.append(f"--fallback-dir {directory}: {exc}" if self.cfg.fallback_dir else str(exc))
         return None
 
     def _finish(self, start_time, start_frames) -> dict:

@@ -321,6 +321,23 @@ def test_full_disk_for_metrics_and_checkpoint_uses_the_fallback(tmp_path, monkey
     assert code == cli.STORAGE_EXIT_CODE and "final checkpoint: could NOT be written" in err, err
 
 
+def test_a_fallback_dir_that_cannot_be_used_is_refused_at_start(tmp_path, capsys):
+    """--fallback-dir is used only once log_dir is full, the worst time to find it is a file
+    or cannot be made: the run is refused at start, naming the option, and leaves nothing."""
+    a_file = tmp_path / "metrics.csv"
+    a_file.write_text("x")
+    for fallback, why in ((a_file, "is a file, not a directory"), (a_file / "sub", "is a file, not a directory"),
+                          ("/proc/nope", "cannot make the directory")):
+        code = cli.main([*TRAIN, "--total-frames", "64", "--log-dir", str(tmp_path / "run"),
+                         "--fallback-dir", str(fallback)])
+        err = capsys.readouterr().err
+        assert code == 2 and f"--fallback-dir {fallback}: " in err and why in err, err
+        assert not (tmp_path / "run").exists()
+    code = cli.main([*TRAIN, "--total-frames", "64", "--log-dir", str(tmp_path / "run"),
+                     "--fallback-dir", str(tmp_path / "new" / "fallback")])
+    assert code == 0 and (tmp_path / "new" / "fallback").is_dir()
+
+
 def test_full_disk_on_a_real_tmpfs(small_fs, tmp_path):
     """The CLI in a subprocess on a 64 MB tmpfs that another writer fills mid-run."""
     import time
