@@ -219,10 +219,13 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
     launcher that already gave each rank one GPU (mpi_launch/rank_env.sh) leaves count 1."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
+    usable = "use cpu, cuda, cuda:K or auto"
     try:
         device = torch.device(name)
-    except RuntimeError as exc:
-        raise ValueError(f"device {name!r}: {exc}") from None
+    except RuntimeError:  # torch's message lists every device type it knows
+        raise ValueError(f"device {name!r} is not a device name; {usable}") from None
+    if device.type not in ("cpu", "cuda"):  # meta holds no data, the others are not supported
+        raise ValueError(f"device {name!r}: the learner runs on a CPU or a CUDA GPU; {usable}")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {name!r}: this torch build sees no CUDA device "

@@ -16,6 +16,7 @@ LOG_COMPRESSIONS = ("lzf", "gzip", "none")
 IMPALA_ORDERS = ("submission", "completion")
 MAX_FRAME_SKIP = 3600  # 60 s of NTSC frames
 NO_EPISODE_LIMIT = 2**31 - 1  # max_episode_frames 0: the vector envs' largest limit (a C int)
+OBSERVATION_BYTES = 4 * 84 * 84  # the training observation: a stack of 4 grayscale 84x84 frames
 
 
 @dataclasses.dataclass
@@ -123,6 +124,14 @@ class TrainConfig:
     fallback_dir: str = ""
     """Where the final checkpoint goes when log_dir's file system is full (default: the system temporary directory, if it is on another file system)."""
 
+    def rollout_width(self) -> int:
+        """Trajectories in one update: the environments (a2c) or learner_batch (impala)."""
+        return self.num_envs if self.schedule == "a2c" else self.learner_batch
+
+    def rollout_observation_bytes(self) -> int:
+        """The uint8 observations of one update's rollout, num_steps + 1 per trajectory."""
+        return (self.num_steps + 1) * self.rollout_width() * OBSERVATION_BYTES
+
     def environment_checks(self) -> list[tuple[bool, str]]:
         """(ok, message) for the settings that make the environments: shared by validate()
         and by `hybridsim eval`, which builds new environments from a checkpoint's config."""
@@ -190,7 +199,7 @@ class TrainConfig:
              f"log_every must be a finite number of seconds >= 0 (0: every update), got {self.log_every}"),
             (finite(self.log_flush_seconds) and self.log_flush_seconds > 0,
              f"log_flush_seconds must be a finite number > 0, got {self.log_flush_seconds}"),
-            (self.obs_stride >= 1, f"obs_stride must be >= 1, got {self.obs_stride}"),
+            (1 <= self.obs_stride < 2**63, f"obs_stride must be in 1..2**63-1 (an HDF5 int64), got {self.obs_stride}"),
             (self.log_compression in LOG_COMPRESSIONS,
              f"log_compression must be one of {', '.join(LOG_COMPRESSIONS)}, got {self.log_compression!r}"),
             (self.sync_check_every >= 1, f"sync_check_every must be >= 1, got {self.sync_check_every}"),
@@ -206,6 +215,14 @@ class TrainConfig:
         ]
         checks.append((bool(str(self.log_dir).strip()),
                        f"log_dir must name a directory, got {self.log_dir!r}"))
+        checks.append((_utf8(str(self.log_dir)),  # TensorBoard's writer and h5py attributes need it
+                       f"log_dir must be a UTF-8 path, got {self.log_dir!r}"))
+        rollout = self.rollout_observation_bytes()
+        memory = _physical_memory()
+        checks.append((memory is None or rollout <= memory // 2,
+                       f"num_steps {self.num_steps} x {self.rollout_width()} trajectories: the rollout's "
+                       f"observations alone take {rollout / 2**30:,.1f} GiB, more than half of this "
+                       f"machine's {(memory or 0) / 2**30:,.1f} GiB"))
         if self.schedule == "impala":
             checks.append((self.env_batch_size <= self.num_envs,
                            f"env_batch_size ({self.env_batch_size}) must be <= num_envs "
@@ -227,6 +244,21 @@ class TrainConfig:
         if self.backend == "ale-py":
             from hybridsim.games_table import require_ale_py_loadable
             require_ale_py_loadable(self.game, "--backend ale-py")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that were not UTF-8, as surrogates (os.fsdecode)
+        return False
+    return True
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
 
 
 def _raise_first_failure(checks: list[tuple[bool, str]]):

@@ -327,6 +327,16 @@ def test_ranks_of_a_node_spread_over_its_visible_gpus(monkeypatch):
     assert pick_device("auto", local_rank=6) == torch.device("cpu")
 
 
+def test_devices_the_learner_cannot_use_are_named():
+    """torch accepts "meta" (no data: "Cannot copy out of meta tensor" at the first update)
+    and lists its 20 device types for an unknown name; both now say what to use."""
+    from hybridsim.train import pick_device
+    for name, why in (("meta", "runs on a CPU or a CUDA GPU"), ("xpu", "runs on a CPU or a CUDA GPU"),
+                      ("tpu", "is not a device name"), ("cuda:abc", "is not a device name")):
+        with pytest.raises(ValueError, match=f"device '{name}'.*{why}.*use cpu, cuda, cuda:K or auto"):
+            pick_device(name)
+
+
 STALL_SCRIPT = textwrap.dedent("""
     import os, signal, sys, time
     from hybridsim.train import TrainConfig, Trainer

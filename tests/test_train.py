@@ -96,7 +96,10 @@ def test_shipped_recipes_are_valid_configs():
     ("checkpoint_every", 0, "checkpoint_every must be >= 1"),
     ("checkpoint_every", -100, "checkpoint_every must be >= 1"),
     ("sync_check_every", 0, "sync_check_every must be >= 1"),
-    ("obs_stride", 0, "obs_stride must be >= 1"),
+    ("obs_stride", 0, "obs_stride must be in 1..2\\*\\*63-1"),
+    ("obs_stride", 10**23, "obs_stride must be in 1..2\\*\\*63-1"),  # h5py: "Object dtype has no HDF5 equivalent"
+    ("num_steps", 10**8, "num_steps 100000000 x 4 trajectories: the rollout's observations alone take"),
+    ("log_dir", "/tmp/run\udcff\udcfe", "log_dir must be a UTF-8 path"),  # TensorBoard failed after files were made
     ("log_every", float("nan"), "log_every"),
     ("learner_batch", 0, "learner_batch must be >= 1"),
     ("num_envs", 10**11, "num_envs must be < 2\\*\\*20"),
