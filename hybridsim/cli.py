@@ -229,6 +229,9 @@ def _cmd_train(args) -> int:
     # abort_job) instead of leaving the other ranks waiting for it in a collective.
     comm = dist.init_comm()
     cfg = build_config(TrainConfig, args)
+    unused = cfg.unused(set(vars(args)))  # the parser keeps only what the command line set
+    if unused:
+        raise ValueError(unused)
     trainer = Trainer(cfg, comm=comm)
     if trainer.rank == 0 and getattr(args, "openmp_note", None):
         print(args.openmp_note, file=sys.stderr, flush=True)

@@ -132,6 +132,28 @@ class TrainConfig:
         """The uint8 observations of one update's rollout, num_steps + 1 per trajectory."""
         return (self.num_steps + 1) * self.rollout_width() * OBSERVATION_BYTES
 
+    def unused(self, given) -> str | None:
+        """A message for the first of the settings in `given` (those set on the command line)
+        that these settings leave unused, such as --learner-batch under the a2c schedule:
+        the run would silently ignore it. None when all apply. (A recipe file may carry
+        settings for another schedule; only the command line is held to this.)"""
+        logging_off = "--log-trajectories is false"
+        rules = [
+            (self.schedule != "impala", ("env_batch_size", "learner_batch", "impala_order"),
+             f"applies to --schedule impala, not {self.schedule}"),
+            (self.schedule != "a2c", ("num_minibatches",), f"applies to --schedule a2c, not {self.schedule}"),
+            (self.backend not in ("gpu", "hybrid"), ("gpu_emulate",),
+             f"applies to --backend gpu or hybrid, not {self.backend}"),
+            (not self.log_trajectories, ("log_observations", "log_compression", "log_flush_seconds", "obs_stride"),
+             f"applies to trajectory logs, and {logging_off}"),
+            (not self.log_observations, ("obs_stride",), "applies with --log-observations, which is off"),
+        ]
+        for applies_not, names, why in rules:
+            for name in names:
+                if applies_not and name in given:
+                    return f"--{name.replace('_', '-')} {why}"
+        return None
+
     def environment_checks(self) -> list[tuple[bool, str]]:
         """(ok, message) for the settings that make the environments: shared by validate()
         and by `hybridsim eval`, which builds new environments from a checkpoint's config."""

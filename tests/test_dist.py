@@ -80,9 +80,9 @@ def test_two_ranks_resume_each_their_own_environments(tmp_path, schedule):
     and resumed to 2,560 end exactly like two ranks that ran 2,560 frames at once (constant
     learning rate, so the budget does not change it)."""
     exe = mpiexec()
-    envs = (["--num-envs", "2"] if schedule == "a2c" else
+    envs = (["--num-envs", "2", "--num-minibatches", "2"] if schedule == "a2c" else
             ["--num-envs", "3", "--schedule", "impala", "--env-batch-size", "2", "--learner-batch", "2"])
-    args = ["--game", "pong", "--backend", "cpu", *envs, "--num-minibatches", "2",
+    args = ["--game", "pong", "--backend", "cpu", *envs,
             "--num-threads", "1", "--torch-threads", "1", "--noop-max", "5", "--log-every", "0",
             "--lr-decay", "false", "--max-episode-frames", "400", "--log-trajectories", "false"]
 

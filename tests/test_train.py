@@ -110,6 +110,33 @@ def test_invalid_settings_are_named(tmp_path, field, value, message):
         tiny_config(tmp_path, **dict(dict(num_minibatches=4), **{field: value})).validate()
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--schedule", "impala", "--num-minibatches", "2"], "--num-minibatches applies to --schedule a2c, not impala"),
+    (["--env-batch-size", "1"], "--env-batch-size applies to --schedule impala, not a2c"),
+    (["--learner-batch", "3"], "--learner-batch applies to --schedule impala"),
+    (["--impala-order", "completion"], "--impala-order applies to --schedule impala"),
+    (["--gpu-emulate", "true"], "--gpu-emulate applies to --backend gpu or hybrid, not ale-py"),
+    (["--log-trajectories", "false", "--log-observations", "true"], "--log-observations applies to trajectory logs"),
+    (["--log-trajectories", "false", "--log-compression", "gzip"], "--log-compression applies to trajectory logs"),
+    (["--obs-stride", "7"], "--obs-stride applies with --log-observations, which is off"),
+])
+def test_command_line_settings_the_run_would_ignore_are_refused(tmp_path, capsys, args, message):
+    """An option that the chosen schedule, backend or logging leaves unused was silently
+    ignored; on the command line it is now an error (a recipe may carry such settings)."""
+    from hybridsim import cli
+    code = cli.main(["train", "--backend", "ale-py", "--num-envs", "2", "--total-frames", "64",
+                     "--log-dir", str(tmp_path / "run"), "--num-threads", "1", *args])
+    assert code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_recipe_may_carry_settings_of_another_schedule(tmp_path):
+    recipe = tmp_path / "both.toml"
+    recipe.write_text('schedule = "impala"\nnum_minibatches = 4\nlearner_batch = 2\nenv_batch_size = 2\n')
+    cfg = build_config(TrainConfig, build_parser().parse_args(["train", "--config", str(recipe)]))
+    assert cfg.unused({"config"}) is None and cfg.num_minibatches == 4
+
+
 def test_config_that_is_missing_or_a_directory_is_named(tmp_path):
     parse = build_parser().parse_args
     with pytest.raises(FileNotFoundError, match="config file not found: .*nope.toml .*quickstart"):
