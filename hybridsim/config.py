@@ -86,6 +86,20 @@ def resolve_config_path(name) -> pathlib.Path:
                             f"recipes: {', '.join(recipes) or 'none installed'})")
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs) -> dict:
+    """A JSON object whose keys are distinct (json takes the last of two silently; TOML refuses)."""
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(f"setting {key!r} is given twice")
+        seen[key] = value
+    return seen
+
+
 def load_config_file(path) -> dict:
     path = resolve_config_path(path)
     try:
@@ -94,11 +108,12 @@ def load_config_file(path) -> dict:
         raise ValueError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start}); "
                          f"a config file is TOML or JSON") from None
     try:
-        values = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        values = json.loads(text, object_pairs_hook=_no_duplicates) if path.suffix == ".json" else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, _DuplicateKey) as exc:
         raise ValueError(f"{path}: cannot parse config file: {exc}") from exc
     if not isinstance(values, dict):
-        raise ValueError(f"{path}: a config file holds a table of settings, got a {type(values).__name__}")
+        raise ValueError(f"{path}: a config file holds a table of settings, got {type(values).__name__} "
+                         f"{values!r:.40}")
     return values
 
 
@@ -119,7 +134,8 @@ def check_field_types(cls, values: dict, source) -> None:
         else:
             ok = isinstance(value, kind)
         if not ok:
-            raise ValueError(f"{source}: setting {name!r} must be a {kind.__name__}, got {value!r}")
+            article = "an" if kind is int else "a"
+            raise ValueError(f"{source}: setting {name!r} must be {article} {kind.__name__}, got {value!r}")
 
 
 def build_config(cls, namespace: argparse.Namespace, config_file_field: str = "config"):

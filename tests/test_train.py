@@ -150,13 +150,14 @@ def test_config_that_is_missing_or_a_directory_is_named(tmp_path):
 
 
 @pytest.mark.parametrize("text,suffix,message", [
-    ('num_envs = "2"\n', ".toml", "'num_envs' must be a int, got '2'"),
+    ('num_envs = "2"\n', ".toml", "'num_envs' must be an int, got '2'"),
     ('lr = "0.001"\n', ".toml", "'lr' must be a float"),
     ("game = 5\n", ".toml", "'game' must be a str"),
-    ("total_frames = 400.7\n", ".toml", "'total_frames' must be a int"),
+    ("total_frames = 400.7\n", ".toml", "'total_frames' must be an int"),
     ('lr_decay = "no"\n', ".toml", "'lr_decay' must be a bool"),
     ('{"resume": "false"}', ".json", "'resume' must be a bool"),
-    ("5", ".json", "a table of settings, got a int"),
+    ("5", ".json", "a table of settings, got int 5"),
+    ('{"lr": 0.1, "lr": 0.2}', ".json", "setting 'lr' is given twice"),  # json takes the last silently
     ('config = "other.toml"\n', ".toml", "cannot name another config file"),
 ])
 def test_config_file_values_have_their_types(tmp_path, text, suffix, message):
