@@ -173,7 +173,8 @@ class TrainConfig:
             (self.noop_max <= MAX_NOOP_MAX,
              f"noop_max must be <= {MAX_NOOP_MAX:,} (30 minutes of frames; a reset runs its no-ops "
              f"without a stop check), got {self.noop_max}"),
-            (self.max_episode_frames >= 0, f"max_episode_frames must be >= 0, got {self.max_episode_frames}"),
+            (0 <= self.max_episode_frames <= NO_EPISODE_LIMIT,
+             f"max_episode_frames must be in 0..{NO_EPISODE_LIMIT} (0: no limit), got {self.max_episode_frames}"),
             (0 <= self.seed and self.seed + self.num_envs <= 2**31,
              f"seed must be in [0, 2**31 - num_envs] (environment i gets seed + i, a C int in ALE), "
              f"got {self.seed}"),

@@ -47,7 +47,8 @@ def test_too_few_finished_episodes_are_an_error_not_a_score(run_dir):
     (dict(seed=2**31 - 1), "seed must be in"),
     (dict(repeat_action_probability=1.5), r"repeat_action_probability must be in \[0, 1\]"),
     (dict(noop_max=-2), "noop_max must be >= 0"),
-    (dict(max_episode_frames=-1), "max_episode_frames must be >= 0"),
+    (dict(max_episode_frames=-1), r"max_episode_frames must be in 0..2147483647 \(0: no limit\)"),
+    (dict(max_episode_frames=2**40), "max_episode_frames must be in 0..2147483647"),  # was named max_num_frames_per_episode
     (dict(num_envs=0), "num_envs must be >= 1"),
 ])
 def test_bad_settings_are_named(run_dir, kw, message):
