@@ -122,8 +122,18 @@ def _cmd_verify(args) -> int:
     return 1 if inexact else 0
 
 
+def _given_paths(args, *names) -> None:
+    """An empty path on the command line is an error, not "the current directory" (analyze
+    '', eval '') or "not given" (--gif '')."""
+    for name in names:
+        if getattr(args, name, None) == "":
+            flag = name if name in ("target", "checkpoint", "file") else f"--{name.replace('_', '-')}"
+            raise ValueError(f"{flag}: an empty path; name a file or directory")
+
+
 def _cmd_analyze(args) -> int:
     from hybridsim import analyze
+    _given_paths(args, "target", "out")
     summary = analyze.analyze(args.target, out_dir=args.out or None, plots=not args.no_plots)
     if args.json:
         print(analyze.to_json(summary))
@@ -136,6 +146,7 @@ def _cmd_analyze(args) -> int:
 
 def _cmd_replay(args) -> int:
     from hybridsim import replay
+    _given_paths(args, "file", "gif", "png_dir")
     _refuse_unused(args, {"gif": ("overwrite",)})
     replay.check_outputs(gif=args.gif or None, png_dir=args.png_dir or None,
                          overwrite=args.overwrite)
@@ -156,6 +167,7 @@ def _cmd_replay(args) -> int:
 
 def _cmd_eval(args) -> int:
     from hybridsim import evaluate
+    _given_paths(args, "checkpoint")
     r = evaluate.evaluate(args.checkpoint, episodes=args.episodes, env=args.env,
                           num_envs=args.num_envs, seed=args.seed, greedy=args.greedy,
                           random_policy=args.random, repeat_action_probability=args.sticky,
@@ -347,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_verify)
     p = sub.add_parser("analyze", help="statistics and plots from a run's HDF5 trajectory logs")
     p.add_argument("target", help="a run directory or one traj_rank*.h5 / trajectories.h5 file")
-    p.add_argument("--out", default="", help="where summary.json and the PNGs go (default: beside)")
+    p.add_argument("--out", default=None, help="where summary.json and the PNGs go (default: beside)")
     p.add_argument("--json", action="store_true", help="print the JSON summary")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.set_defaults(func=_cmd_analyze)
@@ -357,9 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", default="run", choices=["run", "hybridsim", "ale-py"],
                    help="whose emulator replays: the run's backend (default), hybridsim's CPU "
                         "engine, or ale-py (checks the log against ALE itself)")
-    p.add_argument("--gif", default="", help="write the episode as an animated GIF (a new file)")
+    p.add_argument("--gif", default=None, help="write the episode as an animated GIF (a new file)")
     p.add_argument("--overwrite", action="store_true", help="let --gif replace an existing file")
-    p.add_argument("--png-dir", default="", help="write the episode's frames as PNGs")
+    p.add_argument("--png-dir", default=None, help="write the episode's frames as PNGs")
     p.set_defaults(func=_cmd_replay, default_of=p.get_default)
     p = sub.add_parser("eval", help="score a checkpoint on hybridsim's or ale-py's environment",
                        description="Score a checkpoint's policy. The environment takes the "

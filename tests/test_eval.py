@@ -92,3 +92,19 @@ def test_a_damaged_checkpoint_is_named_with_what_is_wrong(run_dir, tmp_path, nam
     path = _forged(run_dir, tmp_path, name, change)
     with pytest.raises(ValueError, match=f"{path}: .*{message}"):
         evaluate.evaluate(path, episodes=1, num_envs=1)
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["eval", ""], "checkpoint"),
+    (["analyze", ""], "target"),
+    (["analyze", ".", "--out", ""], "--out"),
+    (["replay", "", "--episode", "0"], "file"),
+    (["replay", "x.h5", "--episode", "0", "--gif", ""], "--gif"),
+    (["replay", "x.h5", "--episode", "0", "--png-dir", ""], "--png-dir"),
+])
+def test_an_empty_path_on_the_command_line_is_refused(capsys, args, flag):
+    """eval '' looked for checkpoint.pt here, analyze '' analysed the current directory and
+    --gif '' wrote nothing, each without a word."""
+    from hybridsim import cli
+    assert cli.main(args) == 2
+    assert f"{flag}: an empty path" in capsys.readouterr().err
