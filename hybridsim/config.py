@@ -82,6 +82,8 @@ def resolve_config_path(name) -> pathlib.Path:
                 if (path / "checkpoint.pt").is_file() else "")
         raise IsADirectoryError(f"--config {path}: is a directory; name a TOML or JSON config "
                                 f"file or a shipped recipe ({', '.join(recipes)}){hint}")
+    if path.exists():  # a FIFO or a device: reading it could block
+        raise ValueError(f"--config {path}: not a regular file; name a TOML or JSON config file")
     raise FileNotFoundError(f"config file not found: {path} (nor a shipped recipe; "
                             f"recipes: {', '.join(recipes) or 'none installed'})")
 

@@ -144,6 +144,10 @@ def test_config_that_is_missing_or_a_directory_is_named(tmp_path):
     with pytest.raises(IsADirectoryError, match="is a directory; name a TOML or JSON") as info:
         build_config(TrainConfig, parse(["train", "--config", str(tmp_path)]))
     assert "--resume" not in str(info.value)
+    import os
+    os.mkfifo(tmp_path / "fifo.toml")  # said "not found"; reading it would block
+    with pytest.raises(ValueError, match="fifo.toml: not a regular file"):
+        build_config(TrainConfig, parse(["train", "--config", str(tmp_path / "fifo.toml")]))
     (tmp_path / "checkpoint.pt").write_bytes(b"")  # a run directory: say how to continue it
     with pytest.raises(IsADirectoryError, match=f"again with --resume \\(the same --log-dir {tmp_path} "):
         build_config(TrainConfig, parse(["train", "--config", str(tmp_path)]))
