@@ -87,6 +87,7 @@ def replay(path, episode: int, *, env: str = "run", make_env=None) -> ReplayResu
         env_id = int(episodes["env_id"][episode])
         episode_id = int(episodes["episode_id"][episode])
         cfg = _config(f)
+        num_actions = f["steps/behavior_logits"].shape[2]
         history = _env_history(f, env_id)
         logged_obs = {}
         if "observations" in f:
@@ -113,9 +114,30 @@ def replay(path, episode: int, *, env: str = "run", make_env=None) -> ReplayResu
                 f"the file, then resumed; the file's `gaps` attribute), and the replay needs their actions")
     if REPLAY_ENVS[env] is not None:
         cfg = {**cfg, "backend": REPLAY_ENVS[env]}
+    _check_env_config(path, cfg, env_id)
+    actions = history["action"][begin:last + 1]
+    outside = (actions < 0) | (actions >= num_actions)
+    if outside.any():  # the emulator's own message named neither the file nor the field
+        raise trajlog.TrajectoryLogError(
+            f"{path}: damaged trajectory file: steps/action holds {int(outside.sum())} value(s) "
+            f"outside the action set 0..{num_actions - 1} (e.g. {int(actions[outside][0])}) for "
+            f"env {env_id}; cannot replay")
     seed = int(cfg["seed"]) + env_id
-    vec = (make_env or _make_env)(cfg, seed=seed)
-    obs, _ = vec.reset(seed=seed)
+    try:
+        vec = (make_env or _make_env)(cfg, seed=seed)
+        obs, _ = vec.reset(seed=seed)
+    except RuntimeError as exc:
+        if cfg.get("backend") in ("gpu", "hybrid") and not cfg.get("gpu_emulate"):
+            raise RuntimeError(
+                f"{path}: the run used --backend {cfg['backend']}, which cannot start here ({exc}); "
+                f"replay it on the CPU with --env hybridsim (hybridsim's CPU engine is bit-exact "
+                f"with the GPU backends) or --env ale-py") from exc
+        raise
+    except Exception as exc:
+        if type(exc).__module__.startswith("gymnasium"):  # ale-py's refusal of a setting
+            raise trajlog.TrajectoryLogError(f"{path}: its run config attribute does not make an "
+                                             f"environment ({exc}); cannot replay") from exc
+        raise
     mismatches, frames, total = [], [], 0.0
     for k in range(begin, last + 1):
         if k > begin and any(frame_of[k - 1] <= r < frame_of[k] for r in restarts):
@@ -146,6 +168,50 @@ def replay(path, episode: int, *, env: str = "run", make_env=None) -> ReplayResu
             mismatches.append(f"episode {episode_id}: its last logged step does not end it")
     return ReplayResult(env_id, episode_id, int(own.size), total, mismatches, frames,
                         backend=str(cfg["backend"]))
+
+
+def _check_env_config(path, cfg: dict, env_id: int) -> None:
+    """Refuse a run config attribute that cannot rebuild the run's environment (a setting
+    of the wrong type or out of range), naming the file and the setting: these failed as a
+    traceback deep in the emulator (frame_skip 0), or without the file (seed "x")."""
+    from hybridsim.train_config import TrainConfig
+
+    def damaged(what: str):
+        return trajlog.TrajectoryLogError(f"{path}: damaged run config attribute: {what}; cannot replay")
+
+    defaults = TrainConfig()
+    for field in dataclasses.fields(TrainConfig):
+        if field.name not in cfg:
+            continue
+        value, default = cfg[field.name], getattr(defaults, field.name)
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif isinstance(default, str):
+            ok = isinstance(value, str)
+        else:
+            ok = True
+        if not ok:
+            raise damaged(f"{field.name} is {value!r}, not of type {type(default).__name__}")
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    train_cfg = TrainConfig(**{k: v for k, v in cfg.items() if k in names})
+    train_cfg.num_envs = 1
+    checks = train_cfg.environment_checks() + [
+        (train_cfg.backend in ("cpu", "gpu", "hybrid", "ale-py"),
+         f"backend must be cpu, gpu, hybrid or ale-py, got {train_cfg.backend!r}"),
+        (0 <= train_cfg.seed + env_id < 2**31,
+         f"seed {train_cfg.seed} + env id {env_id} must be in [0, 2**31)")]
+    for ok, message in checks:
+        if not ok:
+            raise damaged(message)
+    from hybridsim.roms import rom_path
+    try:
+        rom_path(train_cfg.game)
+    except (FileNotFoundError, ValueError) as exc:
+        raise damaged(f"game {train_cfg.game!r}: {exc}") from None
 
 
 def _make_env(cfg: dict, seed: int):

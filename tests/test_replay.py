@@ -299,3 +299,61 @@ def test_an_impala_log_keeps_observations_of_its_first_environment(impala_run):
     blocks = index[:, 0] // 10
     assert (index[:, 1] == 0).all() and (np.diff(blocks) > 0).all()
     assert set(blocks.tolist()) == set((env0_rows // 10).tolist()) and len(index) >= rows // 20
+
+
+def _copy_with_config(src, dst, **changes):
+    import json
+    dst.write_bytes(src.read_bytes())
+    with h5py.File(dst, "r+") as f:
+        cfg = json.loads(f.attrs["config"])
+        cfg.update(changes)
+        f.attrs["config"] = json.dumps(cfg)
+    return dst
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"frame_skip": 0}, "frame_skip must be >= 1, got 0"),  # gymnasium's traceback
+    ({"frame_skip": "4"}, "frame_skip is '4', not of type int"),
+    ({"seed": "x"}, "seed is 'x', not of type int"),  # "invalid literal for int()"
+    ({"backend": "warp"}, "backend must be cpu, gpu, hybrid or ale-py, got 'warp'"),
+    ({"repeat_action_probability": 2.0}, "repeat_action_probability must be in \\[0, 1\\]"),
+    ({"game": "nosuchgame"}, "game 'nosuchgame': no ROM"),
+])
+def test_a_damaged_run_config_is_named(short_episode_run, tmp_path, changes, message):
+    src = trajlog.rank_file(short_episode_run, 0)
+    copy = _copy_with_config(src, tmp_path / src.name, **changes)
+    with pytest.raises(trajlog.TrajectoryLogError,
+                       match=f"{copy}: damaged run config attribute: {message}"):
+        replay.replay(copy, 0)
+
+
+def test_cli_names_a_damaged_config_and_action_without_a_traceback(short_episode_run, tmp_path):
+    src = trajlog.rank_file(short_episode_run, 0)
+    copy = _copy_with_config(src, tmp_path / src.name, frame_skip=0)
+    out = subprocess.run([sys.executable, "-m", "hybridsim", "replay", str(copy), "--episode", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert f"{copy}: damaged run config attribute: frame_skip" in out.stderr
+    copy.write_bytes(src.read_bytes())
+    env = int(trajlog.read_episodes(copy)["env_id"][0])
+    with h5py.File(copy, "r+") as f:
+        rows, cols = np.nonzero(f["steps/env_id"][()] == env)
+        f["steps/action"][rows[3], cols[3]] = 77
+    out = subprocess.run([sys.executable, "-m", "hybridsim", "replay", str(copy), "--episode", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert (f"{copy}: damaged trajectory file: steps/action holds 1 value(s) outside the action "
+            f"set 0..3 (e.g. 77) for env {env}") in out.stderr, out.stderr
+
+
+def test_a_gpu_runs_log_without_a_gpu_names_the_cpu_replay(short_episode_run, tmp_path):
+    from hybridsim import gpu
+    if not gpu.cupy_unavailable_reason():
+        pytest.skip("CuPy and a CUDA device are here: the GPU backend replays")
+    src = trajlog.rank_file(short_episode_run, 0)
+    copy = _copy_with_config(src, tmp_path / src.name, backend="gpu")
+    with pytest.raises(RuntimeError, match=f"{copy}: the run used --backend gpu, .*need CuPy.*"
+                                           f"replay it on the CPU with --env hybridsim .* or --env ale-py"):
+        replay.replay(copy, 0)
+    assert replay.replay(copy, 0, env="hybridsim").reproduced
+
