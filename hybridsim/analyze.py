@@ -64,7 +64,7 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
     for path in files:
         with trajlog.open_trajectory_file(path) as f:
             attrs[path] = dict(f.attrs)
-    trajlog.check_one_run(attrs)
+    trajlog.check_one_run(attrs, all_ranks=target.is_dir())  # a directory: the whole run
     for path in files:
         with trajlog.open_trajectory_file(path) as f:
             n = trajlog.common_rows(f["episodes"])

@@ -22,6 +22,7 @@ import json
 import os
 import pathlib
 import re
+import stat
 import sys
 import time
 import uuid
@@ -715,8 +716,12 @@ def _check_contents(f: h5py.File, path: pathlib.Path, master_ok: bool, lengths: 
     if "format_version" not in f.attrs or ("steps" not in f and "virtual" not in f.attrs):
         raise TrajectoryLogError(f"{path}: an HDF5 file, but not a hybridsim trajectory log")
     version = f.attrs["format_version"]
-    if isinstance(version, (int, np.integer)):
-        version = int(version)
+    # a scalar integer only: an array made `!=` ambiguous, a string '1' read as another version
+    if not isinstance(version, (int, np.integer)) or isinstance(version, bool):
+        raise TrajectoryLogError(f"{path}: damaged trajectory file: its format_version attribute "
+                                 f"{version!r} is not an integer (this hybridsim reads version "
+                                 f"{FORMAT_VERSION})")
+    version = int(version)
     if version != FORMAT_VERSION:
         raise TrajectoryLogError(f"{path}: written in trajectory format_version {version!r}; this "
                                  f"hybridsim reads version {FORMAT_VERSION} (see docs/HDF5_LAYOUT.md)")
@@ -849,7 +854,7 @@ def _check_superblock(path: pathlib.Path) -> None:
     spec, section II.A) stores the end-of-file address; a file shorter than that lost its
     tail, and one too short to hold that address lost nearly everything.
     """
-    size = path.stat().st_size
+    size = _regular_file(path).st_size
     with open(path, "rb") as fh:
         head = fh.read(128)
     if len(head) <= len(HDF5_SIGNATURE) and HDF5_SIGNATURE.startswith(head):
@@ -921,6 +926,7 @@ def clear_stale_write_flags(path: pathlib.Path, idle_seconds: float = 65.0) -> b
     log_flush_seconds; this also covers a writer on another node, where flock is local).
     A file last modified more recently is watched until it has been idle that long."""
     import fcntl
+    _regular_file(path)
     with open(path, "r+b") as fh:
         head = fh.read(64)
         if not head.startswith(HDF5_SIGNATURE) or head[8] not in (2, 3) or head[11] == 0:
@@ -965,6 +971,16 @@ def clear_stale_write_flags(path: pathlib.Path, idle_seconds: float = 65.0) -> b
     return True
 
 
+def _regular_file(path) -> os.stat_result:
+    """stat() of `path`, refused unless a regular file: reading a FIFO or a device waits
+    for a writer that may never come (analyze and replay hung on a FIFO)."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise TrajectoryLogError(f"{path}: not a regular file (a FIFO, socket or device); a "
+                                 f"trajectory file is a plain HDF5 file")
+    return st
+
+
 def _too_short(path, size: int) -> TrajectoryLogError:
     return TrajectoryLogError(f"{path}: truncated file ({size} bytes on disk, too short for the "
                               f"HDF5 superblock); it holds no readable trajectory")
@@ -977,17 +993,28 @@ def rank_files(run_dir) -> list[pathlib.Path]:
     return files
 
 
-def check_one_run(files_attrs: dict) -> None:
+def check_one_run(files_attrs: dict, all_ranks: bool = False) -> None:
     """Rank files read together (a run directory's) must be one run's: each file's `rank`
-    attribute matches its name, and `game` and `run_id` (files since 2026-12) agree.
+    attribute matches its name, no two files hold one rank, and `game` and `run_id` (files
+    since 2026-12) agree. With `all_ranks`, every rank of the run's `world_size` (the
+    largest a file records: a resume may change it) must have its file.
     files_attrs: path -> the file's root attributes."""
     seen = {}  # key -> (the first file holding it, its value)
+    by_rank = {}  # rank -> the file holding its rows
     for path, attrs in files_attrs.items():
         path = pathlib.Path(path)
         named = re.fullmatch(r"traj_rank(\d+)\.h5", path.name)
-        if named and "rank" in attrs and int(attrs["rank"]) != int(named.group(1)):
-            raise TrajectoryLogError(f"{path}: holds rank {int(attrs['rank'])}'s rows, not rank "
+        rank = _int_attr(path, attrs, "rank")
+        if named and rank is not None and rank != int(named.group(1)):
+            raise TrajectoryLogError(f"{path}: holds rank {rank}'s rows, not rank "
                                      f"{int(named.group(1))}'s: a file copied or renamed from elsewhere?")
+        if rank is not None:
+            if rank in by_rank:  # a stray copy was counted twice: every total doubled
+                raise TrajectoryLogError(
+                    f"{path} and {by_rank[rank]} both hold rank {rank}'s rows (a copy?); a run "
+                    f"directory's rank files are read together, so move one away (analyze a "
+                    f"single file by naming it)")
+            by_rank[rank] = path
         for key in ("game", "run_id"):
             if attrs.get(key) is None:
                 continue
@@ -996,6 +1023,29 @@ def check_one_run(files_attrs: dict) -> None:
                 raise TrajectoryLogError(f"{path} and {first} are from different runs ({key} "
                                          f"{attrs[key]} vs {value}): a run directory's rank files "
                                          f"are read together")
+    sizes = [size for path, attrs in files_attrs.items()
+             if (size := _int_attr(path, attrs, "world_size")) is not None]
+    if all_ranks and sizes and by_rank:
+        missing = [r for r in range(max(sizes)) if r not in by_rank]
+        if missing:  # a partial summary looked like the whole run's
+            where = pathlib.Path(next(iter(files_attrs))).parent
+            names = ", ".join(RANK_FILE_PATTERN.format(rank=r) for r in missing)
+            raise TrajectoryLogError(
+                f"{where}: the run had {max(sizes)} ranks but the file{'s' if len(missing) > 1 else ''} "
+                f"of rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} ({names}) "
+                f"{'are' if len(missing) > 1 else 'is'} missing; analyze a rank file by naming it "
+                f"for that rank alone")
+
+
+def _int_attr(path, attrs: dict, key: str) -> int | None:
+    """An integer root attribute (rank, world_size), None when absent."""
+    value = attrs.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+        raise TrajectoryLogError(f"{path}: damaged trajectory file: its {key} attribute {value!r} "
+                                 f"is not a non-negative integer")
+    return int(value)
 
 
 def write_master(run_dir) -> pathlib.Path:

@@ -149,7 +149,12 @@ def _retype(name, convert):
 
 @pytest.mark.parametrize("damage,message", [
     (_set_attr("format_version", 2), "written in trajectory format_version 2"),
-    (_set_attr("format_version", "banana"), "format_version 'banana'"),
+    (_set_attr("format_version", "banana"), "its format_version attribute 'banana' is not an integer"),
+    # an array made `!=` ambiguous (no file named); '1' was "format_version '1' ... reads version 1"
+    (_set_attr("format_version", np.array([1, 1])), "damaged trajectory file: its format_version "
+                                                     "attribute array\\(\\[1, 1\\]\\) is not an integer"),
+    (_set_attr("format_version", "1"), "damaged trajectory file: its format_version attribute '1' "
+                                       "is not an integer"),
     (_retype("steps/action", lambda a: a.astype(np.float32) + 0.5), "steps/action is float32, not int16"),
     (_retype("episodes/return", lambda r: r.astype("S8")), "episodes/return is \\|S8, not float64"),
 ])
@@ -271,3 +276,62 @@ def test_analyze_says_when_the_out_directory_cannot_be_made(tmp_path):
     from hybridsim import storage
     with pytest.raises(OSError, match=r"--out /proc/nope: cannot make the directory \(No such file"):
         storage.check_output_directory("/proc/nope", "--out")
+
+
+def _run_of_ranks(run_dir, world_size=2):
+    """Rank files of one run, with the rank, world_size and run_id attributes train writes."""
+    for rank in range(world_size):
+        path = trajlog.rank_file(run_dir, rank)
+        write_rank(path, 20, 2, 4, seed=rank, env_offset=2 * rank)
+        with h5py.File(path, "r+") as f:
+            f.attrs.update({"rank": rank, "world_size": world_size, "run_id": "r" * 32})
+
+
+def test_a_copy_of_a_rank_file_is_refused_naming_both(tmp_path):
+    """A stray copy beside the rank files doubled every count of the summary."""
+    import shutil
+    _run_of_ranks(tmp_path)
+    assert analyze.analyze(tmp_path, plots=False)["overall"]["episodes"] == 4
+    copy = tmp_path / "traj_rank00000 (copy).h5"
+    shutil.copy(trajlog.rank_file(tmp_path, 0), copy)
+    result = run_cli("analyze", tmp_path, "--no-plots")
+    assert result.returncode == 2, result.stdout
+    assert f"{trajlog.rank_file(tmp_path, 0)} and {copy} both hold rank 0's rows" in result.stderr \
+        or f"{copy} and {trajlog.rank_file(tmp_path, 0)} both hold rank 0's rows" in result.stderr, result.stderr
+    with pytest.raises(trajlog.TrajectoryLogError, match="both hold rank 0's rows"):
+        trajlog.write_master(tmp_path)  # the master would have counted it twice too
+    assert analyze.analyze(copy, plots=False)["overall"]["episodes"] == 2  # named alone: read
+
+
+def test_a_missing_rank_file_is_named(tmp_path):
+    """Rank 0's file gone from a 2-rank run: a summary of rank 1 alone came out with exit 0."""
+    _run_of_ranks(tmp_path, world_size=3)
+    trajlog.rank_file(tmp_path, 0).unlink()
+    result = run_cli("analyze", tmp_path, "--no-plots")
+    assert result.returncode == 2, result.stdout
+    assert f"{tmp_path}: the run had 3 ranks but the file of rank 0 (traj_rank00000.h5) is missing" \
+        in result.stderr, result.stderr
+    trajlog.rank_file(tmp_path, 2).unlink()
+    with pytest.raises(trajlog.TrajectoryLogError, match=r"files of ranks 0, 2 \(traj_rank00000.h5, "
+                                                         r"traj_rank00002.h5\) are missing"):
+        analyze.analyze(tmp_path, plots=False)
+    # one rank file named on its own is that rank's summary
+    assert analyze.analyze(trajlog.rank_file(tmp_path, 1), plots=False)["overall"]["episodes"] == 2
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path):
+    """analyze and replay of a FIFO (and a resume into one) waited forever for a writer."""
+    fifo = trajlog.rank_file(tmp_path, 0)
+    os.mkfifo(fifo)
+    message = f"{fifo}: not a regular file"
+    for args in (["analyze", fifo, "--no-plots"], ["analyze", tmp_path, "--no-plots"],
+                 ["replay", fifo, "--episode", "0"]):
+        result = run_cli(*args)
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
+    code = ("import sys; from hybridsim import trajlog\n"
+            "try:\n"
+            "    trajlog.TrajectoryWriter(sys.argv[1], batch_size=2, num_actions=3, resume_after_frame=8)\n"
+            "except trajlog.TrajectoryLogError as exc:\n"
+            "    print(exc)\n")
+    result = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True, text=True, timeout=60)
+    assert message in result.stdout, result.stdout + result.stderr
