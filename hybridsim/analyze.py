@@ -22,12 +22,22 @@ def _episode_stats(episodes: dict) -> dict:
             "return_min": float(returns.min()), "length_mean": float(episodes["length"].mean())}
 
 
-def _scan_steps(f, num_actions: int) -> dict:
-    """Action counts and (time, frame) samples, read block by block."""
+STOPPED_SECONDS = 600.0  # a pause between two rows this long is a stopped job, not a slow step
+
+
+def _scan_steps(f, num_actions: int, breaks=()) -> dict:
+    """Action counts, (time, frame) samples and the frames and seconds of running, read
+    block by block. Two consecutive rows count toward the throughput unless a resume,
+    restart or gap lies between them (`breaks`, frames), their time or frame goes back
+    (damage), or STOPPED_SECONDS pass between them (a resume in a file written before
+    resumes were recorded): the time a job was stopped is no running time."""
     steps = f["steps"]
     action, frame, when, env = steps["action"], steps["global_frame"], steps["unix_time"], steps["env_id"]
     counts = np.zeros(num_actions, dtype=np.int64)
     samples = []
+    breaks = np.asarray(sorted(breaks), dtype=np.int64)
+    frames_run, seconds_run, segments = 0, 0.0, 0
+    last, was_running = None, False  # the previous block's last (time, frame), and its last pair
     rows = trajlog.common_rows(steps)
     for start in range(0, rows, BLOCK_ROWS):
         stop = min(rows, start + BLOCK_ROWS)
@@ -42,14 +52,32 @@ def _scan_steps(f, num_actions: int) -> dict:
         t = when[start:stop, 0]
         fr = frame[start:stop].max(axis=1)
         samples.append(np.stack([t, fr], axis=1)[:: max(1, (stop - start) // 200)])
+        if last is not None:
+            t, fr = np.concatenate([[last[0]], t]), np.concatenate([[last[1]], fr])
+        last = (t[-1], fr[-1])
+        dt, dframe = np.diff(t), np.diff(fr)
+        # a frame that goes back, or below 0, is damage: no rate from it
+        running = (np.isfinite(dt) & (dt >= 0) & (dt < STOPPED_SECONDS) & (dframe >= 0)
+                   & (fr[:-1] >= 0))
+        if breaks.size:  # a break frame b between rows: before <= b < after
+            crossed = np.searchsorted(breaks, fr[1:], "left") > np.searchsorted(breaks, fr[:-1], "left")
+            running &= ~crossed
+        frames_run += int(dframe[running].sum())
+        seconds_run += float(dt[running].sum())
+        segments += int(np.count_nonzero(np.diff(np.concatenate([[was_running], running]).astype(np.int8)) == 1))
+        was_running = bool(running[-1]) if running.size else was_running
     samples = np.concatenate(samples) if samples else np.zeros((0, 2))
-    return {"action_counts": counts, "time_frame": samples[np.isfinite(samples[:, 0])], "rows": rows}
+    return {"action_counts": counts, "time_frame": samples[np.isfinite(samples[:, 0])], "rows": rows,
+            "frames_run": frames_run, "seconds_run": seconds_run, "segments": segments}
 
 
-def _throughput(time_frame: np.ndarray) -> float | None:
-    if len(time_frame) < 2 or time_frame[-1, 0] <= time_frame[0, 0]:
+def _throughput(scan: dict) -> float | None:
+    """Frames over seconds of running, summed over the stretches between stops; None
+    where there is none (a rate from damaged times or frames would be nonsense)."""
+    if scan["seconds_run"] <= 0 or scan["frames_run"] <= 0:
         return None
-    return float((time_frame[-1, 1] - time_frame[0, 1]) / (time_frame[-1, 0] - time_frame[0, 0]))
+    rate = scan["frames_run"] / scan["seconds_run"]
+    return float(rate) if np.isfinite(rate) else None
 
 
 def analyze(target, out_dir=None, plots: bool = True) -> dict:
@@ -70,10 +98,14 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
             n = trajlog.common_rows(f["episodes"])
             episodes = {k: f["episodes"][k][:n] for k in trajlog.EPISODE_FIELDS}
             num_actions = f["steps"]["behavior_logits"].shape[2]
-            scan = _scan_steps(f, num_actions)
+            gaps = [[int(a), int(b)] for a, b in trajlog.json_list_attr(f, "gaps")]
+            breaks = [b for _, b in gaps] + trajlog.json_list_attr(f, "restarts") \
+                + trajlog.json_list_attr(f, "resumes")
+            scan = _scan_steps(f, num_actions, breaks)
         stats = _episode_stats(episodes)
         stats.update(steps=int(scan["rows"]), action_counts=scan["action_counts"].tolist(),
-                     frames_per_second=_throughput(scan["time_frame"]))
+                     frames_per_second=_throughput(scan), running_seconds=scan["seconds_run"],
+                     running_segments=scan["segments"], gaps=gaps)
         per_rank[path.name] = stats
         all_episodes.append(episodes)
         actions_total = scan["action_counts"] if actions_total is None else actions_total + scan["action_counts"]
@@ -162,7 +194,13 @@ def format_summary(summary: dict) -> str:
             lines.append(f"{name:22s} no finished episodes")
     fps = summary["overall"].get("frames_per_second")
     if fps:
-        lines.append(f"throughput: {fps:,.0f} frames/s")
+        segments = max((r.get("running_segments", 1) for r in summary["per_rank"].values()), default=1)
+        lines.append(f"throughput: {fps:,.0f} frames/s" + (
+            f" (while running: {segments} stretches between stops and resumes)" if segments > 1 else ""))
+    for name, stats in summary["per_rank"].items():
+        for since, until in stats.get("gaps", []):  # an unrecorded stretch of the run
+            lines.append(f"warning: {name}: no steps logged after frame {since} up to frame {until} "
+                         f"(lost, or not logged); the episodes there are missing from these numbers")
     counts = np.asarray(summary["overall"]["action_counts"])
     if counts.sum():
         share = ", ".join(f"{a}:{c / counts.sum():.0%}" for a, c in enumerate(counts))

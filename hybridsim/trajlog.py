@@ -197,14 +197,19 @@ class TrajectoryWriter:
                                     chunks=(1024,), **kw)
         if observations is not None:
             self._create_observations(f, observations, kw)
-        if resume_after_frame is not None and resume_expected_rows:
-            # the file the checkpoint's rows went into is gone (deleted, moved, not copied)
+        if resume_after_frame is not None and (
+                resume_expected_rows or (resume_expected_rows is None and resume_after_frame > 0)):
+            # the file the checkpoint's rows went into is gone (deleted, moved, not copied),
+            # or the checkpoint's job did not log (None): no row before this frame is here
             f.attrs["gaps"] = json.dumps([[0, int(resume_after_frame)]])
             if resume_restarts_envs:
                 f.attrs["restarts"] = json.dumps([int(resume_after_frame)])
-            print(f"warning: {self.path}: missing; the {resume_expected_rows} step rows the "
-                  f"checkpoint counted (up to frame {resume_after_frame}) are not in the new file "
-                  f"started here; recorded in its `gaps` attribute", file=sys.stderr)
+            counted = (f"the {resume_expected_rows} step rows the checkpoint counted"
+                       if resume_expected_rows else "the steps before the checkpoint, which its "
+                       "job did not log,")
+            print(f"warning: {self.path}: missing; {counted} (up to frame {resume_after_frame}) "
+                  f"are not in the new file started here; recorded in its `gaps` attribute",
+                  file=sys.stderr)
         f.swmr_mode = True  # every dataset exists now; readers may attach while we append
         self._open_datasets()
         self._hold_alive()
@@ -323,11 +328,25 @@ class TrajectoryWriter:
             keep_obs = int((index[:, 2] <= last_frame).sum()) if index.shape[0] else 0
             stride = max(1, int(obs.attrs.get("stride", 1)))
             last_block = {int(env): int(row) // stride for row, env, _ in index[:keep_obs]}
+        resumes = json_list_attr(self.file, "resumes")
+        unlogged = None
+        if expected_rows is None:
+            unlogged = _unlogged_frames(last_row_frames[:keep], last_frame,
+                                        [g[1] for g in gaps] + restarts + resumes)
         # the checks passed: from here on the file changes
         if expected_rows is not None and keep < expected_rows:
             _record_lost_rows(self.file, self.path, gaps, last_row_frames, keep, expected_rows, last_frame)
+        elif unlogged is not None:
+            gaps = gaps + [unlogged]
+            self.file.attrs["gaps"] = json.dumps(gaps)
+            print(f"warning: {self.path}: holds steps up to frame {unlogged[0]} only, and this "
+                  f"run resumes at frame {last_frame} (the checkpoint's job did not log "
+                  f"trajectories: --log-trajectories false?); the frames between are recorded "
+                  f"in its `gaps` attribute (replay refuses episodes across a gap)", file=sys.stderr)
         if restarts_envs:
             self.file.attrs["restarts"] = json.dumps(restarts + [int(last_frame)])
+        # where the run stopped and went on: analyze leaves the stopped time out of throughput
+        self.file.attrs["resumes"] = json.dumps(resumes + [int(last_frame)])
         for name in (*STEP_FIELDS, "behavior_logits"):
             steps[name].resize(keep, axis=0)
         for name in EPISODE_FIELDS:
@@ -527,6 +546,26 @@ class TrajectoryWriter:
         self.close()
 
 
+def _unlogged_frames(row_frames, last_frame: int, breaks) -> list | None:
+    """[last logged frame, last_frame] when the rows stop short of the resume frame by more
+    than the largest step between consecutive rows (the rows of a rank end an iteration up
+    to the other ranks' frames before the checkpoint's frame, and the next iteration's first
+    row jumps over those frames plus one step of its own); None when nothing is missing.
+    For a checkpoint that does not count the rows: its job did not log them. Steps across
+    `breaks` (frames of earlier gaps, restarts and resumes) are not the run's own."""
+    since = int(row_frames[-1]) if row_frames.size else 0
+    recent = row_frames[-1024:]
+    step = 0
+    if recent.size > 1:
+        before, after = recent[:-1], recent[1:]
+        own = np.ones(before.size, bool)
+        for frame in breaks:
+            own &= ~((before <= frame) & (frame < after))
+        if own.any():
+            step = int((after - before)[own].max())
+    return [since, int(last_frame)] if last_frame - since > step else None
+
+
 def _record_lost_rows(f, path, gaps: list, last_row_frames, kept: int, expected_rows: int, last_frame: int):
     """Rows the checkpoint counted never reached the file (the job was stopped first):
     record the frames they covered in the `gaps` attribute, and warn."""
@@ -563,7 +602,7 @@ def json_list_attr(f, name: str) -> list:
         raise TrajectoryLogError(f"{f.filename}: its {name!r} attribute is not a list")
     if name == "gaps":  # [[after_frame, upto_frame], ...]
         ok = all(isinstance(g, list) and len(g) == 2 and all(type(x) is int for x in g) for g in value)
-    elif name == "restarts":  # [frame, ...]
+    elif name in ("restarts", "resumes"):  # [frame, ...]
         ok = all(type(x) is int for x in value)
     else:
         ok = True

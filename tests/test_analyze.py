@@ -319,6 +319,53 @@ def test_a_missing_rank_file_is_named(tmp_path):
     assert analyze.analyze(trajlog.rank_file(tmp_path, 1), plots=False)["overall"]["episodes"] == 2
 
 
+def _timed_rows(writer, rng, steps, first_step, start_time, seconds_per_step):
+    from test_trajlog import fake_step
+    for s in range(first_step, first_step + steps):
+        writer.append_step(**fake_step(rng, s, 2, 4), unix_time=start_time + (s - first_step) * seconds_per_step)
+
+
+def test_throughput_leaves_out_the_time_a_job_was_stopped(tmp_path):
+    """A run stopped for an hour and resumed reported its frames over the whole span: 23
+    frames/s for a run at ~2,000. 4 frames per row at 0.002 s a row: 2,000 frames/s."""
+    path = trajlog.rank_file(tmp_path, 0)
+    rng = np.random.default_rng(0)
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=4) as w:
+        _timed_rows(w, rng, 100, 0, 1e9, 0.002)
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=4, resume_after_frame=99 * 4,
+                                  resume_expected_rows=100) as w:
+        _timed_rows(w, rng, 100, 100, 1e9 + 3600, 0.002)
+    summary = analyze.analyze(path, plots=False)
+    assert summary["overall"]["frames_per_second"] == pytest.approx(2000, rel=1e-6)
+    assert summary["per_rank"][path.name]["running_segments"] == 2
+    assert "throughput: 2,000 frames/s (while running: 2 stretches" in analyze.format_summary(summary)
+    with h5py.File(path, "r+") as f:  # a file from before resumes were recorded: the hour is a stop
+        assert trajlog.json_list_attr(f, "resumes") == [396]
+        del f.attrs["resumes"]
+    assert analyze.analyze(path, plots=False)["overall"]["frames_per_second"] == pytest.approx(2000, rel=1e-6)
+
+
+def test_a_damaged_global_frame_gives_no_negative_throughput(tmp_path):
+    path = trajlog.rank_file(tmp_path, 0)
+    write_rank(path, 30, 2, 4, seed=1)
+    with h5py.File(path, "r+") as f:
+        f["steps/global_frame"][...] = -f["steps/global_frame"][()] - 1  # frames run backwards
+    summary = analyze.analyze(path, plots=False)
+    assert summary["overall"]["frames_per_second"] is None
+    assert "throughput" not in analyze.format_summary(summary)
+
+
+def test_analyze_names_the_gaps_of_a_file(tmp_path):
+    path = trajlog.rank_file(tmp_path, 0)
+    write_rank(path, 30, 2, 4, seed=1)
+    with h5py.File(path, "r+") as f:
+        f.attrs["gaps"] = "[[40, 400]]"
+    summary = analyze.analyze(path, plots=False)
+    assert summary["per_rank"][path.name]["gaps"] == [[40, 400]]
+    assert (f"warning: {path.name}: no steps logged after frame 40 up to frame 400 (lost, or not "
+            f"logged); the episodes there are missing") in analyze.format_summary(summary)
+
+
 def test_a_fifo_is_refused_not_waited_on(tmp_path):
     """analyze and replay of a FIFO (and a resume into one) waited forever for a writer."""
     fifo = trajlog.rank_file(tmp_path, 0)

@@ -357,3 +357,23 @@ def test_a_gpu_runs_log_without_a_gpu_names_the_cpu_replay(short_episode_run, tm
         replay.replay(copy, 0)
     assert replay.replay(copy, 0, env="hybridsim").reproduced
 
+
+def test_a_resume_with_trajectories_off_leaves_a_recorded_gap(tmp_path):
+    """Logging on, then a resume with --log-trajectories false, then one with it on: the
+    rows in between were never logged. Replay said MISMATCH (blaming the emulator) for an
+    episode across them; now it says the rows are missing, and analyze lists the gap."""
+    from hybridsim import analyze
+    cfg = dict(game="pong", backend="cpu", num_envs=2, num_minibatches=1, log_dir=str(tmp_path),
+               num_threads=1, torch_threads=1, log_every=1000.0, max_episode_frames=600, noop_max=10)
+    Trainer(TrainConfig(**cfg, total_frames=1600)).train()
+    Trainer(TrainConfig(**cfg, total_frames=3200, resume=True, log_trajectories=False)).train()
+    Trainer(TrainConfig(**cfg, total_frames=4800, resume=True)).train()
+    path = trajlog.rank_file(tmp_path, 0)
+    with trajlog.open_trajectory_file(path) as f:
+        assert trajlog.json_list_attr(f, "gaps") == [[1600, 3200]]
+    last = trajlog.read_episodes(path)["env_id"].size - 1
+    with pytest.raises(ValueError, match="after frame 1600 up to frame 3200 were lost"):
+        replay.replay(path, last)
+    assert replay.replay(path, 0).reproduced  # before the gap
+    summary = analyze.analyze(tmp_path, plots=False)
+    assert "no steps logged after frame 1600 up to frame 3200" in analyze.format_summary(summary)

@@ -586,3 +586,48 @@ def test_a_failed_master_write_leaves_no_temporary_file(tmp_path, monkeypatch):
         trajlog.write_master(tmp_path)
     assert not (tmp_path / (trajlog.MASTER_FILE + ".tmp")).exists()
     assert not (tmp_path / trajlog.MASTER_FILE).exists()
+
+
+def test_a_resume_after_frames_that_were_not_logged_records_a_gap(tmp_path, capsys):
+    """A job resumed with --log-trajectories false, then one with logging on: the file's
+    rows stopped at the first job's frame and went on at the third's, with no `gaps`, so
+    replay blamed the emulator (MISMATCH) and analyze missed the episodes silently. The
+    checkpoint of a job that did not log counts no rows (None)."""
+    path = tmp_path / "traj_rank00000.h5"
+    _rows(path, 10)  # frames 0 .. 36, 4 a row
+    trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=36).close()
+    assert capsys.readouterr().err == ""  # the rows reach the resume frame: nothing missing
+    trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=100).close()
+    assert "holds steps up to frame 36 only, and this run resumes at frame 100" in capsys.readouterr().err
+    with trajlog.open_trajectory_file(path) as f:
+        assert trajlog.json_list_attr(f, "gaps") == [[36, 100]]
+        assert trajlog.json_list_attr(f, "resumes") == [36, 100]
+    # a checkpoint that counted the rows: they are all there, nothing more to record
+    trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=36,
+                             resume_expected_rows=10).close()
+    with trajlog.open_trajectory_file(path) as f:
+        assert trajlog.json_list_attr(f, "gaps") == [[36, 100]]
+    # a new file started by a job whose checkpoint's job did not log: no row before it
+    other = tmp_path / "traj_rank00001.h5"
+    trajlog.TrajectoryWriter(other, batch_size=2, num_actions=3, resume_after_frame=100).close()
+    assert "the steps before the checkpoint, which its job did not log" in capsys.readouterr().err
+    with trajlog.open_trajectory_file(other) as f:
+        assert trajlog.json_list_attr(f, "gaps") == [[0, 100]]
+
+
+def test_a_rank_of_several_resumes_without_a_false_gap(tmp_path, capsys):
+    """With 2 ranks, a rank's rows end an iteration short of the run's frame by the other
+    rank's frames (4 rows of 4 frames a rank, iterations of 32 frames): no gap there."""
+    path = tmp_path / "traj_rank00000.h5"
+    rng = np.random.default_rng(0)
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3) as w:
+        for it in range(3):
+            for k in range(4):
+                row = fake_step(rng, 0, 2, 3)
+                row["global_frame"][:] = 32 * it + 4 * (k + 1)
+                w.append_step(**row)
+    trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=96).close()
+    assert capsys.readouterr().err == ""
+    trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=128).close()
+    with trajlog.open_trajectory_file(path) as f:
+        assert trajlog.json_list_attr(f, "gaps") == [[80, 128]]
