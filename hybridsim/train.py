@@ -491,6 +491,7 @@ class Trainer:
         # environments restart from their seeds (trajlog records a gap or a restart)
         self._resume_traj_rows = None
         self._resume_traj_file_id = None  # the file the checkpoint's rows went into
+        self._resume_traj_logged_until = None  # the checkpoint frame its rows reach
         self._resume_restarts_envs = False
         self._resume_impala = None  # the checkpoint's checked impala state, for restored envs
         self._loop_state: dict = {}
@@ -597,7 +598,7 @@ class Trainer:
                 min_flush_seconds=min(2.0, self.cfg.log_flush_seconds),
                 resume_after_frame=self.frames if self.cfg.resume else None,
                 resume_expected_rows=self._resume_traj_rows, resume_restarts_envs=self._resume_restarts_envs,
-                resume_file_id=self._resume_traj_file_id,
+                resume_file_id=self._resume_traj_file_id, resume_logged_until=self._resume_traj_logged_until,
                 num_actions=self.num_actions, observations=obs,
                 attrs={"game": self.cfg.game, "rank": self.rank, "world_size": self.world_size,
                        "run_id": self.run_id,
@@ -769,10 +770,20 @@ class Trainer:
         env_state = None if getter is None else zlib.compress(getter(), 1)
         return {"env_state": env_state, "env_state_codec": None if env_state is None else "zlib",
                 "episode_tracker": self.episodes.state(),
-                "traj_rows": None if self.traj is None else self.traj.steps_logged,
-                "traj_file_id": None if self.traj is None else self.traj.file_id,
+                **self._trajectory_resume_state(),
                 "torch_threads": torch.get_num_threads(),  # a CPU learner's sums depend on it
                 "impala_in_flight": self._impala_resume_state()}
+
+    def _trajectory_resume_state(self) -> dict:
+        """The trajectory file as this checkpoint leaves it: its rows, its file_id and the
+        frame up to which it holds the run's steps. A job that does not log carries the last
+        logging job's record on, so a later job that logs again cuts the file there and
+        records the frames between as a gap (replay then says so instead of a mismatch)."""
+        if self.traj is not None:
+            return {"traj_rows": self.traj.steps_logged, "traj_file_id": self.traj.file_id,
+                    "traj_logged_until": self.frames}
+        return {"traj_rows": self._resume_traj_rows, "traj_file_id": self._resume_traj_file_id,
+                "traj_logged_until": self._resume_traj_logged_until}
 
     def _impala_resume_state(self) -> dict | None:
         """The impala loop's state between iterations: the actions sent but not yet answered
@@ -881,6 +892,7 @@ class Trainer:
                   f"{mine['torch_threads']} for that)", file=sys.stderr)
         self._resume_traj_rows = mine.get("traj_rows")
         self._resume_traj_file_id = mine.get("traj_file_id")
+        self._resume_traj_logged_until = mine.get("traj_logged_until")
         env_state = _decoded_env_state(mine, path, self.rank)
         impala = mine.get("impala_in_flight")
         if env_state is not None and self.cfg.schedule == "impala":

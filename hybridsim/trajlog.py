@@ -123,7 +123,8 @@ class TrajectoryWriter:
                  min_free_bytes: int | None = DEFAULT_MIN_FREE_BYTES,
                  flush_seconds: float | None = None, flush_bytes: int = DEFAULT_FLUSH_BYTES,
                  min_flush_seconds: float | None = None, resume_expected_rows: int | None = None,
-                 resume_restarts_envs: bool = False, resume_file_id: str | None = None):
+                 resume_restarts_envs: bool = False, resume_file_id: str | None = None,
+                 resume_logged_until: int | None = None):
         """Create the file, or with `resume_after_frame` reopen an existing one and drop the
         rows logged after that global frame (they will be produced again by the resumed run).
 
@@ -138,7 +139,10 @@ class TrajectoryWriter:
         this frame (a backend without snapshots), recorded in `restarts`. Replay reads both.
         `resume_file_id`, the file's `file_id` the checkpoint recorded, refuses another
         run's file put in its place; a missing file is started anew at the checkpoint's
-        frame, the rows before it recorded as a gap."""
+        frame, the rows before it recorded as a gap. `resume_logged_until`: the checkpoint
+        frame up to which the file holds the run's rows, when the jobs since did not log
+        (--log-trajectories false): the rows after it are cut and the frames from there to
+        `resume_after_frame` recorded as a gap."""
         if batch_size < 1 or num_actions < 1:
             raise ValueError(f"batch_size and num_actions must be >= 1, got {batch_size}, {num_actions}")
         self.path = pathlib.Path(path)
@@ -169,7 +173,7 @@ class TrajectoryWriter:
         self._alive = None  # a shared lock on the file while this writer lives (see _hold_alive)
         if resume_after_frame is not None and self.path.exists():
             self._reopen(resume_after_frame, resume_expected_rows, resume_restarts_envs, resume_file_id,
-                         (attrs or {}).get("run_id"))
+                         (attrs or {}).get("run_id"), resume_logged_until)
             self.file_id = str(self.file.attrs.get("file_id", ""))
             self._open_datasets()
             self._hold_alive()
@@ -255,7 +259,7 @@ class TrajectoryWriter:
         self._buffered = 0
 
     def _reopen(self, last_frame: int, expected_rows: int | None, restarts_envs: bool,
-                file_id: str | None, run_id: str | None):
+                file_id: str | None, run_id: str | None, logged_until: int | None = None):
         _check_superblock(self.path)
         with _open_h5(self.path) as f:  # before anything changes the file (checks come below)
             held, held_run = str(f.attrs.get("file_id", "")), str(f.attrs.get("run_id", ""))
@@ -283,7 +287,7 @@ class TrajectoryWriter:
             if expected_rows and len(rows) > 1 and min(rows) < expected_rows:
                 raise TrajectoryLogError(f"{self.path}: damaged trajectory file: "
                                          f"{'; '.join(_unequal_lengths(self.file))}")
-            self._truncate_for_resume(last_frame, expected_rows, restarts_envs)
+            self._truncate_for_resume(last_frame, expected_rows, restarts_envs, logged_until)
         except TrajectoryLogError:
             self.file.close()
             raise
@@ -291,7 +295,8 @@ class TrajectoryWriter:
             self.file.close()
             raise TrajectoryLogError(f"{self.path}: cannot resume logging into it: {exc}") from exc
 
-    def _truncate_for_resume(self, last_frame: int, expected_rows: int | None, restarts_envs: bool):
+    def _truncate_for_resume(self, last_frame: int, expected_rows: int | None, restarts_envs: bool,
+                             logged_until: int | None = None):
         # Every check that can refuse the resume runs before the first write or warning: a
         # refused resume leaves the file (and its rows after the checkpoint) as it was.
         steps = self.file["steps"]
@@ -317,20 +322,24 @@ class TrajectoryWriter:
                                              f"written by hybridsim's TrajectoryWriter); use a new log_dir")
         gaps = json_list_attr(self.file, "gaps")
         restarts = json_list_attr(self.file, "restarts")
+        # the rows are the run's up to the last checkpoint a logging job wrote
+        cut = last_frame if logged_until is None else min(int(logged_until), last_frame)
         frames = steps["global_frame"][:common_rows(steps)]
         last_row_frames = frames.max(axis=1) if frames.shape[0] else np.empty(0, np.int64)
-        keep = int(np.searchsorted(last_row_frames, last_frame, "right"))
+        keep = int(np.searchsorted(last_row_frames, cut, "right"))
         episodes = self.file["episodes"]
-        keep_eps = int((episodes["end_frame"][:common_rows(episodes)] <= last_frame).sum())
+        keep_eps = int((episodes["end_frame"][:common_rows(episodes)] <= cut).sum())
         keep_obs = 0
         if obs is not None:
             index = obs["index"][:common_rows(obs)]
-            keep_obs = int((index[:, 2] <= last_frame).sum()) if index.shape[0] else 0
+            keep_obs = int((index[:, 2] <= cut).sum()) if index.shape[0] else 0
             stride = max(1, int(obs.attrs.get("stride", 1)))
             last_block = {int(env): int(row) // stride for row, env, _ in index[:keep_obs]}
         resumes = json_list_attr(self.file, "resumes")
         unlogged = None
-        if expected_rows is None:
+        if cut < last_frame:  # known: the jobs since the checkpoint at `cut` did not log
+            unlogged = [int(last_row_frames[keep - 1]) if keep else 0, int(last_frame)]
+        elif expected_rows is None:  # an older checkpoint that does not say: from the rows
             unlogged = _unlogged_frames(last_row_frames[:keep], last_frame,
                                         [g[1] for g in gaps] + restarts + resumes)
         # the checks passed: from here on the file changes

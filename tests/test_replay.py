@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("ale_py")
 from hybridsim import replay, trajlog  # noqa: E402
 from hybridsim.train import TrainConfig, Trainer  # noqa: E402
+import torch  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -367,6 +368,9 @@ def test_a_resume_with_trajectories_off_leaves_a_recorded_gap(tmp_path):
                num_threads=1, torch_threads=1, log_every=1000.0, max_episode_frames=600, noop_max=10)
     Trainer(TrainConfig(**cfg, total_frames=1600)).train()
     Trainer(TrainConfig(**cfg, total_frames=3200, resume=True, log_trajectories=False)).train()
+    # the job that did not log carries the logging job's record on (rows up to frame 1600)
+    carried = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["rank_states"][0]
+    assert carried["traj_logged_until"] == 1600 and carried["traj_rows"] > 0
     Trainer(TrainConfig(**cfg, total_frames=4800, resume=True)).train()
     path = trajlog.rank_file(tmp_path, 0)
     with trajlog.open_trajectory_file(path) as f:

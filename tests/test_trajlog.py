@@ -615,6 +615,23 @@ def test_a_resume_after_frames_that_were_not_logged_records_a_gap(tmp_path, caps
         assert trajlog.json_list_attr(f, "gaps") == [[0, 100]]
 
 
+def test_a_checkpoint_says_where_the_logged_rows_end(tmp_path, capsys):
+    """A job that does not log carries the last logging job's record on (train.py
+    _trajectory_resume_state: its rows and the checkpoint frame they reach). Here the
+    logging job checkpointed at frame 20, logged on to frame 36 and was killed; a job
+    resumed from 20 without logging checkpointed at 100; the next one, logging again, cuts
+    the rows after 20 (the killed job's, not this run's) and records [20, 100] as a gap
+    (the heuristic without that record kept them and recorded [36, 100])."""
+    path = tmp_path / "traj_rank00000.h5"
+    _rows(path, 10)  # frames 0 .. 36, 4 a row; the checkpoint at 20 counted 6 rows
+    trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=100,
+                             resume_expected_rows=6, resume_logged_until=20).close()
+    assert "holds steps up to frame 20 only, and this run resumes at frame 100" in capsys.readouterr().err
+    with trajlog.open_trajectory_file(path) as f:
+        assert f["steps/global_frame"].shape[0] == 6 and f["steps/global_frame"][-1, 0] == 20
+        assert trajlog.json_list_attr(f, "gaps") == [[20, 100]]
+
+
 def test_a_rank_of_several_resumes_without_a_false_gap(tmp_path, capsys):
     """With 2 ranks, a rank's rows end an iteration short of the run's frame by the other
     rank's frames (4 rows of 4 frames a rank, iterations of 32 frames): no gap there."""
