@@ -237,17 +237,30 @@ class HybridEngine:
                       cpu_envs_after=after)
         if after != before:
             t0 = time.perf_counter()
-            self._move_split(after)
+            try:
+                self._move_split(after)
+            except Exception as exc:  # noqa: BLE001  (memory for the new parts, most likely)
+                record["error"] = repr(exc)  # _move_split put the environments back at `before`
             record["seconds"] = time.perf_counter() - t0
         self.split["rebalance"] = record
 
     def _move_split(self, cpu_envs):
+        """Environments 0..cpu_envs-1 to the CPU part, the rest to the GPU part, each with
+        its whole state; if the new parts cannot be made, the old split is rebuilt from the
+        same host copies and the error raised (the environments are as they were)."""
         from hybridsim.gpu import GpuEngine
         self.materialize()
         arrays = {name: self.host_array(name) for name in GpuEngine.SNAPSHOT_ARRAYS}
         shown = self.shown()
-        self._build_parts(cpu_envs)  # fresh parts: nothing left undrawn
-        self.load_arrays(arrays)
+        before = self.cpu_envs
+        try:
+            self._build_parts(cpu_envs)  # fresh parts: nothing left undrawn
+            self.load_arrays(arrays)
+        except BaseException:
+            self._build_parts(before)
+            self.load_arrays(arrays)
+            self.set_shown(shown)
+            raise
         self.set_shown(shown)
 
     # ---- routing ----------------------------------------------------------------------
@@ -317,7 +330,7 @@ class HybridEngine:
                           self._host(strengths, rc, np.float32))
             if prefix:
                 self.dev.begin_side_copies()  # before the launch, or the copies would wait for it
-        # the parts' times of a full step (no resets) while a re-split is pending
+        # the parts' times of a full step (no forced resets) while a re-split is pending
         timed = (self._rebalance_left > 0 and prefix and m and len(rg) and n == self.num_envs
                  and not cpu_inputs[0].any())
         # GPU part first: its kernels run while the CPU part steps.
@@ -339,9 +352,9 @@ class HybridEngine:
                         outs[k][sel] = v
         if timed:
             gpu_end = self.dev.record_event()
-            cpu_start = time.perf_counter()
         if m:
-            h = self._host_buffers(m, final_obs is not None)
+            h = self._host_buffers(m, final_obs is not None)  # (pinned the first time: not timed)
+            cpu_start = time.perf_counter()
             cpu_ids = ids[rc]
             chunks = self.copy_chunks if prefix else 1
             bounds = [m * i // chunks for i in range(chunks + 1)]

@@ -425,6 +425,20 @@ class Trainer:
             _remove_empty_dirs(self.log_dir, first_new)  # a run that never started leaves none
             raise
 
+    def _check_rollout_memory(self, cfg: TrainConfig) -> None:
+        """A rollout whose observations alone exceed the learner device's memory is a typo
+        (--num-steps 100000000 reached torch's allocator with 5.6 TB)."""
+        from hybridsim.train_config import physical_memory
+        if self.device.type == "cuda":
+            memory, where = torch.cuda.get_device_properties(self.device).total_memory, str(self.device)
+        else:
+            memory, where = physical_memory(), "this machine"
+        need = cfg.rollout_observation_bytes()
+        if memory and need > memory:
+            raise ValueError(f"num_steps {cfg.num_steps} x {cfg.rollout_width()} trajectories: the rollout's "
+                             f"observations alone take {need / 2**30:,.1f} GiB, more than the "
+                             f"{memory / 2**30:,.1f} GiB of {where}")
+
     def close(self) -> None:
         """Give up the run directory (train() does at its end; a Trainer that is not
         trained holds it until this, or until the process exits)."""
@@ -437,6 +451,7 @@ class Trainer:
             storage.check_output_directory(cfg.fallback_dir, "--fallback-dir")
         # the local rank also spreads independent tasks (HYBRIDSIM_SINGLE_PROCESS) over GPUs
         self.device = pick_device(cfg.device, dist.local_rank())
+        self._check_rollout_memory(cfg)
         if self.device.type == "cuda" and cfg.cuda_deterministic:
             use_deterministic_cuda()
         self.comm = dist.with_gradient_backend(self.comm, cfg.allreduce, self.device)

@@ -768,6 +768,8 @@ class AtariVectorEnv(VectorEnv):
                 raise ValueError(f"compose_state: part {index}'s state was saved before its first reset")
             n = len(data["env"])
             ids = np.asarray(ids)
+            if ids.size == 0:  # np.asarray([]) is float64: an index array must be integers
+                ids = ids.astype(np.intp)
             if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu") or \
                     (ids.size and (ids.min() < 0 or ids.max() >= n)):
                 raise ValueError(f"compose_state: part {index}'s ids must be a 1-D list of "

@@ -17,3 +17,14 @@ def testdata_6502() -> pathlib.Path:
     if not path.is_dir():
         pytest.skip(f"6502 reference data not found at {path} (set HYBRIDSIM_SHARED)")
     return path
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "emulated: builds or uses the host-emulated kernels (minutes to build "
+                                       "on a fresh machine; scripts/device_check.sh leaves these out)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:  # every test on the host-emulated kernels takes this fixture
+        if "emulation_library" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.emulated)

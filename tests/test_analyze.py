@@ -304,7 +304,7 @@ def test_a_copy_of_a_rank_file_is_refused_naming_both(tmp_path):
 
 
 def test_a_missing_rank_file_is_named(tmp_path):
-    """Rank 0's file gone from a 2-rank run: a summary of rank 1 alone came out with exit 0."""
+    """Rank 0's file gone from a 3-rank run: a summary of the other ranks came out with exit 0."""
     _run_of_ranks(tmp_path, world_size=3)
     trajlog.rank_file(tmp_path, 0).unlink()
     result = run_cli("analyze", tmp_path, "--no-plots")

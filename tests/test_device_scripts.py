@@ -200,3 +200,25 @@ def test_segments_must_end_where_the_trajectory_went(tmp_path, monkeypatch):
     for r in report["results"].values():
         assert r["state_equal"] and r["chain_equal"] is False and r["equal"] is False
         assert "did not end where its trajectory went" in r["first_mismatch"]
+
+
+def test_the_device_tests_phase_selects_no_emulated_test():
+    """device_check's tests phase (its default -k, and -m "not emulated") must leave out
+    every test on the host-emulated kernels: those build a library (minutes on a fresh
+    machine) inside the phase's limit. -k matches substrings, so new test names such as
+    test_emulated_hybrid_rebalance_... matched "balance"; the marker is what keeps them out."""
+    import re
+    import subprocess
+    script = (REPO / "scripts" / "device_check.sh").read_text()
+    expr = re.search(r'DEVICE_CHECK_TESTS:-"(.*?)"\}', script, re.S).group(1).replace("\\\n", "")
+    assert '-m "not emulated"' in script
+
+    def collect(*selection):
+        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                              "test_gpu_device.py", "test_gpu_emulated.py", *selection],
+                             cwd=REPO / "tests", capture_output=True, text=True, timeout=120)
+        return {line for line in out.stdout.splitlines() if "::" in line}
+    chosen, emulated = collect("-k", expr, "-m", "not emulated"), collect("-m", "emulated")
+    assert chosen and emulated and not chosen & emulated
+    assert any("rebalance_moves" in name for name in emulated)
+    assert any("test_balance_split" in name for name in chosen)

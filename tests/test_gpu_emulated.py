@@ -478,6 +478,30 @@ def test_emulated_hybrid_rebalance_moves_environments_exactly(emulation_library,
     assert hyb.get_state() == cpu.get_state()
 
 
+def test_a_rebalance_that_cannot_make_its_parts_keeps_the_old_split(emulation_library, monkeypatch):
+    """New parts that cannot be made (memory) leave the environments where they were, the
+    error recorded in split["rebalance"]; the run goes on equal to the CPU backend."""
+    import hybridsim.hybrid as hybrid
+    monkeypatch.setattr(hybrid, "calibrate", lambda *a, **k: dict(cpu_rate=100.0, gpu_rate=100.0, gpu_latency=0.0))
+    monkeypatch.setattr(hybrid, "rebalanced_split", lambda *a: 2)
+    build = hybrid.HybridEngine._build_parts
+
+    def no_memory_for_2(self, cpu_envs):
+        if cpu_envs == 2:
+            build(self, 0)  # half made, as an allocation failing part-way would leave it
+            raise MemoryError("cannot allocate the GPU part")
+        build(self, cpu_envs)
+    monkeypatch.setattr(hybrid.HybridEngine, "_build_parts", no_memory_for_2)
+    cpu, hyb = _pair("breakout", 8, "hybrid", dict(cpu_threads=1, rebalance_steps=2), repeat_action_probability=0.25)
+    _compare(cpu, hyb, steps=2)
+    s = hyb._engine.split
+    assert s["cpu_envs"] == 4 and "MemoryError" in s["rebalance"]["error"]
+    assert hyb.get_state() == cpu.get_state()
+    for t in range(20):
+        a = np.random.default_rng(t).integers(0, 4, 8)
+        _assert_same(cpu.step(a)[0], hyb.step(a)[0], f"step {t} after the failed move")
+
+
 def test_rebalance_needs_a_measured_split(emulation_library):
     with pytest.raises(ValueError, match="rebalance_steps needs a measured split"):
         AtariVectorEnv("pong", 4, backend="hybrid", gpu_options=dict(emulate=True, cpu_envs=2, rebalance_steps=3))

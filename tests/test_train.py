@@ -98,7 +98,6 @@ def test_shipped_recipes_are_valid_configs():
     ("sync_check_every", 0, "sync_check_every must be >= 1"),
     ("obs_stride", 0, "obs_stride must be in 1..2\\*\\*63-1"),
     ("obs_stride", 10**23, "obs_stride must be in 1..2\\*\\*63-1"),  # h5py: "Object dtype has no HDF5 equivalent"
-    ("num_steps", 10**8, "num_steps 100000000 x 4 trajectories: the rollout's observations alone take"),
     ("log_dir", "/tmp/run\udcff\udcfe", "log_dir must be a UTF-8 path"),  # TensorBoard failed after files were made
     ("log_every", float("nan"), "log_every"),
     ("learner_batch", 0, "learner_batch must be >= 1"),
@@ -130,11 +129,25 @@ def test_command_line_settings_the_run_would_ignore_are_refused(tmp_path, capsys
     assert not (tmp_path / "run").exists()
 
 
-def test_a_recipe_may_carry_settings_of_another_schedule(tmp_path):
+def test_a_recipe_may_carry_settings_of_another_schedule(tmp_path, capsys):
+    """Only the command line is held to it (a recipe may serve both schedules), and a
+    default spelled out on the command line (a wrapper's --gpu-emulate false) is no error."""
+    from hybridsim import cli
     recipe = tmp_path / "both.toml"
-    recipe.write_text('schedule = "impala"\nnum_minibatches = 4\nlearner_batch = 2\nenv_batch_size = 2\n')
-    cfg = build_config(TrainConfig, build_parser().parse_args(["train", "--config", str(recipe)]))
-    assert cfg.unused({"config"}) is None and cfg.num_minibatches == 4
+    recipe.write_text('schedule = "impala"\nnum_minibatches = 4\nlearner_batch = 2\nenv_batch_size = 2\n'
+                      'backend = "ale-py"\nnum_envs = 2\ntotal_frames = 64\nnum_threads = 1\n')
+    code = cli.main(["train", "--config", str(recipe), "--log-dir", str(tmp_path / "run"),
+                     "--gpu-emulate", "false", "--log-every", "0"])
+    assert code == 0, capsys.readouterr().err
+
+
+def test_a_rollout_larger_than_the_learners_memory_is_refused(tmp_path):
+    """--num-steps 100000000 reached torch's allocator ("tried to allocate 5644800056448
+    bytes"); the learner device's memory is the bound (a GPU rollout lives on the GPU)."""
+    with pytest.raises(ValueError, match=r"num_steps 100000000 x 4 trajectories: the rollout's observations "
+                                         r"alone take [\d,.]+ GiB, more than the [\d,.]+ GiB of this machine"):
+        Trainer(tiny_config(tmp_path / "run", num_steps=10**8))
+    assert not (tmp_path / "run").exists()
 
 
 def test_config_that_is_missing_or_a_directory_is_named(tmp_path):

@@ -309,6 +309,8 @@ def test_composed_segments_replay_one_trajectory():
     out = picked.step(np.array([actions[2, 0, 1], actions[1, 0, 1], actions[1, 0, 0], actions[1, 0, 0]]))
     _assert_rows_same("picked", _take(out, [0]), _take(results[2][0], [1]))
     _assert_rows_same("picked", _take(out, [1, 2, 3]), _take(results[1][0], [1, 0, 0]))
+    # a part may take nothing (an empty Python list is float64 to numpy)
+    picked.set_state(picked.compose_state([(states[0], []), (states[1], [1, 0, 0, 1])]))
 
 
 def test_snapshots_hold_the_state_about_once():
