@@ -154,6 +154,15 @@ def calibrate(engine_args, engine_kwargs, dev, gpu_kwargs, cpu_threads, steps=8,
                 gpu_small_step_envs=g_small, gpu_small_step_s=t_small)
 
 
+def _int_option(name: str, value, lo: int, hi: int | None = None) -> int:
+    """A hybrid gpu_options value: an int (not a bool, float or str) in lo..hi."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo \
+            or (hi is not None and value > hi):
+        span = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ValueError(f"gpu_options {name} must be an int {'in ' if hi is not None else ''}{span}, got {value!r}")
+    return int(value)
+
+
 # The CPU part's chunks (HybridEngine.run): more overlap the copies better, but each is an
 # OpenMP loop that waits for its slowest thread.
 MAX_COPY_CHUNKS = 4
@@ -168,31 +177,33 @@ class HybridEngine:
         rom, tstate, tframes, tshown, n = engine_args
         self.num_envs = int(n)
         self.dev = device
-        threads = resolve_num_threads(int(cpu_threads or 0), self.num_envs)
-        self.num_threads = threads
+        # checked before the calibration runs: ints only (2.5 environments, "3" steps and
+        # True were taken as 2, 3 and 1), each in its range
         measured = cpu_envs is None
+        cpu_threads = 0 if cpu_threads is None else _int_option("cpu_threads", cpu_threads, 0)
+        calibrate_steps = _int_option("calibrate_steps", calibrate_steps, 1)
+        if not measured:
+            cpu_envs = _int_option("cpu_envs", cpu_envs, 0, self.num_envs)
+        if copy_chunks is not None:
+            copy_chunks = _int_option("copy_chunks", copy_chunks, 1)
+        # Re-split once from the hybrid's own first full steps (rebalanced_split); only a
+        # measured split (a given cpu_envs is the caller's choice).
+        rebalance_steps = (3 if measured else 0) if rebalance_steps is None else \
+            _int_option("rebalance_steps", rebalance_steps, 0)
+        if rebalance_steps and not measured:
+            raise ValueError("rebalance_steps needs a measured split (leave cpu_envs out)")
+        threads = resolve_num_threads(cpu_threads, self.num_envs)
+        self.num_threads = threads
         measurement = dict(cpu_rate=None, gpu_rate=None, gpu_latency=None)
         if measured:
             measurement = calibrate(engine_args, engine_kwargs, device, gpu_kwargs, threads,
-                                    steps=int(calibrate_steps))
+                                    steps=calibrate_steps)
             cpu_envs = balance_split(self.num_envs, measurement["cpu_rate"], measurement["gpu_rate"],
                                      gpu_latency=measurement["gpu_latency"])
-        cpu_envs = int(cpu_envs)
-        if not 0 <= cpu_envs <= self.num_envs:
-            raise ValueError(f"cpu_envs must be in 0..{self.num_envs}, got {cpu_envs}")
-        if copy_chunks is not None and int(copy_chunks) < 1:
-            raise ValueError(f"copy_chunks must be >= 1, got {copy_chunks}")
-        # Re-split once from the hybrid's own first full steps (rebalanced_split); only a
-        # measured split (a given cpu_envs is the caller's choice).
-        rebalance_steps = (3 if measured else 0) if rebalance_steps is None else int(rebalance_steps)
-        if rebalance_steps < 0:
-            raise ValueError(f"rebalance_steps must be >= 0, got {rebalance_steps}")
         self._rebalance_left = rebalance_steps
         self._split_times = []
         self._copy_chunks_option = copy_chunks
         self._build = (engine_args, engine_kwargs, gpu_kwargs)
-        if rebalance_steps and not measured:
-            raise ValueError("rebalance_steps needs a measured split (leave cpu_envs out)")
         self.split = dict(cpu_envs=cpu_envs, gpu_envs=self.num_envs - cpu_envs, cpu_threads=threads,
                           measured=measured, **measurement)
         self._build_parts(cpu_envs)

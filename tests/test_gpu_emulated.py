@@ -502,11 +502,25 @@ def test_a_rebalance_that_cannot_make_its_parts_keeps_the_old_split(emulation_li
         _assert_same(cpu.step(a)[0], hyb.step(a)[0], f"step {t} after the failed move")
 
 
-def test_rebalance_needs_a_measured_split(emulation_library):
+def test_hybrid_options_are_ints_in_range(emulation_library):
+    """2.5 environments, "3" steps and True were taken as 2, 3 and 1; calibrate_steps 0
+    divided by zero; each is refused by name before the calibration runs."""
     with pytest.raises(ValueError, match="rebalance_steps needs a measured split"):
         AtariVectorEnv("pong", 4, backend="hybrid", gpu_options=dict(emulate=True, cpu_envs=2, rebalance_steps=3))
-    with pytest.raises(ValueError, match="rebalance_steps must be >= 0"):
-        AtariVectorEnv("pong", 4, backend="hybrid", gpu_options=dict(emulate=True, rebalance_steps=-1))
+    for option, message in ((dict(rebalance_steps=-1), "rebalance_steps must be an int >= 0, got -1"),
+                            (dict(rebalance_steps="3"), "rebalance_steps must be an int >= 0, got '3'"),
+                            (dict(rebalance_steps=True), "rebalance_steps must be an int >= 0, got True"),
+                            (dict(calibrate_steps=0), "calibrate_steps must be an int >= 1, got 0"),
+                            (dict(calibrate_steps=2.0), "calibrate_steps must be an int >= 1, got 2.0"),
+                            (dict(cpu_envs=2.5), r"cpu_envs must be an int in 0\.\.4, got 2.5"),
+                            (dict(cpu_envs="2"), r"cpu_envs must be an int in 0\.\.4, got '2'"),
+                            (dict(cpu_envs=5), r"cpu_envs must be an int in 0\.\.4, got 5"),
+                            (dict(cpu_threads=-2), "cpu_threads must be an int >= 0, got -2"),
+                            (dict(copy_chunks=1.5), "copy_chunks must be an int >= 1, got 1.5")):
+        with pytest.raises(ValueError, match=f"gpu_options {message}"):
+            AtariVectorEnv("pong", 4, backend="hybrid", gpu_options=dict(emulate=True, **option))
+    hyb = AtariVectorEnv("pong", 4, backend="hybrid", gpu_options=dict(emulate=True, cpu_envs=np.int64(2)))
+    assert hyb._engine.split["cpu_envs"] == 2
 
 
 def test_balance_split_edges():
