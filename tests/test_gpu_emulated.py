@@ -659,23 +659,13 @@ def test_snapshots_copy_one_device_array_at_a_time(emulation_library, backend):
     buffer, and set_state reads the payload in place: at 256K environments a state is
     ~50 GB and the old 3x peak (host copies, np.savez's buffer, the header join) was more
     than an H200 node's memory. Peaks measured with tracemalloc (numpy reports to it)."""
-    import tracemalloc
+    from memory_util import snapshot_peaks
     options = dict(cpu_envs=16, cpu_threads=1) if backend == "hybrid" else {}
     cpu, other = _pair("pong", 48, backend, options)
     cpu.reset(seed=1)
     other.reset(seed=1)
     largest = max(int(np.prod(shape)) * dtype.itemsize for shape, dtype in other._snapshot_layout().values())
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        state = other.get_state()
-        get_peak = tracemalloc.get_traced_memory()[1] - base
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        other.set_state(state)
-        set_peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
+    state, get_peak, set_peak = snapshot_peaks(other)
     assert state == cpu.get_state()
     assert get_peak < 1.35 * len(state) + largest, (get_peak, len(state), largest)
     assert set_peak < 1.35 * len(state), (set_peak, len(state))

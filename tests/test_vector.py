@@ -317,20 +317,11 @@ def test_snapshots_hold_the_state_about_once():
     """get_state writes the header, digest and payload into one buffer and set_state reads
     the payload in place (tracemalloc peaks: np.savez plus the header join took twice the
     state, so did slicing the payload off for set_state)."""
-    import tracemalloc
+    from memory_util import snapshot_peaks
     env = AtariVectorEnv("pong", 48, num_threads=1, **RANDOM_KW)
     env.reset(seed=0)
     env.step(np.ones(48, np.int64))
-    tracemalloc.start()
-    try:
-        state = env.get_state()
-        get_peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        env.set_state(state)
-        set_peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
+    state, get_peak, set_peak = snapshot_peaks(env)
     assert get_peak < 1.35 * len(state) and set_peak < 1.35 * len(state), (get_peak, set_peak, len(state))
 
 
