@@ -213,29 +213,35 @@ class HybridEngine:
 
     def _build_parts(self, cpu_envs):
         """The CPU engine for environments 0..cpu_envs-1 and the GPU engine for the rest."""
+        self._adopt_parts(cpu_envs, *self._make_parts(cpu_envs))
+
+    def _make_parts(self, cpu_envs):
+        """(CPU engine, GPU engine) for a split, None for a part with no environments."""
         from hybridsim import _vector
         from hybridsim.gpu import GpuEngine
         (rom, tstate, tframes, tshown, _), engine_kwargs, gpu_kwargs = self._build
-        threads = self.num_threads
+        gpu_envs = self.num_envs - cpu_envs
+        kw = dict(engine_kwargs, num_threads=self.num_threads)
+        cpu = _vector.VectorEngine(rom, tstate, tframes, tshown, cpu_envs, **kw) if cpu_envs else None
+        gpu = (GpuEngine(rom, tstate, tframes, tshown, gpu_envs, **engine_kwargs, device=self.dev, **gpu_kwargs)
+               if gpu_envs else None)
+        return cpu, gpu
+
+    def _adopt_parts(self, cpu_envs, cpu, gpu):
+        self.cpu, self.gpu = cpu, gpu
         self.cpu_envs = int(cpu_envs)
         self.gpu_envs = self.num_envs - self.cpu_envs
         chunks = self._copy_chunks_option
         if chunks is None:  # chunks of 64 environments per thread at least
-            chunks = min(MAX_COPY_CHUNKS, max(1, self.cpu_envs // (64 * threads)))
+            chunks = min(MAX_COPY_CHUNKS, max(1, self.cpu_envs // (64 * self.num_threads)))
         self.copy_chunks = int(chunks)
         self.split.update(cpu_envs=self.cpu_envs, gpu_envs=self.gpu_envs)
-        self.cpu = self.gpu = None  # the old parts' memory goes before the new parts take theirs
-        self._pinned = {}
-        kw = dict(engine_kwargs, num_threads=threads)
-        self.cpu = _vector.VectorEngine(rom, tstate, tframes, tshown, self.cpu_envs, **kw) if self.cpu_envs else None
-        self.gpu = (GpuEngine(rom, tstate, tframes, tshown, self.gpu_envs, **engine_kwargs, device=self.dev,
-                              **gpu_kwargs) if self.gpu_envs else None)
+        self._pinned = {}  # sized for the old CPU part
 
     def _note_step_times(self, cpu_step_s, gpu_step_s):
         """A full step's part times; after rebalance_steps of them, re-split once if the
-        measured times call for it (rebalanced_split). The environments keep their states:
-        they move between the parts through a host copy of every snapshot array, as
-        get_state/set_state would (seconds at 100K+ environments, once)."""
+        measured times call for it (rebalanced_split), moving the environments whose side
+        changes with their whole state (_move_split)."""
         self._split_times.append((cpu_step_s, gpu_step_s))
         self._rebalance_left -= 1
         if self._rebalance_left > 0:
@@ -251,29 +257,40 @@ class HybridEngine:
             try:
                 self._move_split(after)
             except Exception as exc:  # noqa: BLE001  (memory for the new parts, most likely)
-                record["error"] = repr(exc)  # _move_split put the environments back at `before`
+                record["error"] = repr(exc)  # the old parts were kept: the split stays `before`
             record["seconds"] = time.perf_counter() - t0
         self.split["rebalance"] = record
 
     def _move_split(self, cpu_envs):
-        """Environments 0..cpu_envs-1 to the CPU part, the rest to the GPU part, each with
-        its whole state; if the new parts cannot be made, the old split is rebuilt from the
-        same host copies and the error raised (the environments are as they were)."""
+        """Environments 0..cpu_envs-1 to the CPU part, the rest to the GPU part. The new
+        parts are made beside the old ones (if that fails, nothing has changed); rows that
+        stay on their side are copied there (host to host, device to device), only those
+        that change sides cross the bus, then the old parts go."""
         from hybridsim.gpu import GpuEngine
-        self.materialize()
-        arrays = {name: self.host_array(name) for name in GpuEngine.SNAPSHOT_ARRAYS}
+        self.materialize()  # frames left undrawn, drawn where their replay state is
         shown = self.shown()
-        before = self.cpu_envs
-        try:
-            self._build_parts(cpu_envs)  # fresh parts: nothing left undrawn
-            self.load_arrays(arrays)
-        except BaseException:
-            self._build_parts(before)
-            self.load_arrays(arrays)
-            self.set_shown(shown)
-            raise
+        old_cpu, old_gpu, old_c = self.cpu, self.gpu, self.cpu_envs
+        new_cpu, new_gpu = self._make_parts(cpu_envs)  # fresh parts: nothing left undrawn
+        dev, c = self.dev, cpu_envs
+        with dev.scope():
+            for attr in GpuEngine.SNAPSHOT_ARRAYS.values():
+                if new_cpu is not None:  # environments 0..c-1
+                    rows = getattr(new_cpu, attr)
+                    kept = min(old_c, c)
+                    if kept:
+                        rows[:kept] = getattr(old_cpu, attr)[:kept]
+                    if c > old_c:  # the old GPU part's first c - old_c come down
+                        rows[old_c:] = dev.to_host(getattr(old_gpu, attr)[:c - old_c]).reshape(rows[old_c:].shape)
+                if new_gpu is not None:  # environments c..N-1
+                    rows = getattr(new_gpu, attr)
+                    if c < old_c:  # the old CPU part's last old_c - c go up (the GPU
+                        # engine may shape a row differently: load_arrays reshapes too)
+                        rows[:old_c - c] = dev.asarray(getattr(old_cpu, attr)[c:old_c]).reshape(rows[:old_c - c].shape)
+                    if old_gpu is not None:
+                        rows[max(0, old_c - c):] = getattr(old_gpu, attr)[max(0, c - old_c):]
+            dev.synchronize()
+        self._adopt_parts(c, new_cpu, new_gpu)
         self.set_shown(shown)
-
     # ---- routing ----------------------------------------------------------------------
     def _split_ids(self, env_ids):
         ids = np.ascontiguousarray(env_ids, dtype=np.int32)

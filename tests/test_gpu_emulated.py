@@ -484,14 +484,14 @@ def test_a_rebalance_that_cannot_make_its_parts_keeps_the_old_split(emulation_li
     import hybridsim.hybrid as hybrid
     monkeypatch.setattr(hybrid, "calibrate", lambda *a, **k: dict(cpu_rate=100.0, gpu_rate=100.0, gpu_latency=0.0))
     monkeypatch.setattr(hybrid, "rebalanced_split", lambda *a: 2)
-    build = hybrid.HybridEngine._build_parts
+    make = hybrid.HybridEngine._make_parts
 
     def no_memory_for_2(self, cpu_envs):
         if cpu_envs == 2:
-            build(self, 0)  # half made, as an allocation failing part-way would leave it
+            make(self, 0)  # made part-way, as an allocation failing late would leave it
             raise MemoryError("cannot allocate the GPU part")
-        build(self, cpu_envs)
-    monkeypatch.setattr(hybrid.HybridEngine, "_build_parts", no_memory_for_2)
+        return make(self, cpu_envs)
+    monkeypatch.setattr(hybrid.HybridEngine, "_make_parts", no_memory_for_2)
     cpu, hyb = _pair("breakout", 8, "hybrid", dict(cpu_threads=1, rebalance_steps=2), repeat_action_probability=0.25)
     _compare(cpu, hyb, steps=2)
     s = hyb._engine.split
