@@ -814,20 +814,22 @@ class GpuEngine:
         self.dev.launch("hs_vec_set_shown", self.num_envs, self.block,
                         (self.bufs, self.dev.asarray(v), self.num_envs))
 
-    SNAPSHOT_ARRAYS = dict(env="env_mem", state="state_mem", frames="frame_mem", raw="raw_mem", stack="stack_mem")
-
     def host_array(self, name):
-        """A host copy of one snapshot array (SNAPSHOT_ARRAYS), so a snapshot holds one at a time."""
-        return self.dev.to_host(getattr(self, self.SNAPSHOT_ARRAYS[name]))
+        """A host copy of one snapshot array (hybridsim.vector.SNAPSHOT_ARRAYS), so a
+        snapshot holds one at a time."""
+        from hybridsim.vector import SNAPSHOT_ARRAYS
+        return self.dev.to_host(getattr(self, SNAPSHOT_ARRAYS[name]))
 
     def snapshot_layout(self):
         """name -> (shape, dtype) of the snapshot arrays, without copying them."""
+        from hybridsim.vector import SNAPSHOT_ARRAYS
         return {name: (tuple(getattr(self, attr).shape), np.dtype(getattr(self, attr).dtype))
-                for name, attr in self.SNAPSHOT_ARRAYS.items()}
+                for name, attr in SNAPSHOT_ARRAYS.items()}
 
     def load_arrays(self, arrays):
-        for name, arr in (("env", self.env_mem), ("state", self.state_mem), ("frames", self.frame_mem),
-                          ("raw", self.raw_mem), ("stack", self.stack_mem)):
+        from hybridsim.vector import SNAPSHOT_ARRAYS
+        for name, attr in SNAPSHOT_ARRAYS.items():
+            arr = getattr(self, attr)
             arr[...] = self.dev.asarray(np.asarray(arrays[name]).reshape(arr.shape))
 
     def env_row_host(self, k):

@@ -266,14 +266,14 @@ class HybridEngine:
         parts are made beside the old ones (if that fails, nothing has changed); rows that
         stay on their side are copied there (host to host, device to device), only those
         that change sides cross the bus, then the old parts go."""
-        from hybridsim.gpu import GpuEngine
+        from hybridsim.vector import SNAPSHOT_ARRAYS
         self.materialize()  # frames left undrawn, drawn where their replay state is
         shown = self.shown()
         old_cpu, old_gpu, old_c = self.cpu, self.gpu, self.cpu_envs
         new_cpu, new_gpu = self._make_parts(cpu_envs)  # fresh parts: nothing left undrawn
         dev, c = self.dev, cpu_envs
         with dev.scope():
-            for attr in GpuEngine.SNAPSHOT_ARRAYS.values():
+            for attr in SNAPSHOT_ARRAYS.values():
                 if new_cpu is not None:  # environments 0..c-1
                     rows = getattr(new_cpu, attr)
                     kept = min(old_c, c)
@@ -473,33 +473,32 @@ class HybridEngine:
             self.gpu.set_shown(v[self.cpu_envs:])
 
     def host_array(self, name):
-        """One snapshot array (GpuEngine.SNAPSHOT_ARRAYS) of both parts, on the host."""
-        from hybridsim.gpu import GpuEngine
+        """One snapshot array (hybridsim.vector.SNAPSHOT_ARRAYS) of both parts, on the host."""
+        from hybridsim.vector import SNAPSHOT_ARRAYS
         parts = []
         if self.cpu is not None:
-            parts.append(np.asarray(getattr(self.cpu, GpuEngine.SNAPSHOT_ARRAYS[name])))
+            parts.append(np.asarray(getattr(self.cpu, SNAPSHOT_ARRAYS[name])))
         if self.gpu is not None:
             parts.append(self.gpu.host_array(name))
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def snapshot_layout(self):
-        from hybridsim.gpu import GpuEngine
+        from hybridsim.vector import SNAPSHOT_ARRAYS
         if self.gpu is not None:
             rows = self.gpu.snapshot_layout()
         else:
             rows = {name: (np.shape(getattr(self.cpu, attr)), np.dtype(getattr(self.cpu, attr).dtype))
-                    for name, attr in GpuEngine.SNAPSHOT_ARRAYS.items()}
+                    for name, attr in SNAPSHOT_ARRAYS.items()}
         return {name: ((self.num_envs,) + tuple(shape[1:]), dtype) for name, (shape, dtype) in rows.items()}
 
     def load_arrays(self, arrays):
+        from hybridsim.vector import SNAPSHOT_ARRAYS
         c = self.cpu_envs
         if self.cpu is not None:
-            for k, attr in (("env", "env_mem"), ("state", "state_mem"), ("frames", "frame_mem"),
-                            ("raw", "raw_mem"), ("stack", "stack_mem")):
+            for k, attr in SNAPSHOT_ARRAYS.items():
                 getattr(self.cpu, attr)[...] = np.asarray(arrays[k])[:c]
         if self.gpu is not None:
-            self.gpu.load_arrays({k: np.asarray(v)[c:] for k, v in arrays.items()
-                                  if k in ("env", "state", "frames", "raw", "stack")})
+            self.gpu.load_arrays({k: np.asarray(arrays[k])[c:] for k in SNAPSHOT_ARRAYS})
 
     def env_row_host(self, k):
         if k < self.cpu_envs:

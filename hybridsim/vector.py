@@ -59,6 +59,9 @@ _SEED_LIMIT = 2**31  # ale-py passes seeds through a C++ int
 # A reset runs its no-ops in one engine call, with no stop check in between: more than ALE's
 # default episode cap of frames (30 minutes of play) is a typo that would hang the reset.
 MAX_NOOP_MAX = 108_000
+# A snapshot's per-environment arrays: name in the state -> the engine's attribute (every
+# engine, CPU, GPU and hybrid, holds them under these names).
+SNAPSHOT_ARRAYS = dict(env="env_mem", state="state_mem", frames="frame_mem", raw="raw_mem", stack="stack_mem")
 
 
 class _FromHere:
@@ -707,23 +710,21 @@ class AtariVectorEnv(VectorEnv):
                     arrays[name] = getattr(e, name)
         return self._encode_state(arrays)
 
-    _SNAPSHOT_ARRAYS = dict(env="env_mem", state="state_mem", frames="frame_mem", raw="raw_mem", stack="stack_mem")
-
     def _snapshot_sources(self) -> dict:
         """The engine's snapshot arrays: the CPU engine's own, or functions making a device
         array's host copy when _encode_state comes to it (one copy at a time: at 256K
         environments the five arrays are ~50 GB)."""
         e = self._engine
         if self.backend == "cpu":
-            return {name: getattr(e, attr) for name, attr in self._SNAPSHOT_ARRAYS.items()}
-        return {name: functools.partial(e.host_array, name) for name in self._SNAPSHOT_ARRAYS}
+            return {name: getattr(e, attr) for name, attr in SNAPSHOT_ARRAYS.items()}
+        return {name: functools.partial(e.host_array, name) for name in SNAPSHOT_ARRAYS}
 
     def _snapshot_layout(self) -> dict:
         """name -> (shape, dtype) of the engine's snapshot arrays, without copies."""
         e = self._engine
         if self.backend == "cpu":
             return {name: (np.shape(getattr(e, attr)), np.asarray(getattr(e, attr)).dtype)
-                    for name, attr in self._SNAPSHOT_ARRAYS.items()}
+                    for name, attr in SNAPSHOT_ARRAYS.items()}
         return e.snapshot_layout()
 
     def _encode_state(self, arrays: dict) -> bytes:
@@ -812,9 +813,8 @@ class AtariVectorEnv(VectorEnv):
         if self.backend != "cpu":
             e.load_arrays(data)
         else:
-            for name, arr in (("env", e.env_mem), ("state", e.state_mem), ("frames", e.frame_mem),
-                              ("raw", e.raw_mem), ("stack", e.stack_mem)):
-                arr[...] = data[name]
+            for name, attr in SNAPSHOT_ARRAYS.items():
+                getattr(e, attr)[...] = data[name]
         e.set_shown(data["shown"])
         e.forget_undrawn()
         if self._async:
