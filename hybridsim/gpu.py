@@ -827,10 +827,15 @@ class GpuEngine:
                 for name, attr in SNAPSHOT_ARRAYS.items()}
 
     def load_arrays(self, arrays):
+        """The snapshot arrays from host arrays (or set_state's stored ones), one at a time."""
         from hybridsim.vector import SNAPSHOT_ARRAYS
-        for name, attr in SNAPSHOT_ARRAYS.items():
-            arr = getattr(self, attr)
-            arr[...] = self.dev.asarray(np.asarray(arrays[name]).reshape(arr.shape))
+        for name in SNAPSHOT_ARRAYS:
+            self.load_array(name, arrays[name])
+
+    def load_array(self, name, rows):
+        from hybridsim.vector import SNAPSHOT_ARRAYS
+        arr = getattr(self, SNAPSHOT_ARRAYS[name])
+        arr[...] = self.dev.asarray(np.asarray(rows).reshape(arr.shape))
 
     def env_row_host(self, k):
         """(AleEnv bytes, frames [2, kFrameBytes], shown) of environment k, on the host."""

@@ -492,13 +492,17 @@ class HybridEngine:
         return {name: ((self.num_envs,) + tuple(shape[1:]), dtype) for name, (shape, dtype) in rows.items()}
 
     def load_arrays(self, arrays):
+        """The snapshot arrays (host arrays, or set_state's stored ones read one at a time)
+        split over the parts."""
         from hybridsim.vector import SNAPSHOT_ARRAYS
         c = self.cpu_envs
-        if self.cpu is not None:
-            for k, attr in SNAPSHOT_ARRAYS.items():
-                getattr(self.cpu, attr)[...] = np.asarray(arrays[k])[:c]
-        if self.gpu is not None:
-            self.gpu.load_arrays({k: np.asarray(arrays[k])[c:] for k in SNAPSHOT_ARRAYS})
+        for name, attr in SNAPSHOT_ARRAYS.items():
+            rows = np.asarray(arrays[name])
+            if self.cpu is not None:
+                getattr(self.cpu, attr)[...] = rows[:c]
+            if self.gpu is not None:
+                self.gpu.load_array(name, rows[c:])
+            del rows
 
     def env_row_host(self, k):
         if k < self.cpu_envs:

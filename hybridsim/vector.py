@@ -85,6 +85,30 @@ class _FromHere:
         pass
 
 
+class _StoredArray:
+    """A snapshot array left in the state's .npz until it is used: its shape and dtype come
+    from the .npy header; np.asarray (or an assignment into an engine array) reads it. So
+    set_state holds one of the big arrays (frames, raw frames, stacks) at a time."""
+
+    def __init__(self, npz, name: str):
+        self._npz, self._name = npz, name
+        fmt = np.lib.format
+        with npz.zip.open(name + ".npy") as fh:
+            version = fmt.read_magic(fh)
+            read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(version)
+            if read is None:  # get_state writes 1.0 (2.0 for a huge header)
+                raise ValueError(f"array {name!r}: .npy format {version}")
+            self.shape, _, self.dtype = read(fh)
+            data_bytes = npz.zip.getinfo(name + ".npy").file_size - fh.tell()
+        if self.dtype.hasobject or data_bytes != int(np.prod(self.shape)) * self.dtype.itemsize:
+            # found now, not part-way through set_state's loading
+            raise ValueError(f"array {name!r}: its data does not fit its header {self.dtype} {self.shape}")
+
+    def __array__(self, dtype=None, copy=None):
+        array = self._npz[self._name]
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+
 def _digest(payload: bytes) -> bytes:
     return hashlib.blake2b(payload, digest_size=_DIGEST_BYTES // 2).hexdigest().encode()
 
@@ -806,7 +830,7 @@ class AtariVectorEnv(VectorEnv):
         """Restore get_state()'s bytes (same game and settings). Returns (obs, info) of the
         last result's environments as they stand, to carry on with send()/step()."""
         self._check_open("set_state")
-        data = self._decode_state(bytes(state))
+        data = self._decode_state(bytes(state), stored=("frames", "raw", "stack"))
         self._drain()
         self._pending = None
         e = self._engine
@@ -839,12 +863,13 @@ class AtariVectorEnv(VectorEnv):
             return self._deliver(out["obs"]), self._deliver(self._info(ids, out))
         return out["obs"], self._info(ids, out)
 
-    def _decode_state(self, state: bytes, any_size: bool = False) -> dict[str, np.ndarray]:
+    def _decode_state(self, state: bytes, any_size: bool = False, stored=()) -> dict[str, np.ndarray]:
         """get_state()'s arrays, checked before anything is overwritten: the magic, this
         environment's fingerprint, the payload's digest (a truncated or corrupted state is
         refused; format 1, before digests, is still read) and every array's dtype, shape
         and indices. The console bytes themselves are trusted once the digest matches.
-        any_size: a synchronous environment's state with any num_envs (compose_state)."""
+        any_size: a synchronous environment's state with any num_envs (compose_state).
+        stored: names left in the payload until used (_StoredArray), for set_state."""
         magic = state[:len(STATE_MAGIC)]
         if magic not in (STATE_MAGIC, _STATE_MAGIC_V1):
             raise ValueError(f"not a hybridsim AtariVectorEnv state (expected it to start with {STATE_MAGIC!r})")
@@ -862,8 +887,10 @@ class AtariVectorEnv(VectorEnv):
         try:
             source = io.BytesIO(state)  # shares the bytes; zipfile skips the header
             source.seek(start)
-            with np.load(source, allow_pickle=False) as npz:
-                data = {name: npz[name] for name in npz.files}
+            npz = np.load(source, allow_pickle=False)  # closed with its last _StoredArray
+            if stored and npz.zip.testzip() is not None:  # each member's CRC, read in chunks
+                raise ValueError("a member's CRC does not match its data")
+            data = {name: _StoredArray(npz, name) if name in stored else npz[name] for name in npz.files}
         except Exception as exc:  # zipfile, numpy format and pickle refusals alike
             raise ValueError(f"corrupted AtariVectorEnv state: {type(exc).__name__}: {exc}") from None
         e = self._engine

@@ -314,15 +314,18 @@ def test_composed_segments_replay_one_trajectory():
 
 
 def test_snapshots_hold_the_state_about_once():
-    """get_state writes the header, digest and payload into one buffer and set_state reads
-    the payload in place (tracemalloc peaks: np.savez plus the header join took twice the
-    state, so did slicing the payload off for set_state)."""
+    """get_state writes the header, digest and payload into one buffer; set_state reads
+    the payload in place and the big arrays one at a time (tracemalloc peaks: np.savez
+    plus the header join took twice the state; slicing the payload off and decoding every
+    array before loading took twice again for set_state)."""
     from memory_util import snapshot_peaks
     env = AtariVectorEnv("pong", 48, num_threads=1, **RANDOM_KW)
     env.reset(seed=0)
     env.step(np.ones(48, np.int64))
+    largest = max(int(np.prod(shape)) * dtype.itemsize for shape, dtype in env._snapshot_layout().values())
     state, get_peak, set_peak = snapshot_peaks(env)
-    assert get_peak < 1.35 * len(state) and set_peak < 1.35 * len(state), (get_peak, set_peak, len(state))
+    assert get_peak < 1.35 * len(state), (get_peak, len(state))
+    assert set_peak < 0.15 * len(state) + largest, (set_peak, len(state), largest)
 
 
 def test_compose_state_refuses_what_does_not_fit():
@@ -427,6 +430,23 @@ def test_settings_and_seeds_are_checked_not_coerced():
             call()
 
 
+def _npz_with_short(short: str, arrays: dict) -> bytes:
+    """np.savez's payload, but member `short` holds its whole array's .npy header and one
+    byte less of data (a crafted state: zipfile's CRC is right for what it holds)."""
+    import io
+    import zipfile
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as npz:
+        for name, array in arrays.items():
+            with npz.open(name + ".npy", "w", force_zip64=True) as fh:
+                if name == short:
+                    np.lib.format.write_array_header_1_0(fh, np.lib.format.header_data_from_array_1_0(array))
+                    fh.write(np.ascontiguousarray(array).tobytes()[:-1])
+                else:
+                    np.lib.format.write_array(fh, array, allow_pickle=False)
+    return buf.getvalue()
+
+
 def test_corrupted_snapshot_is_refused_before_anything_changes():
     """A state whose bytes were cut or altered, or whose arrays do not fit, is refused with
     a message and leaves the environment as it was (no crash, no hang, no broadcast)."""
@@ -445,9 +465,21 @@ def test_corrupted_snapshot_is_refused_before_anything_changes():
         import hashlib
         return state[:head - 32] + hashlib.blake2b(payload, digest_size=16).hexdigest().encode() + payload
 
+    def resealed(payload: bytes) -> bytes:  # altered bytes under a fresh digest (crafted)
+        import hashlib
+        return state[:head - 32] + hashlib.blake2b(payload, digest_size=16).hexdigest().encode() + payload
+
     flipped = bytearray(state)
     flipped[len(state) // 2] ^= 0x40
+    # set_state reads frames, raw frames and stacks one at a time after the checks: a
+    # member whose data no longer matches its CRC, or is shorter than its .npy header
+    # says, must be refused before the first array is loaded
+    raw_start = state.index(b"raw.npy") - head
+    crc_broken = bytearray(state[head:])
+    crc_broken[raw_start + 4096] ^= 0x01
     cases = [(state[: len(state) - 100], "digest does not match"),
+             (resealed(bytes(crc_broken)), "CRC does not match"),
+             (resealed(_npz_with_short("raw", arrays)), "array 'raw': its data does not fit its header"),
              (bytes(flipped), "digest does not match"),
              (b"HSVEC2" + b"\xff" * 32 + state[38:], "another game"),
              (rebuilt(last_ids=np.array([0, 100000], np.int32)), "'last_ids' must be distinct"),
