@@ -20,12 +20,26 @@ from hybridsim.settings import Settings
 PLAYER_B_NOOP = 18  # ALE's id of player B's NOOP
 
 
+def _check_writable(out) -> None:
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise ValueError("out must be a writable array; this one is read-only")
+
+
+def _check_out(out, shape) -> None:
+    if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or tuple(out.shape) != shape \
+            or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous uint8 array of shape {shape}")
+    _check_writable(out)
+
+
 class ALEState:
     """An opaque emulator snapshot, like ale_py.ALEState (serialize() gives bytes)."""
 
     def __init__(self, data: bytes, rom_md5: str = "", frame_number: int | None = None,
                  episode_frame_number: int | None = None, mode: int | None = None,
                  difficulty: int | None = None):
+        if not isinstance(data, (bytes, bytearray, memoryview)):  # bytes(5): five zero bytes
+            raise TypeError(f"ALEState needs serialized state bytes, got {type(data).__name__}")
         self._data = bytes(data)
         self._rom_md5 = rom_md5
         # ALEState(serialized bytes), as ale-py's, reads the numbers from the bytes
@@ -198,6 +212,8 @@ class ALEInterface:
             emu = self._require_rom()  # raises
         if type(action) is not int or not 0 <= action < NUM_ACTIONS:
             action = as_action_id(action)  # Action, ale_py.Action, numpy ints; range errors
+        if type(paddle_strength) is not float and not isinstance(paddle_strength, (int, float, np.number)):
+            raise TypeError(f"act: paddle_strength must be a number, got {paddle_strength!r}")  # as ale-py's
         return emu.act(action, PLAYER_B_NOOP, paddle_strength, 0.0)
 
     def game_over(self, *, with_truncation: bool = True) -> bool:
@@ -265,7 +281,10 @@ class ALEInterface:
         return 128
 
     def getRAM(self, out: np.ndarray | None = None):
-        ram = self._require_rom().get_ram(out)
+        emu = self._require_rom()
+        if out is not None:  # as the screens' (the extension's typed buffer spoke Cython)
+            _check_out(out, (128,))
+        ram = emu.get_ram(out)
         return None if out is not None else ram
 
     def setRAM(self, index: int, value: int) -> None:
@@ -282,16 +301,19 @@ class ALEInterface:
         return tuple(self._require_rom().screen_shape)
 
     def getScreen(self, out: np.ndarray | None = None):
+        _check_writable(out)
         screen = self._require_rom().get_screen(out)
         return None if out is not None else screen
 
     def getScreenRGB(self, out: np.ndarray | None = None):
+        _check_writable(out)
         screen = self._require_rom().get_screen_rgb(out)
         return None if out is not None else screen
 
     def getScreenGrayscale(self, out: np.ndarray | None = None):
         # (H, W, 1), the shape of a gymnasium grayscale observation, is filled too (ale-py
         # 0.12.1 refuses it: "Expected a numpy array with two dimensions")
+        _check_writable(out)
         if isinstance(out, np.ndarray) and out.ndim == 3 and out.shape[2] == 1:
             self._require_rom().get_screen_grayscale(out[:, :, 0])  # a view: never a copy
             return None
@@ -313,6 +335,8 @@ class ALEInterface:
     # ----- states --------------------------------------------------------------------
     def cloneState(self, include_rng: bool = False) -> ALEState:  # ale-py takes it positionally too
         emu = self._require_rom()
+        if not isinstance(include_rng, (bool, np.bool_)):  # "x" and 2 were taken as True
+            raise TypeError(f"cloneState: include_rng must be a bool, got {include_rng!r}")
         return ALEState(emu.clone_state(include_rng), self._md5, self.getFrameNumber(),
                         self.getEpisodeFrameNumber(), int(self._mode), int(self._difficulty))
 

@@ -109,6 +109,16 @@ class _StoredArray:
         return array if dtype is None else array.astype(dtype, copy=False)
 
 
+def state_bytes(state, what: str = "state") -> bytes:
+    """get_state()'s bytes from bytes, bytearray, memoryview or a uint8 array; anything else
+    is refused by name (bytes(n) of an int would make n zero bytes: 2**40 of them)."""
+    if isinstance(state, np.ndarray) and state.dtype == np.uint8:
+        return state.tobytes()
+    if not isinstance(state, (bytes, bytearray, memoryview)):
+        raise TypeError(f"{what} must be the bytes get_state() returned, got {type(state).__name__}")
+    return bytes(state)
+
+
 def _digest(payload: bytes) -> bytes:
     return hashlib.blake2b(payload, digest_size=_DIGEST_BYTES // 2).hexdigest().encode()
 
@@ -781,30 +791,39 @@ class AtariVectorEnv(VectorEnv):
         self._check_open("compose_state")
         if self._async:
             raise ValueError("compose_state needs a synchronous AtariVectorEnv (batch_size == num_envs)")
-        names = ("env", "state", "frames", "raw", "stack", "shown")
-        taken = {name: [] for name in names}
-        for index, part in enumerate(parts):
+        try:
+            parts = list(parts)
+        except TypeError:
+            raise TypeError(f"compose_state: parts must be a list of (state, ids) pairs, got "
+                            f"{type(parts).__name__}") from None
+        checked = []  # the ids' kinds and their total first: 10**6 ids of one row were
+        for index, part in enumerate(parts):  # copied (89 GiB) before the total was checked
             try:
                 state, ids = part
             except (TypeError, ValueError):
                 raise TypeError(f"compose_state: part {index} must be a (state, ids) pair") from None
-            data = self._decode_state(bytes(state), any_size=True)
-            if not bool(data["started"]):
-                raise ValueError(f"compose_state: part {index}'s state was saved before its first reset")
-            n = len(data["env"])
             ids = np.asarray(ids)
             if ids.size == 0:  # np.asarray([]) is float64: an index array must be integers
                 ids = ids.astype(np.intp)
-            if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu") or \
-                    (ids.size and (ids.min() < 0 or ids.max() >= n)):
+            if ids.ndim != 1 or ids.dtype.kind not in "iu":
+                raise ValueError(f"compose_state: part {index}'s ids must be a 1-D list of environment indices")
+            checked.append((state_bytes(state, f"compose_state: part {index}'s state"), ids))
+        total = sum(len(ids) for _, ids in checked)
+        if total != self.num_envs:
+            raise ValueError(f"compose_state: the parts take {total} environments, this "
+                             f"AtariVectorEnv has {self.num_envs}")
+        names = ("env", "state", "frames", "raw", "stack", "shown")
+        taken = {name: [] for name in names}
+        for index, (state, ids) in enumerate(checked):
+            data = self._decode_state(state, any_size=True)
+            if not bool(data["started"]):
+                raise ValueError(f"compose_state: part {index}'s state was saved before its first reset")
+            n = len(data["env"])
+            if ids.size and (ids.min() < 0 or ids.max() >= n):
                 raise ValueError(f"compose_state: part {index}'s ids must be a 1-D list of "
                                  f"environments in 0..{n - 1}")
             for name in names:
                 taken[name].append(data[name][ids])
-        total = sum(len(rows) for rows in taken["env"])
-        if total != self.num_envs:
-            raise ValueError(f"compose_state: the parts take {total} environments, this "
-                             f"AtariVectorEnv has {self.num_envs}")
         arrays = {name: np.concatenate(rows) for name, rows in taken.items()}
         arrays.update(last_ids=np.arange(self.num_envs, dtype=np.int32), started=np.array(True),
                       in_flight=np.zeros(self.num_envs, bool), ready=np.array([], np.int32))
@@ -830,7 +849,7 @@ class AtariVectorEnv(VectorEnv):
         """Restore get_state()'s bytes (same game and settings). Returns (obs, info) of the
         last result's environments as they stand, to carry on with send()/step()."""
         self._check_open("set_state")
-        data = self._decode_state(bytes(state), stored=("frames", "raw", "stack"))
+        data = self._decode_state(state_bytes(state), stored=("frames", "raw", "stack"))
         self._drain()
         self._pending = None
         e = self._engine

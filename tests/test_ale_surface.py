@@ -1,4 +1,5 @@
 """The parts of the ale_py-compatible surface that need no emulation: actions, settings, ROMs."""
+import numpy as np
 import pytest
 
 from hybridsim import roms
@@ -111,3 +112,37 @@ def test_misuse_ale_py_answers_with_runtime_error_is_one_here_too():
             a.loadROM(str(roms.rom_path("pong")))
             with pytest.raises(RuntimeError):
                 call(a)
+
+
+def test_argument_types_are_named_where_the_extension_spoke_cython():
+    """cloneState("x") was taken as True (ale-py refuses it); act's strength "x" failed in
+    the extension without its name; getRAM(out) gave Cython buffer messages; a read-only
+    out, "buffer source array is read-only"; ALEState(5) made five zero bytes (ale-py
+    refuses it, and ALEState(2**40) asked for a terabyte)."""
+    from hybridsim.ale import ALEInterface, ALEState
+    a = ALEInterface()
+    a.loadROM(str(roms.rom_path("pong")))
+    for flag in ("x", 2, None):
+        with pytest.raises(TypeError, match="include_rng must be a bool"):
+            a.cloneState(flag)
+    for strength in ("x", None, [1.0]):
+        with pytest.raises(TypeError, match="paddle_strength must be a number"):
+            a.act(3, strength)
+    assert a.act(3, True) == a.act(3, np.float32(0.5)) == 0  # numbers, as ale-py takes them
+    read_only = np.zeros(128, np.uint8)
+    read_only.flags.writeable = False
+    for out in (np.zeros((2, 64), np.uint8), np.zeros(128, np.int64), [0] * 128, np.zeros(256, np.uint8)[::2]):
+        with pytest.raises(ValueError, match=r"out must be a C-contiguous uint8 array of shape \(128,\)"):
+            a.getRAM(out)
+    with pytest.raises(ValueError, match="out must be a writable array"):
+        a.getRAM(read_only)
+    screen = np.zeros((210, 160), np.uint8)
+    screen.flags.writeable = False
+    with pytest.raises(ValueError, match="out must be a writable array"):
+        a.getScreen(screen)
+    out = np.zeros(128, np.uint8)
+    a.getRAM(out)
+    assert np.array_equal(out, a.getRAM())
+    for data in (5, 2**40, None):
+        with pytest.raises(TypeError, match="ALEState needs serialized state bytes"):
+            ALEState(data)
