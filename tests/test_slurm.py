@@ -372,6 +372,22 @@ def test_templates_fail_clearly_outside_a_checkout_or_past_the_sweep(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("budget_file, message", [
+    ("missing.txt", "TOTAL_FRAMES_FILE={} is not a readable file"),  # fell back to 50M frames silently
+    ("a_dir", "TOTAL_FRAMES_FILE={} is not a readable file"),
+    ("empty.txt", "total frames must be a number, got ''"),
+])
+def test_a_budget_file_that_cannot_be_read_ends_the_job_before_its_run_directory(tmp_path, budget_file, message):
+    (tmp_path / "a_dir").mkdir()
+    (tmp_path / "empty.txt").write_text("")
+    path = tmp_path / budget_file
+    env = dict(os.environ, HYBRIDSIM_DIR=str(REPO), LOG_DIR=str(tmp_path / "run"), TOTAL_FRAMES_FILE=str(path))
+    proc = subprocess.run(["bash", str(LAUNCH / "slurm" / "single_node.sbatch")], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and message.format(path) in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def fake_launcher(tmp_path):
     """An `mpiexec` that only notes it was started: what the wrapper refuses before launching."""
     exe = tmp_path / "mpiexec"
