@@ -275,7 +275,7 @@ def test_wrapper_runs_two_local_ranks(tmp_path):
         assert len(set(cpus)) == 2 and all(c.isdigit() for c in cpus), ranks
 
 
-def test_wrapper_check_shows_where_each_rank_lands():
+def test_wrapper_check_shows_where_each_rank_lands(tmp_path):
     """--check launches the ranks with the placement a training run gets, each printing
     `hybridsim info --brief`, in rank order: different cores, one thread each, GPUs hidden."""
     exe = mpiexec_or_skip()
@@ -291,8 +291,16 @@ def test_wrapper_check_shows_where_each_rank_lands():
     if len(os.sched_getaffinity(0)) >= 2:  # bound to one core each, different cores
         cores = [line.split(" cores ")[1].split()[0] for line in lines]
         assert len(set(cores)) == 2 and all(c.isdigit() for c in cores), lines
+    # a Python without hybridsim: one line before the launch (each rank printed a traceback)
     bad = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", *BIND_2X1, "--mpiexec", exe, "--python",
                           "/bin/false", "--check"], capture_output=True, text=True, timeout=120, env=env)
+    assert bad.returncode == 2 and "--python /bin/false: finds no hybridsim" in bad.stderr, bad.stderr
+    # one that has it but whose ranks fail
+    fails = tmp_path / "python"
+    fails.write_text(f'#!/bin/sh\n[ "$1" = -c ] && exec {sys.executable} "$@"\nexit 1\n')
+    fails.chmod(0o755)
+    bad = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", *BIND_2X1, "--mpiexec", exe, "--python",
+                          str(fails), "--check"], capture_output=True, text=True, timeout=120, env=env)
     assert bad.returncode != 0 and "the check's launch failed" in bad.stderr, bad.stderr
 
 
@@ -373,8 +381,7 @@ def test_templates_fail_clearly_outside_a_checkout_or_past_the_sweep(tmp_path):
 
 
 @pytest.mark.parametrize("budget_file, message", [
-    ("missing.txt", "TOTAL_FRAMES_FILE={} is not a readable file"),  # fell back to 50M frames silently
-    ("a_dir", "TOTAL_FRAMES_FILE={} is not a readable file"),
+    ("a_dir", "TOTAL_FRAMES_FILE={} is not a readable file"),  # fell back to 50M frames silently
     ("empty.txt", "total frames must be a number, got ''"),
 ])
 def test_a_budget_file_that_cannot_be_read_ends_the_job_before_its_run_directory(tmp_path, budget_file, message):

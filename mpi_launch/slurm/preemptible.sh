@@ -56,13 +56,15 @@ hybridsim_resume_flag() {
 hybridsim_budget() {
   local frames=$TOTAL_FRAMES
   if [ -n "${TOTAL_FRAMES_FILE:-}" ]; then
-    # a mistyped path fell back to the template's default budget without a word
-    if ! [ -f "$TOTAL_FRAMES_FILE" ] || ! [ -r "$TOTAL_FRAMES_FILE" ]; then
+    if [ ! -e "$TOTAL_FRAMES_FILE" ]; then  # may appear later, for a requeued start: say so
+      hybridsim_log "note: TOTAL_FRAMES_FILE=$TOTAL_FRAMES_FILE does not exist (yet): budget TOTAL_FRAMES=$frames" >&2
+    elif [ ! -f "$TOTAL_FRAMES_FILE" ] || [ ! -r "$TOTAL_FRAMES_FILE" ]; then
       hybridsim_log "error: TOTAL_FRAMES_FILE=$TOTAL_FRAMES_FILE is not a readable file" >&2
       return 2
+    else
+      frames=$(tr -d '[:space:]' < "$TOTAL_FRAMES_FILE")
+      hybridsim_log "budget from $TOTAL_FRAMES_FILE: $frames frames" >&2
     fi
-    frames=$(tr -d '[:space:]' < "$TOTAL_FRAMES_FILE")
-    hybridsim_log "budget from $TOTAL_FRAMES_FILE: $frames frames" >&2
   fi
   if ! [[ "$frames" =~ ^[0-9]+$ ]]; then
     hybridsim_log "error: total frames must be a number, got '$frames'" >&2
