@@ -60,11 +60,19 @@ def _refuse_unused(args, by_mode: dict) -> None:
 def _game_list(text: str) -> list[str]:
     """'Pong, space-invaders' -> ['pong', 'space_invaders'], each a known game."""
     from hybridsim import games_table, roms
-    names = [roms.snake_case(n) for n in text.split(",") if n.strip()]
-    if not names:
+    typed = [n.strip() for n in text.split(",") if n.strip()]
+    if not typed:
         raise ValueError(f"--games {text!r} names no game")
-    for name in names:
-        games_table.by_name(name)  # unknown: ValueError listing the known games
+    names = []
+    for given in typed:
+        name = roms.snake_case(given)
+        try:
+            games_table.by_name(name)  # unknown: ValueError listing the known games
+        except ValueError as exc:  # say the name as given (/etc/passwd read as 'etc_passwd')
+            raise ValueError(f"--games: {given!r}: {exc}") from None
+        if name in names:  # pong,pong ran and counted pong twice
+            raise ValueError(f"--games names {name!r} twice")
+        names.append(name)
     return names
 
 
@@ -203,7 +211,12 @@ def _cmd_games(args) -> int:
 def _cmd_info(args) -> int:
     import json
     from hybridsim import sysinfo
-    sections = [n.strip() for n in args.sections.split(",") if n.strip()] if args.sections else None
+    sections = None
+    if args.sections is not None:  # given, even empty ("" printed every section)
+        sections = [n.strip() for n in args.sections.split(",") if n.strip()]
+        if not sections:
+            raise ValueError(f"--sections {args.sections!r} names no section; choose from "
+                             f"{', '.join(sysinfo.SECTIONS)}")
     unknown = sorted(set(sections or ()) - set(sysinfo.SECTIONS))
     if unknown:
         raise ValueError(f"--sections: unknown {', '.join(unknown)}; choose from {', '.join(sysinfo.SECTIONS)}")
@@ -412,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--brief", action="store_true",
                    help="one line: rank, host, usable cores, threads, GPUs (hybridsim-mpirun --check)")
-    p.add_argument("--sections", default="",
+    p.add_argument("--sections", default=None,
                    help="comma-separated subset of hybridsim,host,packages,roms,launcher,torch,gpu")
     p.set_defaults(func=_cmd_info)
     return parser

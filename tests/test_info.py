@@ -86,6 +86,9 @@ def test_info_text_and_section_choice(capsys):
     assert f"  numpy                  {np.__version__}\n" in out
     assert main(["info", "--sections", "host,gpus"]) == 2
     assert "--sections: unknown gpus; choose from hybridsim, host," in capsys.readouterr().err
+    for empty in ("", ","):  # printed every section
+        assert main(["info", "--sections", empty]) == 2
+        assert f"--sections {empty!r} names no section" in capsys.readouterr().err
 
 
 def test_prebuilt_cubin_is_checked_against_the_sources(monkeypatch, tmp_path):

@@ -61,6 +61,8 @@ def test_planted_faults_are_reported_where_they_are(kind, at, field, detail):
     (["verify", "--games", "pong", "--screen-every", "0"], "--screen-every must be >= 1"),
     (["verify", "--games", "pong", "--seed", "-1"], "--seed must be >= 0"),
     (["verify", "--games", ","], "names no game"),
+    (["verify", "--games", "pong,Pong"], "--games names 'pong' twice"),  # verified twice, "2 of 2 exact"
+    (["verify", "--games", "/etc/passwd"], "--games: '/etc/passwd': unknown game 'etc_passwd'"),
     (["verify", "--games", "combat"], "no game settings"),
     (["bench", "--single", "--frames", "0"], "--frames must be >= 1"),
     (["bench", "--vector", "--rounds", "0"], "--rounds must be >= 1"),
