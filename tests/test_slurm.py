@@ -377,6 +377,12 @@ def test_templates_fail_clearly_outside_a_checkout_or_past_the_sweep(tmp_path):
     proc = subprocess.run(["bash", str(LAUNCH / "slurm" / "array.sbatch")], env=env,
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and "task 2, but GAMES x SEEDS has 2 pairs" in proc.stdout, proc.stdout
+    for settings, message in ((dict(SLURM_ARRAY_TASK_ID="-1"), "SLURM_ARRAY_TASK_ID='-1' is not a task index"),
+                              (dict(SLURM_ARRAY_TASK_ID="abc"), "SLURM_ARRAY_TASK_ID='abc' is not a task index"),
+                              (dict(SLURM_ARRAY_TASK_ID="0", SEEDS="1 1"), "SEEDS lists an entry twice: 1")):
+        proc = subprocess.run(["bash", str(LAUNCH / "slurm" / "array.sbatch")], env={**env, **settings},
+                              capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2 and message in proc.stdout, proc.stdout + proc.stderr
     assert not any(tmp_path.iterdir())
 
 
