@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the system packages the tests use beyond pip: Slurm (slurmctld, slurmd, client
-# commands) and munge for tests/test_slurm.py, and Open MPI (Debian's mpirun) for
-# tests/test_openmpi.py. Idempotent: installs only what is missing. Needs root (or sudo).
+# commands) and munge for tests/test_slurm.py, Open MPI (Debian's mpirun) for
+# tests/test_openmpi.py, and shellcheck for the launch scripts' lint test.
+# Idempotent: installs only what is missing. Needs root (or sudo).
 set -euo pipefail
 
 have() { command -v "$1" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$1" >/dev/null 2>&1; }
@@ -10,8 +11,9 @@ for cmd in slurmctld slurmd sbatch munged; do
   have "$cmd" || { packages+=(slurm-wlm munge); break; }
 done
 have mpirun.openmpi || packages+=(openmpi-bin)
+have shellcheck || packages+=(shellcheck)
 if [ "${#packages[@]}" -eq 0 ]; then
-  echo "ci_install_system: slurm-wlm, munge and openmpi-bin already installed"
+  echo "ci_install_system: slurm-wlm, munge, openmpi-bin and shellcheck already installed"
   exit 0
 fi
 
