@@ -20,18 +20,6 @@ from hybridsim.settings import Settings
 PLAYER_B_NOOP = 18  # ALE's id of player B's NOOP
 
 
-def _check_writable(out) -> None:
-    if isinstance(out, np.ndarray) and not out.flags.writeable:
-        raise ValueError("out must be a writable array; this one is read-only")
-
-
-def _check_out(out, shape) -> None:
-    if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or tuple(out.shape) != shape \
-            or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous uint8 array of shape {shape}")
-    _check_writable(out)
-
-
 class ALEState:
     """An opaque emulator snapshot, like ale_py.ALEState (serialize() gives bytes)."""
 
@@ -281,10 +269,7 @@ class ALEInterface:
         return 128
 
     def getRAM(self, out: np.ndarray | None = None):
-        emu = self._require_rom()
-        if out is not None:  # as the screens' (the extension's typed buffer spoke Cython)
-            _check_out(out, (128,))
-        ram = emu.get_ram(out)
+        ram = self._require_rom().get_ram(out)
         return None if out is not None else ram
 
     def setRAM(self, index: int, value: int) -> None:
@@ -301,19 +286,16 @@ class ALEInterface:
         return tuple(self._require_rom().screen_shape)
 
     def getScreen(self, out: np.ndarray | None = None):
-        _check_writable(out)
         screen = self._require_rom().get_screen(out)
         return None if out is not None else screen
 
     def getScreenRGB(self, out: np.ndarray | None = None):
-        _check_writable(out)
         screen = self._require_rom().get_screen_rgb(out)
         return None if out is not None else screen
 
     def getScreenGrayscale(self, out: np.ndarray | None = None):
         # (H, W, 1), the shape of a gymnasium grayscale observation, is filled too (ale-py
         # 0.12.1 refuses it: "Expected a numpy array with two dimensions")
-        _check_writable(out)
         if isinstance(out, np.ndarray) and out.ndim == 3 and out.shape[2] == 1:
             self._require_rom().get_screen_grayscale(out[:, :, 0])  # a view: never a copy
             return None

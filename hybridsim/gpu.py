@@ -820,12 +820,6 @@ class GpuEngine:
         from hybridsim.vector import SNAPSHOT_ARRAYS
         return self.dev.to_host(getattr(self, SNAPSHOT_ARRAYS[name]))
 
-    def snapshot_layout(self):
-        """name -> (shape, dtype) of the snapshot arrays, without copying them."""
-        from hybridsim.vector import SNAPSHOT_ARRAYS
-        return {name: (tuple(getattr(self, attr).shape), np.dtype(getattr(self, attr).dtype))
-                for name, attr in SNAPSHOT_ARRAYS.items()}
-
     def load_arrays(self, arrays):
         """The snapshot arrays from host arrays (or set_state's stored ones), one at a time."""
         from hybridsim.vector import SNAPSHOT_ARRAYS

@@ -206,17 +206,14 @@ class HybridEngine:
         self._build = (engine_args, engine_kwargs, gpu_kwargs)
         self.split = dict(cpu_envs=cpu_envs, gpu_envs=self.num_envs - cpu_envs, cpu_threads=threads,
                           measured=measured, **measurement)
-        self._build_parts(cpu_envs)
+        self._adopt_parts(cpu_envs, *self._make_parts(cpu_envs))
         part = self.cpu if self.cpu is not None else self.gpu
         self.obs_bytes = part.obs_bytes
         self.template_state = part.template_state
 
-    def _build_parts(self, cpu_envs):
-        """The CPU engine for environments 0..cpu_envs-1 and the GPU engine for the rest."""
-        self._adopt_parts(cpu_envs, *self._make_parts(cpu_envs))
-
     def _make_parts(self, cpu_envs):
-        """(CPU engine, GPU engine) for a split, None for a part with no environments."""
+        """(CPU engine for environments 0..cpu_envs-1, GPU engine for the rest), None for a
+        part with no environments."""
         from hybridsim import _vector
         from hybridsim.gpu import GpuEngine
         (rom, tstate, tframes, tshown, _), engine_kwargs, gpu_kwargs = self._build
@@ -483,13 +480,10 @@ class HybridEngine:
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def snapshot_layout(self):
-        from hybridsim.vector import SNAPSHOT_ARRAYS
-        if self.gpu is not None:
-            rows = self.gpu.snapshot_layout()
-        else:
-            rows = {name: (np.shape(getattr(self.cpu, attr)), np.dtype(getattr(self.cpu, attr).dtype))
-                    for name, attr in SNAPSHOT_ARRAYS.items()}
-        return {name: ((self.num_envs,) + tuple(shape[1:]), dtype) for name, (shape, dtype) in rows.items()}
+        """The parts' layout with the rows of all N environments (the parts' rows are alike)."""
+        from hybridsim.vector import snapshot_layout
+        rows = snapshot_layout(self.gpu if self.gpu is not None else self.cpu)
+        return {name: ((self.num_envs,) + shape[1:], dtype) for name, (shape, dtype) in rows.items()}
 
     def load_arrays(self, arrays):
         """The snapshot arrays (host arrays, or set_state's stored ones read one at a time)

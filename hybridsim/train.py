@@ -428,11 +428,13 @@ class Trainer:
     def _check_rollout_memory(self, cfg: TrainConfig) -> None:
         """A rollout whose observations alone exceed the learner device's memory is a typo
         (--num-steps 100000000 reached torch's allocator with 5.6 TB)."""
-        from hybridsim.train_config import physical_memory
         if self.device.type == "cuda":
             memory, where = torch.cuda.get_device_properties(self.device).total_memory, str(self.device)
         else:
-            memory, where = physical_memory(), "this machine"
+            try:
+                memory, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine"
+            except (ValueError, OSError):
+                memory, where = None, "this machine"
         need = cfg.rollout_observation_bytes()
         if memory and need > memory:
             raise ValueError(f"num_steps {cfg.num_steps} x {cfg.rollout_width()} trajectories: the rollout's "

@@ -273,13 +273,6 @@ def _utf8(text: str) -> bool:
     return True
 
 
-def physical_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return None
-
-
 def _raise_first_failure(checks: list[tuple[bool, str]]):
     for ok, message in checks:
         if not ok:

@@ -64,6 +64,12 @@ MAX_NOOP_MAX = 108_000
 SNAPSHOT_ARRAYS = dict(env="env_mem", state="state_mem", frames="frame_mem", raw="raw_mem", stack="stack_mem")
 
 
+def snapshot_layout(engine) -> dict:
+    """name -> (shape, dtype) of an engine's snapshot arrays (numpy or cupy), without copies."""
+    return {name: (tuple(getattr(engine, attr).shape), np.dtype(getattr(engine, attr).dtype))
+            for name, attr in SNAPSHOT_ARRAYS.items()}
+
+
 class _FromHere:
     """A seekable file over a BytesIO from its current position on: a zip written through it
     records offsets from its own first byte, as np.savez's do (zipfile would count from the
@@ -755,11 +761,7 @@ class AtariVectorEnv(VectorEnv):
 
     def _snapshot_layout(self) -> dict:
         """name -> (shape, dtype) of the engine's snapshot arrays, without copies."""
-        e = self._engine
-        if self.backend == "cpu":
-            return {name: (np.shape(getattr(e, attr)), np.asarray(getattr(e, attr)).dtype)
-                    for name, attr in SNAPSHOT_ARRAYS.items()}
-        return e.snapshot_layout()
+        return self._engine.snapshot_layout() if self.backend == "hybrid" else snapshot_layout(self._engine)
 
     def _encode_state(self, arrays: dict) -> bytes:
         """MAGIC, fingerprint, digest and an .npz payload (np.savez's bytes) written in one

@@ -565,11 +565,8 @@ cdef class Emulator:
         return self.env.episode_frame_number
 
     def get_ram(self, out=None):
-        if out is None:
-            out = np.empty(128, dtype=np.uint8)
+        out = self._check_out(out, (128,))
         cdef uint8_t[::1] view = out
-        if view.shape[0] != 128:
-            raise ValueError(f"out must hold 128 bytes, got {view.shape[0]}")
         memcpy(&view[0], self.env.console.riot.ram, 128)
         return out
 
@@ -595,6 +592,8 @@ cdef class Emulator:
         if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or tuple(out.shape) != shape \
                 or not out.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous uint8 array of shape {shape}")
+        if not out.flags.writeable:  # Cython's own words: "buffer source array is read-only"
+            raise ValueError("out must be a writable array; this one is read-only")
         return out
 
     cdef const uint8_t* _indices(self):
