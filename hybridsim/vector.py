@@ -635,6 +635,8 @@ class AtariVectorEnv(VectorEnv):
     def recv(self):
         """The next batch_size results: (obs, rewards, terminations, truncations, info)."""
         self._check_open("recv")
+        if self._last_ids is None:  # the async check below would ask for send(), which refuses too
+            raise RuntimeError("recv() called before reset()")
         if self._async:
             ids, out = self._recv_async()
         else:

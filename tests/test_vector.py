@@ -410,6 +410,10 @@ def test_bad_input_names_the_expected_value():
     async_env = AtariVectorEnv("pong", 3, batch_size=1, noop_max=0)
     with pytest.raises(RuntimeError, match="before reset"):
         async_env.send(np.zeros(1, np.int64))
+    with pytest.raises(RuntimeError, match=r"recv\(\) called before reset\(\)"):
+        async_env.recv()
+    with pytest.raises(RuntimeError, match=r"recv\(\) called before reset\(\)"):
+        AtariVectorEnv("pong", 2, noop_max=0).recv()
     async_env.reset(seed=0)
     with pytest.raises(ValueError, match=r"env_ids must be in 0..2"):
         async_env.send(np.zeros(1, np.int64), env_ids=[3])
