@@ -202,6 +202,9 @@ class ALEInterface:
             action = as_action_id(action)  # Action, ale_py.Action, numpy ints; range errors
         if type(paddle_strength) is not float and not isinstance(paddle_strength, (int, float, np.number)):
             raise TypeError(f"act: paddle_strength must be a number, got {paddle_strength!r}")  # as ale-py's
+        if paddle_strength != paddle_strength:  # ale-py casts NaN to int (undefined); the vector env refuses it too
+            raise ValueError("act: paddle_strength is NaN; pass a number (a huge or infinite one "
+                             "saturates: the paddle goes to its end)")
         return emu.act(action, PLAYER_B_NOOP, paddle_strength, 0.0)
 
     def game_over(self, *, with_truncation: bool = True) -> bool:

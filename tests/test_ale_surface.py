@@ -129,6 +129,9 @@ def test_argument_types_are_named_where_the_extension_spoke_cython():
         with pytest.raises(TypeError, match="paddle_strength must be a number"):
             a.act(3, strength)
     assert a.act(3, True) == a.act(3, np.float32(0.5)) == 0  # numbers, as ale-py takes them
+    for nan in (float("nan"), np.float32("nan")):
+        with pytest.raises(ValueError, match="paddle_strength is NaN"):
+            a.act(3, nan)
     read_only = np.zeros(128, np.uint8)
     read_only.flags.writeable = False
     for out in (np.zeros((2, 64), np.uint8), np.zeros(128, np.int64), [0] * 128, np.zeros(256, np.uint8)[::2]):
