@@ -69,6 +69,44 @@ def _process_gone(pid) -> bool:
     return False
 
 
+def _read_fresh(path) -> dict | None:
+    """The record as the file server has it now: NFS revalidates cached data when a file
+    is opened (close-to-open consistency), not on reads of a descriptor kept open."""
+    try:
+        fresh = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None  # removed: its holder released it
+    try:
+        return _read(fresh)
+    finally:
+        os.close(fresh)
+
+
+def sees_holder(log_dir, holder: dict, wait_seconds: float = 15.0) -> bool:
+    """Whether LOG_DIR here holds the lock record of `holder` (RunLock.holder() of the job
+    that took it): False when the same path names another directory on this node (node-local
+    storage). An NFS client may remember for a while that a new name did not exist (the
+    lookup cache, nfs(5)); listing the directories makes it ask the server again, and
+    retrying for `wait_seconds` covers the rest."""
+    path = os.path.join(os.fspath(log_dir), LOCK_NAME)
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        for directory in (os.path.dirname(os.path.abspath(os.fspath(log_dir))), os.fspath(log_dir)):
+            try:
+                os.listdir(directory)
+            except OSError:
+                pass
+        try:
+            record = _read_fresh(path) or {}
+        except OSError:
+            record = {}
+        if record.get("host") == holder.get("host") and record.get("pid") == holder.get("pid"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+
+
 class RunLock:
     """LOG_DIR/.hybridsim-train.lock, held from acquire() to release()."""
 
@@ -134,24 +172,16 @@ class RunLock:
         deadline = time.monotonic() + self.stale_seconds
         while time.monotonic() < deadline:
             time.sleep(min(1.0, self.beat_seconds / 4))
-            now = self._read_fresh()
+            now = _read_fresh(self.path)
             if now != holder:
                 raise RunDirectoryBusy(self._busy_message(now or holder, "its heartbeat is moving"))
         self.notice(f"note: {self.path}: the training job that held the run directory "
                     f"({_describe(holder)}) wrote no heartbeat for {self.stale_seconds:.0f} s; "
                     f"taking it over")
 
-    def _read_fresh(self) -> dict | None:
-        """The record as the file server has it now: NFS revalidates cached data when a
-        file is opened (close-to-open consistency), not on reads of a descriptor kept open."""
-        try:
-            fresh = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return None  # removed: its holder released it
-        try:
-            return _read(fresh)
-        finally:
-            os.close(fresh)
+    def holder(self) -> dict:
+        """Who holds the lock (host, pid): what sees_holder looks for elsewhere."""
+        return {"host": self._record.get("host"), "pid": self._record.get("pid")}
 
     def _busy_message(self, holder: dict, how: str) -> str:
         log_dir = os.path.dirname(self.path)

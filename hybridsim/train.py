@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from hybridsim import dist, storage, vtrace
 from hybridsim.models import RunningObservationNorm, build_model
 from hybridsim.optim import RMSpropTF
-from hybridsim.runlock import RunDirectoryBusy, RunLock
+from hybridsim.runlock import LOCK_NAME, RunDirectoryBusy, RunLock
 from hybridsim.storage import StorageError
 from hybridsim.train_config import TrainConfig, make_vector_env
 
@@ -419,11 +419,37 @@ class Trainer:
             if decision and decision[0] == "moved" and rank == 0:
                 print(decision[1], file=sys.stderr, flush=True)
             self.log_dir.mkdir(parents=True, exist_ok=True)
+            if self.world_size > 1:
+                self._check_shared_run_directory()
             self._setup(cfg, rank)
         except BaseException:
             self.close()
             _remove_empty_dirs(self.log_dir, first_new)  # a run that never started leaves none
             raise
+
+    def _check_shared_run_directory(self) -> None:
+        """Every rank must see the run directory rank 0 took: where --log-dir is node-local,
+        the other nodes' trajectory files stay on them (no master file) and a --resume
+        there finds no checkpoint."""
+        import socket
+        from hybridsim.runlock import sees_holder
+        holder = self.comm.bcast(self.run_lock.holder() if self.rank == 0 else None)
+        blind = None if self.rank == 0 or sees_holder(self.log_dir, holder) else socket.gethostname()
+        gathered = self.comm.gather(blind)  # one entry per rank on rank 0
+        message = None
+        if self.rank == 0:
+            ranks = [(r, host) for r, host in enumerate(gathered) if host]
+            if ranks:
+                where = ", ".join(f"rank {r} on {host}" for r, host in ranks[:8])
+                more = f" and {len(ranks) - 8} more" if len(ranks) > 8 else ""
+                message = (f"--log-dir {self.log_dir} is not one directory for all ranks: {where}{more} "
+                           f"do not see the run directory that rank 0 (on {holder['host']}) took "
+                           f"(its {LOCK_NAME}). Their trajectory files would stay on their nodes and "
+                           f"a --resume would find no checkpoint there: use a directory on a file "
+                           f"system that every node mounts")
+        message = self.comm.bcast(message)
+        if message:
+            raise ValueError(message)
 
     def _check_rollout_memory(self, cfg: TrainConfig) -> None:
         """A rollout whose observations alone exceed the learner device's memory is a typo

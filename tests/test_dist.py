@@ -259,6 +259,28 @@ def test_ranks_with_different_settings_end_the_job(tmp_path):
     assert "different settings (total_frames)" in output
 
 
+def test_a_log_dir_that_is_not_shared_by_the_ranks_ends_the_job(tmp_path):
+    """A node-local --log-dir: each rank's relative path names its own directory here (each
+    starts in another working directory), as /scratch/run would on two nodes. The job
+    stops at start, naming the blind rank, and leaves no directory behind on it."""
+    exe = mpiexec()
+    node_a, node_b = tmp_path / "node_a", tmp_path / "node_b"
+    node_a.mkdir()
+    node_b.mkdir()
+    command = [sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train", "--game", "pong",
+               "--backend", "ale-py", "--num-envs", "2", "--num-threads", "1", "--torch-threads", "1",
+               "--total-frames", "1600", "--log-dir", "run"]
+    result = subprocess.run([exe, "-n", "1", "-wdir", str(node_a), *command, ":",
+                             "-n", "1", "-wdir", str(node_b), *command],
+                            capture_output=True, text=True, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-2000:]
+    assert "--log-dir run is not one directory for all ranks: rank 1 on" in output, output[-2000:]
+    assert "a file system that every node mounts" in output
+    assert not (node_b / "run").exists()
+    assert not (node_a / "run" / ".hybridsim-train.lock").exists()
+
+
 def test_processes_that_mpi_does_not_connect_are_refused(monkeypatch):
     """A launcher that says it started 2 processes while MPI sees 1 (srun without --mpi,
     an mpi4py built for another MPI) would give two independent rank-0 runs in one
