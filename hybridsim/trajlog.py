@@ -71,6 +71,10 @@ class TrajectoryLogError(RuntimeError):
     """A trajectory file could not be written or read; the message names the file."""
 
 
+class MissingRankFilesError(TrajectoryLogError):
+    """A run directory lacks some of its ranks' files (check_one_run with all_ranks)."""
+
+
 def _dataset_kwargs(compression: str | None):
     # fletcher32: a checksum per chunk, so a damaged block fails to read instead of
     # decompressing to plausible numbers (HDF5 checks only metadata by itself)
@@ -1041,11 +1045,13 @@ def rank_files(run_dir) -> list[pathlib.Path]:
     return files
 
 
-def check_one_run(files_attrs: dict, all_ranks: bool = False) -> None:
+def check_one_run(files_attrs: dict, all_ranks: bool = False,
+                  advice: str = "analyze a rank file by naming it for that rank alone") -> None:
     """Rank files read together (a run directory's) must be one run's: each file's `rank`
     attribute matches its name, no two files hold one rank, and `game` and `run_id` (files
     since 2026-12) agree. With `all_ranks`, every rank of the run's `world_size` (the
-    largest a file records: a resume may change it) must have its file.
+    largest a file records: a resume may change it) must have its file, or
+    MissingRankFilesError names the missing ones and ends with `advice`.
     files_attrs: path -> the file's root attributes."""
     seen = {}  # key -> (the first file holding it, its value)
     by_rank = {}  # rank -> the file holding its rows
@@ -1078,11 +1084,10 @@ def check_one_run(files_attrs: dict, all_ranks: bool = False) -> None:
         if missing:  # a partial summary looked like the whole run's
             where = pathlib.Path(next(iter(files_attrs))).parent
             names = ", ".join(RANK_FILE_PATTERN.format(rank=r) for r in missing)
-            raise TrajectoryLogError(
+            raise MissingRankFilesError(
                 f"{where}: the run had {max(sizes)} ranks but the file{'s' if len(missing) > 1 else ''} "
                 f"of rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} ({names}) "
-                f"{'are' if len(missing) > 1 else 'is'} missing; analyze a rank file by naming it "
-                f"for that rank alone")
+                f"{'are' if len(missing) > 1 else 'is'} missing; {advice}")
 
 
 def _int_attr(path, attrs: dict, key: str) -> int | None:
@@ -1102,6 +1107,7 @@ def write_master(run_dir) -> pathlib.Path:
     Steps: [S_max, B_total], rank r's batch at columns [offset_r, offset_r + B_r) and rows
     [0, S_r); rows a rank has not written read as the field's fill value (env_id -1).
     Episodes: the ranks' rows concatenated. Sizes are those on disk when this runs.
+    Every rank of the run must have its file here (MissingRankFilesError otherwise).
     """
     run_dir = pathlib.Path(run_dir)
     infos = []
@@ -1117,7 +1123,13 @@ def write_master(run_dir) -> pathlib.Path:
                 "attrs": dict(f.attrs),
                 "gaps": json_list_attr(f, "gaps"),
             })
-    check_one_run({run_dir / i["name"]: i["attrs"] for i in infos})
+    # a master over some ranks would pass for the whole batch (the rows of the others
+    # would just be missing), so refuse it as analyze does
+    check_one_run({run_dir / i["name"]: i["attrs"] for i in infos}, all_ranks=True, advice=(
+        "no master file written. Likely the log directory is not shared by all ranks' nodes "
+        "(a node-local --log-dir: each node holds only its own ranks' files); gather every "
+        "rank's traj_rank*.h5 into one directory, then call "
+        "hybridsim.trajlog.write_master(that directory) again"))
     num_actions = {i["actions"] for i in infos}
     if len(num_actions) != 1:
         raise TrajectoryLogError(f"{run_dir}: rank files disagree on the number of actions {num_actions}")
@@ -1181,8 +1193,9 @@ def complete_master(run_dir, last_frame: int, expected_rows: dict | None = None,
     its last job stopped between the final checkpoint and the master file (a full disk, a
     kill), finish what closing would have done: clear the rank files' stale write flags,
     record in a rank file's `gaps` the rows the checkpoint counted (`expected_rows`, by
-    file name) that never reached it, and write the master. Returns what it did, or None
-    when the master is there and newer than every rank file, which are complete."""
+    file name) that never reached it, and write the master (not where rank files are
+    missing: what it returns says so). Returns what it did, or None when the master is
+    there and newer than every rank file, which are complete."""
     run_dir = pathlib.Path(run_dir)
     files = sorted(run_dir.glob("traj_rank*.h5"))
     if not files:
@@ -1210,9 +1223,14 @@ def complete_master(run_dir, last_frame: int, expected_rows: dict | None = None,
             last_row_frames = frames.max(axis=1) if kept else np.empty(0, np.int64)
             _record_lost_rows(f, path, json_list_attr(f, "gaps"), last_row_frames, kept, want, last_frame)
     lost = [p.name for p in short]
-    write_master(run_dir)
-    done = [f"{master} {why} (the last job stopped before writing it): written now from "
-            f"{len(files)} rank file(s)"]
+    try:
+        write_master(run_dir)
+        done = [f"{master} {why} (the last job stopped before writing it): written now from "
+                f"{len(files)} rank file(s)"]
+    except MissingRankFilesError as exc:
+        # the run's own end could not write it either (the trainer notes that and goes on):
+        # say why instead of failing a resume that has nothing to train
+        done = [f"{master} {why}, and is not written now: {exc}"]
     if flagged:
         done.append(f"write flags left by a stopped writer cleared on {', '.join(p.name for p in flagged)}")
     if lost:

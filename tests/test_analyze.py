@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hybridsim import analyze, replay, trajlog
-from test_trajlog import damage_header, small_run, write_rank  # noqa: F401
+from test_trajlog import damage_header, run_of_ranks, small_run, write_rank  # noqa: F401
 
 
 def test_summary_matches_the_written_data(tmp_path):
@@ -278,19 +278,10 @@ def test_analyze_says_when_the_out_directory_cannot_be_made(tmp_path):
         storage.check_output_directory("/proc/nope", "--out")
 
 
-def _run_of_ranks(run_dir, world_size=2):
-    """Rank files of one run, with the rank, world_size and run_id attributes train writes."""
-    for rank in range(world_size):
-        path = trajlog.rank_file(run_dir, rank)
-        write_rank(path, 20, 2, 4, seed=rank, env_offset=2 * rank)
-        with h5py.File(path, "r+") as f:
-            f.attrs.update({"rank": rank, "world_size": world_size, "run_id": "r" * 32})
-
-
 def test_a_copy_of_a_rank_file_is_refused_naming_both(tmp_path):
     """A stray copy beside the rank files doubled every count of the summary."""
     import shutil
-    _run_of_ranks(tmp_path)
+    run_of_ranks(tmp_path)
     assert analyze.analyze(tmp_path, plots=False)["overall"]["episodes"] == 4
     copy = tmp_path / "traj_rank00000 (copy).h5"
     shutil.copy(trajlog.rank_file(tmp_path, 0), copy)
@@ -305,7 +296,7 @@ def test_a_copy_of_a_rank_file_is_refused_naming_both(tmp_path):
 
 def test_a_missing_rank_file_is_named(tmp_path):
     """Rank 0's file gone from a 3-rank run: a summary of the other ranks came out with exit 0."""
-    _run_of_ranks(tmp_path, world_size=3)
+    run_of_ranks(tmp_path, world_size=3)
     trajlog.rank_file(tmp_path, 0).unlink()
     result = run_cli("analyze", tmp_path, "--no-plots")
     assert result.returncode == 2, result.stdout

@@ -648,3 +648,45 @@ def test_a_rank_of_several_resumes_without_a_false_gap(tmp_path, capsys):
     trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=128).close()
     with trajlog.open_trajectory_file(path) as f:
         assert trajlog.json_list_attr(f, "gaps") == [[80, 128]]
+
+
+def run_of_ranks(run_dir, world_size=2, ranks=None):
+    """Rank files of one run (all ranks, or `ranks`), with the rank, world_size and run_id
+    attributes train writes."""
+    for rank in range(world_size) if ranks is None else ranks:
+        path = trajlog.rank_file(run_dir, rank)
+        write_rank(path, 20, 2, 4, seed=rank, env_offset=2 * rank)
+        with h5py.File(path, "r+") as f:
+            f.attrs.update({"rank": rank, "world_size": world_size, "run_id": "r" * 32})
+
+
+def test_a_master_is_not_written_over_some_of_the_ranks(tmp_path):
+    """A multi-node run with a node-local --log-dir: rank 0 saw only its node's rank files
+    and wrote a master of part of the batch, which read as the whole run."""
+    run_of_ranks(tmp_path, world_size=3, ranks=(0, 2))
+    with pytest.raises(trajlog.MissingRankFilesError,
+                       match=re.escape(f"{tmp_path}: the run had 3 ranks but the file of rank 1 "
+                                       f"(traj_rank00001.h5) is missing; no master file written. "
+                                       f"Likely the log directory is not shared") + ".*gather every rank's"):
+        trajlog.write_master(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["traj_rank00000.h5", "traj_rank00002.h5"]
+    # the trainer notes a RuntimeError there and keeps the rank files
+    assert issubclass(trajlog.MissingRankFilesError, RuntimeError)
+    run_of_ranks(tmp_path, world_size=3, ranks=(1,))  # gathered: the whole batch
+    master = trajlog.write_master(tmp_path)
+    assert trajlog.read_steps(master, "env_id")["env_id"].shape == (20, 6)
+    assert not (tmp_path / (trajlog.MASTER_FILE + ".tmp")).exists()
+
+
+def test_a_run_at_its_budget_says_why_it_wrote_no_master_over_some_ranks(tmp_path):
+    """complete_master (a resume at the budget) over a node's rank files only: it says why
+    no master was written, and writes it once every rank file is there."""
+    run_of_ranks(tmp_path, world_size=3, ranks=(0, 2))
+    done = trajlog.complete_master(tmp_path, last_frame=76)
+    assert done.startswith(f"{tmp_path / trajlog.MASTER_FILE} was missing, and is not written now: ")
+    assert "traj_rank00001.h5" in done and "not shared" in done
+    assert not (tmp_path / trajlog.MASTER_FILE).exists()
+    assert not (tmp_path / (trajlog.MASTER_FILE + ".tmp")).exists()
+    run_of_ranks(tmp_path, world_size=3, ranks=(1,))
+    assert "written now from 3 rank file(s)" in trajlog.complete_master(tmp_path, last_frame=76)
+    assert (tmp_path / trajlog.MASTER_FILE).is_file()
