@@ -70,6 +70,8 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 from cython.parallel cimport prange
 
+import zlib
+
 import numpy as np
 cimport numpy as cnp
 
@@ -235,16 +237,36 @@ GAME_IDS = {name: _game_table.game_id(name) for name in _game_table.game_names()
 GAME_IDS["none"] = 0
 MODE_STEPS = {"act": 0, "select": 1, "soft_reset": 2}
 
-cdef bytes STATE_MAGIC = b"HSENV2"
-# clone_state()'s bytes: magic, ROM/config fingerprint (16), include_rng flag (1), AleEnv
+# clone_state()'s bytes: magic, ROM/config fingerprint (16), include_rng flag (1), AleEnv,
+# and since format 3 a CRC-32 of all that (little-endian), so that a state damaged on disk
+# or in transit is refused instead of restoring as another plausible state
+cdef bytes STATE_MAGIC = b"HSENV3"
+cdef bytes STATE_MAGIC_V2 = b"HSENV2"  # format 2, without the CRC: still restored
 cdef Py_ssize_t STATE_HEAD = len(STATE_MAGIC) + 16 + 1
+
+
+def _state_body_end(bytes state):
+    """Where the AleEnv of Emulator.clone_state()'s bytes ends (the CRC checked, for format
+    3), or -1 for bytes of another shape; ValueError for a format-3 state whose CRC fails."""
+    cdef Py_ssize_t end = STATE_HEAD + <Py_ssize_t>sizeof(AleEnv)
+    if len(state) == end + 4 and state.startswith(STATE_MAGIC):
+        if zlib.crc32(memoryview(state)[:end]) != int.from_bytes(state[end:], "little"):
+            raise ValueError("state is damaged: its CRC-32 does not match its bytes (they changed "
+                             "after cloneState)")
+        return end
+    if len(state) == end and state.startswith(STATE_MAGIC_V2):
+        return end
+    return -1
 
 
 def state_summary(state):
     """(frame_number, episode_frame_number, mode, difficulty) held in Emulator.clone_state()'s
     bytes, or None for bytes of another shape (ALEState(bytes) reads them, as ale-py's does)."""
     state = bytes(state)
-    if len(state) != STATE_HEAD + <Py_ssize_t>sizeof(AleEnv) or not state.startswith(STATE_MAGIC):
+    try:
+        if _state_body_end(state) < 0:
+            return None
+    except ValueError:  # damaged: restoreState says so
         return None
     cdef AleEnv env  # a copy: the bytes need not be aligned for the struct
     cdef const char* raw = state
@@ -645,7 +667,7 @@ cdef class Emulator:
 
     def clone_state(self, include_rng=False):
         """Bytes: magic, ROM/config fingerprint (16), include_rng flag (1), AleEnv (its
-        settings zeroed but for the mode and the difficulty)."""
+        settings zeroed but for the mode and the difficulty), CRC-32 of those."""
         cdef AleEnv* copy = <AleEnv*>malloc(sizeof(AleEnv))
         if copy == NULL:
             raise MemoryError("cannot allocate a state")
@@ -655,9 +677,10 @@ cdef class Emulator:
         # difficulty: ale-py's serialized states hold them, and ALEState(bytes) reports them
         copy.cfg.mode = self.env.cfg.mode
         copy.cfg.difficulty = self.env.cfg.difficulty
-        cdef bytes body = (<char*>copy)[:sizeof(AleEnv)]
+        cdef bytes state = (STATE_MAGIC + self.fingerprint + (b"\x01" if include_rng else b"\x00")
+                            + (<char*>copy)[:sizeof(AleEnv)])
         free(copy)
-        return STATE_MAGIC + self.fingerprint + (b"\x01" if include_rng else b"\x00") + body
+        return state + zlib.crc32(state).to_bytes(4, "little")
 
     def raw_state(self):
         """(AleEnv bytes, both frame buffers as uint8[2, kFrameBytes], index of the one
@@ -669,8 +692,9 @@ cdef class Emulator:
         state = bytes(state)
         cdef Py_ssize_t head = STATE_HEAD
         n = head + sizeof(AleEnv)
-        if len(state) != n or not state.startswith(STATE_MAGIC):
-            raise ValueError(f"not a state of this emulator build (expected {n} bytes starting {STATE_MAGIC!r})")
+        if _state_body_end(state) < 0:
+            raise ValueError(f"not a state of this emulator build (expected {n + 4} bytes starting "
+                             f"{STATE_MAGIC!r})")
         if state[len(STATE_MAGIC):len(STATE_MAGIC) + 16] != self.fingerprint:
             raise ValueError("state was saved by an emulator with another ROM, mapper, display window or TV standard")
         cdef AleEnv* saved = <AleEnv*>malloc(sizeof(AleEnv))

@@ -106,8 +106,8 @@ def worker_ale(game):
     for _ in range(30):
         a.act(int(rng.integers(0, 18)))
     good = [a.cloneState(include_rng=True).serialize(), a.cloneState().serialize()]
-    head = len(good[0]) - len(_body_probe(a))
-    size = len(good[0]) - head
+    size = len(_body_probe(a))
+    head = len(good[0]) - CRC_BYTES - size
     frames = 50 if FULL else 12
     cases = [("pattern", name, body) for name, body in _patterns(size, rng)]
     for lo in range(0, size, 64):  # 0xFF over one 64-byte window at a time
@@ -118,12 +118,12 @@ def worker_ale(game):
     for n, (kind, where, patch) in enumerate(cases):
         base = bytearray(good[n % 2])
         if kind == "pattern":
-            base[head:] = patch
+            base[head:head + size] = patch
         else:
             base[head + where:head + where + len(patch)] = patch
         tried += 1
         try:
-            a.restoreState(ALEState(bytes(base), a._md5))
+            a.restoreState(ALEState(_sealed(base), a._md5))
         except ValueError as exc:
             assert "state field" in str(exc), str(exc)
             refused += 1
@@ -132,6 +132,16 @@ def worker_ale(game):
         print(f"playing {kind} {where} {patch[:4].hex()}", file=sys.stderr, flush=True)
         _play_ale(a, rng, frames)
     print(json.dumps(dict(game=game, tried=tried, refused=refused, played=played)))
+
+
+CRC_BYTES = 4  # clone_state's bytes end with a CRC-32 of the rest
+
+
+def _sealed(state) -> bytes:
+    """A crafted state with its CRC-32 made to match: what a forger would send, which the
+    field checks must still catch (a damaged one fails the CRC first)."""
+    body = bytes(state[:-CRC_BYTES])
+    return body + zlib.crc32(body).to_bytes(CRC_BYTES, "little")
 
 
 def _body_probe(a):
@@ -217,14 +227,48 @@ def test_refusal_names_the_field_and_changes_nothing():
         a.act(0)
     before = a.cloneState(include_rng=True).serialize()
     s = bytearray(before)
-    head = len(before) - len(_body_probe(a))
+    head = len(before) - CRC_BYTES - len(_body_probe(a))
     bank = head + 312 + 4  # Console.cart at 312, Cart.bank at +4 (the reviewer's repro)
     s[bank:bank + 2] = b"\xff\xff"
     with pytest.raises(ValueError, match=r"cart\.bank = 65535 out of range 0\.\.1 for an F8 cartridge"):
-        a.restoreState(ALEState(bytes(s), a._md5))
+        a.restoreState(ALEState(_sealed(s), a._md5))
     assert a.cloneState(include_rng=True).serialize() == before
     for _ in range(100):
         a.act(0)
+
+
+def test_a_damaged_state_is_refused_and_format_2_still_restores():
+    """One flipped bit anywhere in a cloned state (header, body or CRC) is refused as damaged,
+    leaving the emulator as it was; a value in range (a RAM byte) restored silently before the
+    CRC. A format-2 state (no CRC) from an earlier build restores to the same emulator."""
+    from hybridsim.ale import ALEInterface, ALEState
+    from hybridsim.roms import rom_path
+    a = ALEInterface()
+    a.loadROM(str(rom_path("ms_pacman")))
+    for _ in range(50):
+        a.act(3)
+    state = a.cloneState(include_rng=True).serialize()
+    for _ in range(20):
+        a.act(4)
+    after = a.cloneState(include_rng=True).serialize()
+    rng = np.random.default_rng(1)
+    positions = [0, 6, 22, 23, len(state) - CRC_BYTES, len(state) - 1,
+                 *rng.integers(0, len(state), 40).tolist()]
+    for at in positions:
+        damaged = bytearray(state)
+        damaged[at] ^= 1 << int(rng.integers(0, 8))
+        with pytest.raises(ValueError, match="(damaged|not a state of this emulator build)"):
+            a.restoreState(ALEState(bytes(damaged), a._md5))
+        assert a.cloneState(include_rng=True).serialize() == after
+    ram_byte = len(state) - CRC_BYTES - len(_body_probe(a))  # the body starts with RAM
+    damaged = bytearray(state)
+    damaged[ram_byte] ^= 0x10
+    with pytest.raises(ValueError, match="state is damaged: its CRC-32 does not match"):
+        a.restoreState(ALEState(bytes(damaged), a._md5))
+    format_2 = b"HSENV2" + state[6:-CRC_BYTES]
+    a.restoreState(ALEState(format_2, a._md5))
+    assert a.cloneState(include_rng=True).serialize() == state
+    assert ALEState(format_2).getFrameNumber() == ALEState(state).getFrameNumber() == 50
 
 
 @pytest.mark.parametrize("game, offset, value, message", [
@@ -246,10 +290,10 @@ def test_refusals_of_sets_and_reals_say_what_was_wanted(game, offset, value, mes
     for _ in range(100):
         a.act(0)
     s = bytearray(a.cloneState().serialize())
-    head = len(s) - len(_body_probe(a))
+    head = len(s) - CRC_BYTES - len(_body_probe(a))
     s[head + offset:head + offset + len(value)] = value
     with pytest.raises(ValueError, match=message):
-        a.restoreState(ALEState(bytes(s), a._md5))
+        a.restoreState(ALEState(_sealed(s), a._md5))
 
 
 def test_dpc_fraction_survives_clone_restore_cycles():
@@ -264,7 +308,7 @@ def test_dpc_fraction_survives_clone_restore_cycles():
     for _ in range(100):
         a.act(0)
     s = bytearray(a.cloneState().serialize())
-    head = len(s) - len(_body_probe(a))
+    head = len(s) - CRC_BYTES - len(_body_probe(a))
     at = 312 + 192  # Console.cart (312) .dpc_fraction (+192)
 
     def ale_restore(x):
@@ -278,7 +322,7 @@ def test_dpc_fraction_survives_clone_restore_cycles():
     unstable = 0
     for x in values:
         s[head + at:head + at + 8] = struct.pack("<d", x)
-        a.restoreState(ALEState(bytes(s), a._md5))
+        a.restoreState(ALEState(_sealed(s), a._md5))
         assert live() == ale_restore(x), x
         restored = live()
         clone = a.cloneState().serialize()
