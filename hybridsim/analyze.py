@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import warnings
 
 import numpy as np
 
@@ -23,21 +24,23 @@ def _episode_stats(episodes: dict) -> dict:
 
 
 STOPPED_SECONDS = 600.0  # a pause between two rows this long is a stopped job, not a slow step
+MEDIAN_ROWS = 3  # rows on each side a row's frame is checked against (_frame_outliers) ...
+MEDIAN_ROWS_MAX = 729  # ... and at most, where the frames of a longer stretch are damaged
+MEDIAN_WORK_MAX = 1 << 22  # step backs x window**2 (about 32 bytes each) a check may cost, or no wider one
 
 
 def _scan_steps(f, num_actions: int, breaks=()) -> dict:
-    """Action counts, (time, frame) samples and the frames and seconds of running, read
-    block by block. Two consecutive rows count toward the throughput unless a resume,
-    restart or gap lies between them (`breaks`, frames), their time or frame goes back
-    (damage), or STOPPED_SECONDS pass between them (a resume in a file written before
-    resumes were recorded): the time a job was stopped is no running time."""
+    """Action counts, (time, frame) samples and the frames and seconds of running.
+    Steps are read block by block; each row's time and frame (16 bytes a row) are kept.
+    Rows whose frame is damage (_frame_outliers) are left out, and the rows around them
+    paired across the gap. Two consecutive rows count toward the throughput unless a
+    resume, restart or gap lies between them (`breaks`, frames), their time goes back or
+    is not a number (damage), or STOPPED_SECONDS pass between them (a resume in a file
+    written before resumes were recorded): the time a job was stopped is no running time."""
     steps = f["steps"]
     action, frame, when, env = steps["action"], steps["global_frame"], steps["unix_time"], steps["env_id"]
     counts = np.zeros(num_actions, dtype=np.int64)
-    samples = []
-    breaks = np.asarray(sorted(breaks), dtype=np.int64)
-    frames_run, seconds_run, segments = 0, 0.0, 0
-    last, was_running = None, False  # the previous block's last (time, frame), and its last pair
+    times, frames = [], []
     rows = trajlog.common_rows(steps)
     for start in range(0, rows, BLOCK_ROWS):
         stop = min(rows, start + BLOCK_ROWS)
@@ -49,26 +52,73 @@ def _scan_steps(f, num_actions: int, breaks=()) -> dict:
                 f"value(s) outside 0..{num_actions - 1} (e.g. {int(a[outside][0])}) in rows "
                 f"{start}..{stop - 1}")
         counts += np.bincount(a, minlength=num_actions)
-        t = when[start:stop, 0]
-        fr = frame[start:stop].max(axis=1)
-        samples.append(np.stack([t, fr], axis=1)[:: max(1, (stop - start) // 200)])
-        if last is not None:
-            t, fr = np.concatenate([[last[0]], t]), np.concatenate([[last[1]], fr])
-        last = (t[-1], fr[-1])
-        dt, dframe = np.diff(t), np.diff(fr)
-        # a frame that goes back, or below 0, is damage: no rate from it
-        running = (np.isfinite(dt) & (dt >= 0) & (dt < STOPPED_SECONDS) & (dframe >= 0)
-                   & (fr[:-1] >= 0))
-        if breaks.size:  # a break frame b between rows: before <= b < after
-            crossed = np.searchsorted(breaks, fr[1:], "left") > np.searchsorted(breaks, fr[:-1], "left")
-            running &= ~crossed
-        frames_run += int(dframe[running].sum())
-        seconds_run += float(dt[running].sum())
-        segments += int(np.count_nonzero(np.diff(np.concatenate([[was_running], running]).astype(np.int8)) == 1))
-        was_running = bool(running[-1]) if running.size else was_running
-    samples = np.concatenate(samples) if samples else np.zeros((0, 2))
-    return {"action_counts": counts, "time_frame": samples[np.isfinite(samples[:, 0])], "rows": rows,
-            "frames_run": frames_run, "seconds_run": seconds_run, "segments": segments}
+        times.append(when[start:stop, 0].astype(np.float64))
+        frames.append(frame[start:stop].max(axis=1).astype(np.int64))
+    t = np.concatenate(times) if times else np.zeros(0)
+    fr = np.concatenate(frames) if frames else np.zeros(0, np.int64)
+    left_out = _frame_outliers(fr)
+    t, fr = t[~left_out], fr[~left_out]
+    dt = np.diff(t)
+    running = np.isfinite(dt) & (dt >= 0) & (dt < STOPPED_SECONDS)
+    breaks = np.asarray(sorted(breaks), dtype=np.int64)
+    if breaks.size:  # a break frame b between rows: before <= b < after
+        running &= ~(np.searchsorted(breaks, fr[1:], "left") > np.searchsorted(breaks, fr[:-1], "left"))
+    samples = np.stack([t, fr], axis=1)[:: max(1, t.size // 2000)]
+    segments = int(np.count_nonzero(np.diff(np.concatenate([[0], running.astype(np.int8)])) == 1))
+    return {"action_counts": counts, "rows": rows, "left_out": int(left_out.sum()),
+            "frames_run": int(np.diff(fr)[running].sum()), "seconds_run": float(dt[running].sum()),
+            "segments": segments, "time_frame": samples[np.isfinite(samples[:, 0])]}
+
+
+def _frame_outliers(fr: np.ndarray) -> np.ndarray:
+    """True for the rows whose frame cannot be the run's (damage), left out of the rate:
+    a frame below 0, or one out of order with the rows around it. One damaged row going
+    up (a flipped high bit: 2**40) counted its jump as frames run and made the rate
+    absurd. A row is checked against the median frame of the MEDIAN_ROWS rows before it
+    and of those after it, then once more against the rows that check did not blame, so a
+    damaged row is left out alone, not with its neighbours; where frames still go back
+    (a damaged stretch of rows) the check is repeated with wider windows. What goes back
+    after that is left out by keeping only the rows at or above every earlier frame kept
+    and at or below every later one. Frames that never go back (an undamaged file) leave
+    out nothing and cost no medians. Order alone cannot tell a damaged last row going up
+    (or first row going down) from a fast step: those stay."""
+    left_out = fr < 0
+    window = MEDIAN_ROWS
+    while True:
+        kept = np.flatnonzero(~left_out)
+        g = fr[kept]
+        down = np.flatnonzero(np.diff(g) < 0)  # g[k] > g[k + 1]
+        if not down.size:
+            return left_out
+        if window > MEDIAN_ROWS_MAX or down.size * window * window > MEDIAN_WORK_MAX:
+            break
+        # the rows near a step back: those it can be blamed on
+        near = np.unique((down[:, None] + np.arange(-window, window + 2)).ravel())
+        near = near[(near >= 0) & (near < g.size)]
+        blamed = near[_out_of_line(g, near, np.arange(g.size), window)]
+        # a row beside a damaged one had it in its window: judged again without them
+        others = np.setdiff1d(np.arange(g.size), blamed, assume_unique=True)
+        blamed = blamed[_out_of_line(g, blamed, others, window)]
+        left_out[kept[blamed]] = True
+        window *= 3
+    ordered = (g >= np.maximum.accumulate(g)) & (g <= np.minimum.accumulate(g[::-1])[::-1])
+    left_out[kept[~ordered]] = True
+    return left_out
+
+
+def _out_of_line(g: np.ndarray, rows: np.ndarray, others: np.ndarray, window: int) -> np.ndarray:
+    """For each of `rows`: is g there below the median of the `window` nearest `others`
+    (sorted indices) before it, or above that of the `window` after it? No such row on a
+    side (an end of the file): no bound there."""
+    side = np.arange(1, window + 1)
+    padded = np.concatenate([np.full(window, np.nan), g[others].astype(np.float64), np.full(window, np.nan)])
+    before = np.searchsorted(others, rows, "left")[:, None] - side + window
+    after = np.searchsorted(others, rows, "right")[:, None] + side - 1 + window
+    with warnings.catch_warnings():  # a side without rows: an all-NaN median
+        warnings.simplefilter("ignore", RuntimeWarning)
+        low, high = np.nanmedian(padded[before], axis=1), np.nanmedian(padded[after], axis=1)
+    low, high = np.where(np.isnan(low), -np.inf, low), np.where(np.isnan(high), np.inf, high)
+    return (g[rows] < low) | (g[rows] > high)
 
 
 def _throughput(scan: dict) -> float | None:
@@ -105,7 +155,11 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
         stats = _episode_stats(episodes)
         stats.update(steps=int(scan["rows"]), action_counts=scan["action_counts"].tolist(),
                      frames_per_second=_throughput(scan), running_seconds=scan["seconds_run"],
-                     running_segments=scan["segments"], gaps=gaps)
+                     running_segments=scan["segments"], gaps=gaps, rows_left_out=scan["left_out"])
+        if scan["left_out"]:
+            warnings.warn(f"{path}: {scan['left_out']} of {scan['rows']} step rows left out of the "
+                          f"frame rate: their steps/global_frame is below 0 or out of order with the "
+                          f"rows around them (damaged rows)", RuntimeWarning, stacklevel=2)
         per_rank[path.name] = stats
         all_episodes.append(episodes)
         actions_total = scan["action_counts"] if actions_total is None else actions_total + scan["action_counts"]

@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import h5py
 import numpy as np
@@ -341,7 +342,8 @@ def test_a_damaged_global_frame_gives_no_negative_throughput(tmp_path):
     write_rank(path, 30, 2, 4, seed=1)
     with h5py.File(path, "r+") as f:
         f["steps/global_frame"][...] = -f["steps/global_frame"][()] - 1  # frames run backwards
-    summary = analyze.analyze(path, plots=False)
+    with pytest.warns(RuntimeWarning, match="30 of 30 step rows left out of the frame rate"):
+        summary = analyze.analyze(path, plots=False)
     assert summary["overall"]["frames_per_second"] is None
     assert "throughput" not in analyze.format_summary(summary)
 
@@ -373,3 +375,50 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path):
             "    print(exc)\n")
     result = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True, text=True, timeout=60)
     assert message in result.stdout, result.stdout + result.stderr
+
+
+def _brute_force_rate(times, frames, clean):
+    """Frames over seconds summed over consecutive clean rows (no stops in these files)."""
+    rows = [k for k in range(len(frames)) if clean[k]]
+    run = sum(frames[b] - frames[a] for a, b in zip(rows, rows[1:]))
+    return run / sum(times[b] - times[a] for a, b in zip(rows, rows[1:]))
+
+
+@pytest.mark.parametrize("damaged", [{30: 2**40}, {30: 0}, {30: 2**40, 31: 2**40 + 8}, {0: 2**40},
+                                     {58: 2**40}, {30: -5}])
+def test_a_damaged_global_frame_row_is_left_out_of_the_rate(tmp_path, damaged):
+    """One row whose global_frame spiked to 2**40 counted its jump as frames run: an absurd
+    frames/s. Its rows are left out (a warning says how many) and the rate is that of the
+    rows around them."""
+    path = trajlog.rank_file(tmp_path, 0)
+    rng = np.random.default_rng(7)
+    from test_trajlog import fake_step
+    times = 1e9 + np.cumsum(rng.uniform(0.001, 0.004, 60))  # uneven steps: a spike's row matters
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=4) as w:
+        for s in range(60):
+            w.append_step(**fake_step(rng, s, 2, 4), unix_time=times[s])
+    with h5py.File(path, "r+") as f:
+        frames = f["steps/global_frame"][:, 0].tolist()
+        for row, value in damaged.items():
+            f["steps/global_frame"][row] = value
+    expected = _brute_force_rate(times.tolist(), frames, [k not in damaged for k in range(60)])
+    with pytest.warns(RuntimeWarning, match=re.escape(f"{path}: ") + r"\d+ of 60 step rows left out"):
+        summary = analyze.analyze(path, plots=False)
+    assert summary["overall"]["frames_per_second"] == pytest.approx(expected, rel=1e-9)
+    if len(damaged) == 1 and 0 not in damaged:  # one row in the middle: it alone
+        assert summary["per_rank"][path.name]["rows_left_out"] == 1
+
+
+def test_an_undamaged_file_leaves_out_no_row(tmp_path):
+    path = trajlog.rank_file(tmp_path, 0)
+    rng = np.random.default_rng(0)
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=4) as w:
+        _timed_rows(w, rng, 50, 0, 1e9, 0.002)
+    with h5py.File(path, "r+") as f:  # frames that stand still for a few rows are no damage
+        f["steps/global_frame"][10:14] = f["steps/global_frame"][10]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        summary = analyze.analyze(path, plots=False)
+    assert summary["per_rank"][path.name]["rows_left_out"] == 0
+    assert summary["overall"]["frames_per_second"] == pytest.approx(49 * 4 / (49 * 0.002), rel=1e-6)
+
