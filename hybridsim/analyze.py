@@ -27,10 +27,11 @@ STOPPED_SECONDS = 600.0  # a pause between two rows this long is a stopped job, 
 MEDIAN_ROWS = 3  # rows on each side a row's frame is checked against (_frame_outliers) ...
 MEDIAN_ROWS_MAX = 729  # ... and at most, where the frames of a longer stretch are damaged
 MEDIAN_WORK_MAX = 1 << 22  # step backs x window**2 (about 32 bytes each) a check may cost, or no wider one
+PLOT_POINTS = 2000  # about this many points per file in the throughput plot
 
 
 def _scan_steps(f, num_actions: int, breaks=()) -> dict:
-    """Action counts, (time, frame) samples and the frames and seconds of running.
+    """Action counts, the frames and seconds of running and the throughput plot's series.
     Steps are read block by block; each row's time and frame (16 bytes a row) are kept.
     Rows whose frame is damage (_frame_outliers) are left out, and the rows around them
     paired across the gap. Two consecutive rows count toward the throughput unless a
@@ -63,11 +64,9 @@ def _scan_steps(f, num_actions: int, breaks=()) -> dict:
     breaks = np.asarray(sorted(breaks), dtype=np.int64)
     if breaks.size:  # a break frame b between rows: before <= b < after
         running &= ~(np.searchsorted(breaks, fr[1:], "left") > np.searchsorted(breaks, fr[:-1], "left"))
-    samples = np.stack([t, fr], axis=1)[:: max(1, t.size // 2000)]
-    segments = int(np.count_nonzero(np.diff(np.concatenate([[0], running.astype(np.int8)])) == 1))
     return {"action_counts": counts, "rows": rows, "left_out": int(left_out.sum()),
             "frames_run": int(np.diff(fr)[running].sum()), "seconds_run": float(dt[running].sum()),
-            "segments": segments, "time_frame": samples[np.isfinite(samples[:, 0])]}
+            "segments": len(_stretches(running)), "series": throughput_series(t, fr, running)}
 
 
 def _frame_outliers(fr: np.ndarray) -> np.ndarray:
@@ -121,6 +120,28 @@ def _out_of_line(g: np.ndarray, rows: np.ndarray, others: np.ndarray, window: in
     return (g[rows] < low) | (g[rows] > high)
 
 
+def _stretches(running: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last + 1) of each run of True pairs: rows first .. last + 1 ran as one."""
+    edges = np.diff(np.concatenate([[0], running.astype(np.int8), [0]]))
+    return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()))
+
+
+def throughput_series(t, fr, running, points: int = PLOT_POINTS) -> list[np.ndarray]:
+    """The throughput plot's lines: one [k, 3] array of (first frame, last frame,
+    frames/s) per stretch of running rows (`running`: their consecutive pairs), each point
+    over rows of that stretch only. A point across a resume or stop drew a dip there: the
+    pause counted as running time, which the summary's rate leaves out too."""
+    step = max(1, int(np.count_nonzero(running)) // points)
+    lines = []
+    for first, last in _stretches(running):
+        at = np.unique(np.append(np.arange(first, last + 1, step), last))  # rows, both ends
+        dt, dframe = np.diff(t[at]), np.diff(fr[at])
+        ok = dt > 0  # rows written in the same instant give no rate
+        rate = dframe[ok] / dt[ok]
+        lines.append(np.stack([fr[at][:-1][ok], fr[at][1:][ok], rate], axis=1).astype(np.float64))
+    return [line for line in lines if len(line)]
+
+
 def _throughput(scan: dict) -> float | None:
     """Frames over seconds of running, summed over the stretches between stops; None
     where there is none (a rate from damaged times or frames would be nonsense)."""
@@ -163,7 +184,7 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
         per_rank[path.name] = stats
         all_episodes.append(episodes)
         actions_total = scan["action_counts"] if actions_total is None else actions_total + scan["action_counts"]
-        curves.append(scan["time_frame"])
+        curves.append(scan["series"])
     merged = {k: np.concatenate([e[k] for e in all_episodes]) for k in trajlog.EPISODE_FIELDS}
     overall = _episode_stats(merged)
     overall["action_counts"] = actions_total.tolist()
@@ -228,9 +249,9 @@ def _plots(episodes, action_counts, curves, out_dir: pathlib.Path) -> list[str]:
     ax.set_ylabel("count")
     save(fig, "actions.png")
     fig, ax = plt.subplots(figsize=(6, 3))
-    for k, tf in enumerate(curves):
-        if len(tf) > 1:
-            ax.plot(tf[1:, 1], np.diff(tf[:, 1]) / np.maximum(np.diff(tf[:, 0]), 1e-9), label=f"rank {k}")
+    for k, lines in enumerate(curves):  # a line per stretch of running, in one colour a file
+        for j, line in enumerate(lines):
+            ax.plot(line[:, 1], line[:, 2], color=f"C{k % 10}", label=None if j else f"rank {k}")
     ax.set_xlabel("frame")
     ax.set_ylabel("frames/s")
     save(fig, "throughput.png")

@@ -422,3 +422,29 @@ def test_an_undamaged_file_leaves_out_no_row(tmp_path):
     assert summary["per_rank"][path.name]["rows_left_out"] == 0
     assert summary["overall"]["frames_per_second"] == pytest.approx(49 * 4 / (49 * 0.002), rel=1e-6)
 
+
+def test_the_throughput_plot_draws_no_rate_across_a_resume(tmp_path):
+    """Each resume drew a dip to ~0.1 frames/s: the point spanning it counted the hour
+    between the jobs as running. Every point lies within one job now."""
+    path = trajlog.rank_file(tmp_path, 0)
+    rng = np.random.default_rng(0)
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=4) as w:
+        _timed_rows(w, rng, 100, 0, 1e9, 0.002)
+    for job in (1, 2):  # 4 frames a row, resumed after rows 99 and 199, an hour later each
+        with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=4, resume_after_frame=(100 * job - 1) * 4,
+                                      resume_expected_rows=100 * job) as w:
+            _timed_rows(w, rng, 100, 100 * job, 1e9 + 3600 * job, 0.002)
+    with trajlog.open_trajectory_file(path) as f:
+        resumes = trajlog.json_list_attr(f, "resumes")
+        assert resumes == [396, 796]
+        lines = analyze._scan_steps(f, 4, resumes)["series"]
+        stops = analyze._scan_steps(f, 4)["series"]  # a file from before resumes: the hour's stop
+    for series in (lines, stops):
+        assert len(series) == 3
+        points = np.concatenate(series)
+        for r in resumes:  # a point from frame a to frame b spans r when a <= r < b
+            assert not ((points[:, 0] <= r) & (r < points[:, 1])).any()
+        np.testing.assert_allclose(points[:, 2], 2000, rtol=1e-3)  # times near 1e9: float steps
+        assert points[0, 0] == 0 and points[-1, 1] == 299 * 4  # from the first row to the last
+    assert analyze.analyze(path)["plots"]  # and the plot draws them
+    assert (tmp_path / "throughput.png").is_file()
