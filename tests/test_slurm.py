@@ -242,7 +242,22 @@ def test_wrapper_dry_run_for_mpich():
     (["--frobnicate", "--"], "unknown option '--frobnicate'"),
     (["--mpiexec", "/nonexistent/mpiexec", "--"], "not found"),
     (["--hosts=", "--"], "--hosts needs a value"),
-    (["--ranks-per-node", "99999999999999999999", "--"], "--ranks-per-node must be a positive integer"),
+    # bash's arithmetic wraps past 2^63: the length is checked first (was 'must be a positive
+    # integer', which it is); a bound above any node's CPUs (999999 was taken: 2e6 ranks)
+    (["--ranks-per-node", "99999999999999999999", "--dry-run", "--"],
+     "--ranks-per-node 99999999999999999999 is too large: at most 8192 per node"),
+    (["--hosts", "a,b", "--ranks-per-node", "100000000", "--dry-run", "--", "--game", "pong"],
+     "--ranks-per-node 100000000 is too large: at most 8192"),
+    (["--hosts", "a,b", "--ranks-per-node", "8193", "--dry-run", "--", "--game", "pong"],
+     "--ranks-per-node 8193 is too large: at most 8192"),
+    (["--hosts", "a,b", "--threads-per-rank", "99999", "--dry-run", "--", "--game", "pong"],
+     "--threads-per-rank 99999 is too large: at most 8192"),
+    (["--gpus-per-node", "99999", "--dry-run", "--", "--game", "pong"], "--gpus-per-node 99999 is too large"),
+    (["--hosts", "a,b", "--ranks-per-node", "8192", "--threads-per-rank", "2", "--dry-run", "--", "--game",
+      "pong"], "8192 ranks x 2 threads per node would bind 16384 cores, more than any node has"),
+    # a bad flavour named before the launcher is looked for (was 'launcher not found' first)
+    (["--mpi-flavor", "lam", "--mpiexec", "/nonexistent/mpiexec", "--", "--game", "pong"],
+     "--mpi-flavor must be mpich or openmpi, got 'lam'"),
     (["--gpus-per-node", "08", "--"], "--gpus-per-node must be a non-negative integer"),
     (["--python", "/nonexistent/python", "--"], "no Python interpreter at '/nonexistent/python'"),
     # not asked for its --version, still checked (was bash's exit status 127 at the exec)
@@ -411,8 +426,25 @@ def fake_launcher(tmp_path):
 
 def wrapper_env(**settings):
     clean = {k: v for k, v in os.environ.items()
-             if k not in ("CUDA_VISIBLE_DEVICES", "HYBRIDSIM_GPUS_PER_NODE", "SLURM_CPUS_ON_NODE")}
+             if k not in ("CUDA_VISIBLE_DEVICES", "HYBRIDSIM_GPUS_PER_NODE", "SLURM_CPUS_ON_NODE",
+                          "SLURM_JOB_NUM_NODES")}
     return {**clean, **settings}
+
+
+@pytest.mark.parametrize("env, message", [
+    # bash's arithmetic read 'abc' as a variable worth 0 ('-n 0', or "unbound variable"),
+    # and '2x' as bad syntax ("value too great for base")
+    ({"SLURM_JOB_NUM_NODES": "abc"}, "SLURM_JOB_NUM_NODES in the environment must be a positive integer, got 'abc'"),
+    ({"SLURM_JOB_NUM_NODES": "2x"}, "SLURM_JOB_NUM_NODES in the environment must be a positive integer, got '2x'"),
+    ({"SLURM_CPUS_ON_NODE": "abc"}, "SLURM_CPUS_ON_NODE in the environment must be a positive integer, got 'abc'"),
+    ({"SLURM_CPUS_ON_NODE": "99999999999999999999"}, "SLURM_CPUS_ON_NODE in the environment must be"),
+])
+def test_wrapper_refuses_slurm_counts_bash_cannot_read(tmp_path, env, message):
+    exe, ran = fake_launcher(tmp_path)
+    proc = subprocess.run([str(WRAPPER), "--mpiexec", str(exe), "--python", sys.executable, "--check"],
+                          capture_output=True, text=True, timeout=30, env=wrapper_env(**env))
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not ran.exists()
 
 
 @pytest.mark.parametrize("args, env, message", [
