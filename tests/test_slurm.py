@@ -6,6 +6,7 @@ import math
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -416,10 +417,15 @@ def test_a_budget_file_that_cannot_be_read_ends_the_job_before_its_run_directory
     assert not (tmp_path / "run").exists()
 
 
-def fake_launcher(tmp_path):
-    """An `mpiexec` that only notes it was started: what the wrapper refuses before launching."""
+HYDRA_VERSION = "HYDRA build details:\n    Version:                                 5.0.2"
+
+
+def fake_launcher(tmp_path, version=HYDRA_VERSION):
+    """An `mpiexec` that only notes it was started: what the wrapper refuses before launching.
+    Its --version (which the wrapper always asks) prints `version` and is no launch."""
     exe = tmp_path / "mpiexec"
-    exe.write_text('#!/bin/sh\necho "$@" > "$0.ran"\n')
+    exe.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then printf "%s\\n" {shlex.quote(version)}; exit 0; fi\n'
+                   'echo "$@" > "$0.ran"\n')
     exe.chmod(0o755)
     return exe, tmp_path / "mpiexec.ran"
 
@@ -445,6 +451,71 @@ def test_wrapper_refuses_slurm_counts_bash_cannot_read(tmp_path, env, message):
                           capture_output=True, text=True, timeout=30, env=wrapper_env(**env))
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert not ran.exists()
+
+
+OPEN_MPI_VERSION = "mpirun (Open MPI) 4.1.4\n\nReport bugs to https://www.open-mpi.org/community/help/"
+
+
+@pytest.mark.parametrize("flavor, version, launcher", [
+    ("openmpi", HYDRA_VERSION, "MPICH's hydra mpiexec"),
+    ("mpich", OPEN_MPI_VERSION, "Open MPI's mpirun"),
+    ("mpich", "mpirun.openmpi (OpenRTE) 4.1.4", "Open MPI's mpirun"),  # Debian 12's
+])
+def test_wrapper_refuses_a_flavour_its_launcher_is_not(tmp_path, flavor, version, launcher):
+    """--mpi-flavor naming the other MPI used to reach the launcher, which stopped with its
+    own message ('unrecognized argument x' from hydra, 'unknown option "-ppn"' from Open
+    MPI). Refused before launching, naming both; a warning with --dry-run, whose command
+    may be meant for another machine."""
+    exe, ran = fake_launcher(tmp_path, version)
+    base = [str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1", "--no-bind",
+            "--mpiexec", str(exe), "--python", sys.executable, "--check"]
+    proc = subprocess.run([*base, "--mpi-flavor", flavor], capture_output=True, text=True, timeout=30,
+                          env=wrapper_env())
+    assert proc.returncode == 2, proc.stderr
+    assert f"--mpi-flavor {flavor}, but '{exe}' is {launcher}" in proc.stderr, proc.stderr
+    assert not ran.exists()
+    dry = subprocess.run([*base, "--mpi-flavor", flavor, "--dry-run"], capture_output=True, text=True,
+                         timeout=30, env=wrapper_env())
+    assert dry.returncode == 0 and f"warning: --mpi-flavor {flavor}, but" in dry.stderr, dry.stderr
+    # the launcher's own flavour, named or not: launched
+    own = "mpich" if flavor == "openmpi" else "openmpi"
+    for args in (["--mpi-flavor", own], []):
+        ok = subprocess.run([*base, *args], capture_output=True, text=True, timeout=30, env=wrapper_env())
+        assert ok.returncode == 0 and f"MPI: {own}" in ok.stderr and ran.exists(), ok.stderr
+        ran.unlink()
+
+
+@pytest.mark.parametrize("version", [
+    "Intel(R) MPI Library for Linux* OS, Version 2021.6 Build 20220227 (id: 28877f3f32)",
+    "",
+    HYDRA_VERSION + "\n    Configure options: --with-pmix=/opt/Open MPI",  # names both
+])
+def test_a_launcher_of_unknown_flavour_takes_the_flavour_given(tmp_path, version):
+    exe, ran = fake_launcher(tmp_path, version)
+    base = [str(WRAPPER), "--threads-per-rank", "1", "--mpiexec", str(exe), "--python", sys.executable, "--check"]
+    proc = subprocess.run([*base, "--mpi-flavor", "mpich"], capture_output=True, text=True, timeout=30,
+                          env=wrapper_env())
+    assert proc.returncode == 0 and "warning" not in proc.stderr and ran.exists(), proc.stderr
+    unknown = subprocess.run(base, capture_output=True, text=True, timeout=30, env=wrapper_env())
+    assert unknown.returncode == 2 and "cannot tell the MPI flavour" in unknown.stderr, unknown.stderr
+
+
+@pytest.mark.parametrize("kind", ["hydra", "openmpi"])
+def test_wrapper_tells_the_installed_launchers_apart(kind):
+    """The real --version texts: pip's MPICH 5 hydra mpiexec, Debian's Open MPI 4 mpirun."""
+    if kind == "hydra":
+        exe, flavor, wrong = hydra_mpiexec(), "mpich", "openmpi"
+    else:
+        exe, flavor, wrong = shutil.which("mpirun.openmpi"), "openmpi", "mpich"
+        if exe is None:
+            pytest.skip("no Open MPI mpirun.openmpi (scripts/ci_install_system.sh installs openmpi-bin)")
+    base = [str(WRAPPER), "--threads-per-rank", "1", "--mpiexec", exe, "--python", sys.executable, "--check"]
+    proc = subprocess.run([*base, "--mpi-flavor", wrong], capture_output=True, text=True, timeout=60,
+                          env=wrapper_env())
+    assert proc.returncode == 2 and f"--mpi-flavor {wrong}, but '{exe}' is" in proc.stderr, proc.stderr
+    dry = subprocess.run([*base, "--dry-run"], capture_output=True, text=True, timeout=60, env=wrapper_env())
+    assert dry.returncode == 0 and f"MPI: {flavor}" in dry.stderr and "warning: --mpi-flavor" not in dry.stderr, \
+        dry.stderr
 
 
 @pytest.mark.parametrize("args, env, message", [
