@@ -256,6 +256,9 @@ def test_wrapper_dry_run_for_mpich():
     (["--gpus-per-node", "99999", "--dry-run", "--", "--game", "pong"], "--gpus-per-node 99999 is too large"),
     (["--hosts", "a,b", "--ranks-per-node", "8192", "--threads-per-rank", "2", "--dry-run", "--", "--game",
       "pong"], "8192 ranks x 2 threads per node would bind 16384 cores, more than any node has"),
+    # '--' with nothing after it trained with every default (was status 0)
+    (["--dry-run", "--"], "'--' must be followed by the hybridsim train arguments"),
+    (["--dry-run", "--", "train"], "'--' must be followed by the hybridsim train arguments"),
     # a bad flavour named before the launcher is looked for (was 'launcher not found' first)
     (["--mpi-flavor", "lam", "--mpiexec", "/nonexistent/mpiexec", "--", "--game", "pong"],
      "--mpi-flavor must be mpich or openmpi, got 'lam'"),
@@ -616,7 +619,7 @@ def test_rank_env_failure_on_one_rank_ends_a_hydra_job():
 def test_wrapper_dry_run_without_mpi_or_train_arguments():
     """No --mpi-arg, no train arguments (--check), and train arguments that leave nothing to
     add: the empty arrays must expand to nothing (see the static test below)."""
-    for args in (["--check"], ["--"], ["--", "--num-threads", "1", "--torch-threads", "1"]):
+    for args in (["--check"], ["--check", "--"], ["--", "--num-threads", "1", "--torch-threads", "1"]):
         proc = subprocess.run([str(WRAPPER), "--threads-per-rank", "1", "--mpi-flavor", "mpich",
                                "--mpiexec", "mpiexec", "--python", "python3", "--dry-run", *args],
                               capture_output=True, text=True, timeout=30)
