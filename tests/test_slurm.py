@@ -424,11 +424,13 @@ HYDRA_VERSION = "HYDRA build details:\n    Version:                             
 
 
 def fake_launcher(tmp_path, version=HYDRA_VERSION):
-    """An `mpiexec` that only notes it was started: what the wrapper refuses before launching.
+    """An `mpiexec` that only notes it was started (its arguments, and the srun options hydra
+    would take from HYDRA_LAUNCHER_EXTRA_ARGS): what the wrapper refuses before launching.
     Its --version (which the wrapper always asks) prints `version` and is no launch."""
     exe = tmp_path / "mpiexec"
     exe.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then printf "%s\\n" {shlex.quote(version)}; exit 0; fi\n'
-                   'echo "$@" > "$0.ran"\n')
+                   'echo "$@" > "$0.ran"\n'
+                   'echo "${HYDRA_LAUNCHER_EXTRA_ARGS-<unset>}" > "$0.srun"\n')
     exe.chmod(0o755)
     return exe, tmp_path / "mpiexec.ran"
 
@@ -436,7 +438,7 @@ def fake_launcher(tmp_path, version=HYDRA_VERSION):
 def wrapper_env(**settings):
     clean = {k: v for k, v in os.environ.items()
              if k not in ("CUDA_VISIBLE_DEVICES", "HYBRIDSIM_GPUS_PER_NODE", "SLURM_CPUS_ON_NODE",
-                          "SLURM_JOB_NUM_NODES")}
+                          "SLURM_JOB_NUM_NODES", "SLURM_JOB_ID", "HYDRA_LAUNCHER_EXTRA_ARGS")}
     return {**clean, **settings}
 
 
@@ -519,6 +521,49 @@ def test_wrapper_tells_the_installed_launchers_apart(kind):
     dry = subprocess.run([*base, "--dry-run"], capture_output=True, text=True, timeout=60, env=wrapper_env())
     assert dry.returncode == 0 and f"MPI: {flavor}" in dry.stderr and "warning: --mpi-flavor" not in dry.stderr, \
         dry.stderr
+
+
+@pytest.mark.parametrize("given, expected", [
+    (None, "--mpi=none"),
+    ("--cpu-bind=none", "--cpu-bind=none --mpi=none"),  # what slurm/preemptible.sh sets
+    ("", "--mpi=none"),
+    ("--mpi=pmi2", "--mpi=pmi2"),  # an --mpi the user gave stands
+    ("--cpu-bind=none --mpi pmix", "--cpu-bind=none --mpi pmix"),
+])
+def test_wrapper_keeps_slurms_pmi_plugin_off_hydras_proxies(tmp_path, given, expected):
+    """hydra starts its proxies inside a job with srun, which gave them MpiDefault's PMI
+    plugin (see the cluster test below): the wrapper adds --mpi=none to the srun options
+    hydra reads from HYDRA_LAUNCHER_EXTRA_ARGS. Open MPI's mpirun passes it itself."""
+    exe, ran = fake_launcher(tmp_path)
+    env = wrapper_env() if given is None else wrapper_env(HYDRA_LAUNCHER_EXTRA_ARGS=given)
+    proc = subprocess.run([str(WRAPPER), "--threads-per-rank", "1", "--mpiexec", str(exe), "--python",
+                           sys.executable, "--check"], capture_output=True, text=True, timeout=30, env=env)
+    assert proc.returncode == 0 and ran.exists(), proc.stderr
+    assert (tmp_path / "mpiexec.srun").read_text().strip() == expected
+    exe, ran = fake_launcher(tmp_path, OPEN_MPI_VERSION)
+    proc = subprocess.run([str(WRAPPER), "--threads-per-rank", "1", "--mpiexec", str(exe), "--python",
+                           sys.executable, "--check"], capture_output=True, text=True, timeout=30, env=env)
+    assert proc.returncode == 0 and "MPI: openmpi" in proc.stderr, proc.stderr
+    assert (tmp_path / "mpiexec.srun").read_text().strip() == ("<unset>" if given is None else given)
+
+
+def test_hydra_inside_a_job_ignores_the_clusters_pmi_plugin(cluster, tmp_path):
+    """SLURM_MPI_TYPE=pmix stands for a site's MpiDefault=pmix. hydra's srun for its proxies
+    took it: here srun could not load the plugin ("Invalid MPI type 'pmix'") and mpiexec
+    waited for ever; where it loads, the ranks would inherit PMIX_NAMESPACE beside hydra's
+    PMI_SIZE, which MPICH's MPI_Init refuses. The wrapper's --mpi=none for that srun: runs."""
+    exe = hydra_mpiexec()
+    script = tmp_path / "check.sh"
+    check = [str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1", *BIND_2X1, "--mpiexec", exe,
+             "--python", sys.executable, "--check"]
+    script.write_text(f'#!/bin/bash\ntimeout 60 {shlex.join(check)}\necho "wrapper exit status $?"\n')
+    out = tmp_path / "job.out"
+    job = cluster.sbatch(script, "--ntasks-per-node=2", "--cpus-per-task=1", "--time=5", f"--output={out}",
+                         env=job_env(SLURM_MPI_TYPE="pmix"), cwd=tmp_path)
+    cluster.wait_job(job, timeout=150)
+    text = read(out)
+    assert "wrapper exit status 0" in text, text
+    assert [line.split()[1] for line in text.splitlines() if line.startswith("rank ")] == ["0/2", "1/2"], text
 
 
 @pytest.mark.parametrize("args, env, message", [
