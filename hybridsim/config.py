@@ -119,6 +119,16 @@ def load_config_file(path) -> dict:
     return values
 
 
+def has_field_type(kind, value) -> bool:
+    """Whether value fits a field of type kind (int, float, str, bool): a bool is no number
+    (it is an int in Python), an int is a fine float."""
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
 def check_field_types(cls, values: dict, source) -> None:
     """Each value has its field's type: no truthiness for bools ("false" is not False), no
     truncated floats for ints (integral ones such as 5e7 are taken; ints are fine for floats)."""
@@ -129,13 +139,7 @@ def check_field_types(cls, values: dict, source) -> None:
             values[name] = value = int(value)  # total_frames = 5e7 in TOML is a float
         if kind not in (int, float, str, bool):
             continue  # optional or composite fields: the dataclass's own checks apply
-        if kind is float:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        elif kind is int:
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        else:
-            ok = isinstance(value, kind)
-        if not ok:
+        if not has_field_type(kind, value):
             article = "an" if kind is int else "a"
             raise ValueError(f"{source}: setting {name!r} must be {article} {kind.__name__}, got {value!r}")
 

@@ -18,10 +18,12 @@ import dataclasses
 import json
 import os
 import pathlib
+import typing
 
 import numpy as np
 
 from hybridsim import storage, trajlog
+from hybridsim.config import has_field_type
 
 
 @dataclasses.dataclass
@@ -179,23 +181,11 @@ def _check_env_config(path, cfg: dict, env_id: int) -> None:
     def damaged(what: str):
         return trajlog.TrajectoryLogError(f"{path}: damaged run config attribute: {what}; cannot replay")
 
-    defaults = TrainConfig()
-    for field in dataclasses.fields(TrainConfig):
-        if field.name not in cfg:
-            continue
-        value, default = cfg[field.name], getattr(defaults, field.name)
-        if isinstance(default, bool):
-            ok = isinstance(value, bool)
-        elif isinstance(default, int):
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif isinstance(default, float):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        elif isinstance(default, str):
-            ok = isinstance(value, str)
-        else:
-            ok = True
-        if not ok:
-            raise damaged(f"{field.name} is {value!r}, not of type {type(default).__name__}")
+    hints = typing.get_type_hints(TrainConfig)
+    for name, value in cfg.items():
+        kind = hints.get(name)
+        if kind in (int, float, str, bool) and not has_field_type(kind, value):
+            raise damaged(f"{name} is {value!r}, not of type {kind.__name__}")
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     train_cfg = TrainConfig(**{k: v for k, v in cfg.items() if k in names})
     train_cfg.num_envs = 1
