@@ -91,11 +91,6 @@ def sees_holder(log_dir, holder: dict, wait_seconds: float = 15.0) -> bool:
     path = os.path.join(os.fspath(log_dir), LOCK_NAME)
     deadline = time.monotonic() + wait_seconds
     while True:
-        for directory in (os.path.dirname(os.path.abspath(os.fspath(log_dir))), os.fspath(log_dir)):
-            try:
-                os.listdir(directory)
-            except OSError:
-                pass
         try:
             record = _read_fresh(path) or {}
         except OSError:
@@ -105,6 +100,12 @@ def sees_holder(log_dir, holder: dict, wait_seconds: float = 15.0) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.5)
+        # only when not seen: a thousand ranks listing a big shared parent is a metadata storm
+        for directory in (os.path.dirname(os.path.abspath(os.fspath(log_dir))), os.fspath(log_dir)):
+            try:
+                os.listdir(directory)
+            except OSError:
+                pass
 
 
 class RunLock:
