@@ -99,6 +99,23 @@ def test_without_flock_a_live_holder_on_this_host_is_watched(tmp_path, monkeypat
         holder.release()
 
 
+def test_sees_holder_tells_the_holders_directory_from_another(tmp_path):
+    """Another rank's view of LOG_DIR: the holder's record (host and pid) is there, or the
+    path names another directory on that node; a stale record of another job is not it."""
+    shared, private = tmp_path / "shared", tmp_path / "private"
+    shared.mkdir()
+    private.mkdir()
+    with RunLock(shared) as lock:
+        holder = lock.holder()
+        assert holder == {"host": socket.gethostname(), "pid": os.getpid()}
+        assert runlock.sees_holder(shared, holder, wait_seconds=0)
+        start = time.monotonic()
+        assert not runlock.sees_holder(private, holder, wait_seconds=0.6)
+        assert 0.5 <= time.monotonic() - start < 5  # it retried, then gave up
+        (private / LOCK_NAME).write_text(json.dumps({**holder, "pid": holder["pid"] + 1}))
+        assert not runlock.sees_holder(private, holder, wait_seconds=0)
+
+
 def test_train_refuses_a_run_directory_another_train_is_using(tmp_path):
     """Two `hybridsim train` in one --log-dir: the second ends with status 2 and names the
     first; the first trains on, stops with a checkpoint on SIGTERM and releases it."""
