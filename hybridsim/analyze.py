@@ -3,6 +3,7 @@ histograms and throughput from the HDF5 trajectory logs (h5py and numpy only, pl
 matplotlib for the plots)."""
 from __future__ import annotations
 
+import bisect
 import json
 import pathlib
 import warnings
@@ -11,7 +12,7 @@ import numpy as np
 
 from hybridsim import storage, trajlog
 
-BLOCK_ROWS = 1 << 15  # rows read at a time, so a long run never has to fit in memory
+BLOCK_ROWS = 1 << 15  # rows read at a time: of a long run only each row's time and frame are held
 
 
 def _episode_stats(episodes: dict) -> dict:
@@ -24,9 +25,6 @@ def _episode_stats(episodes: dict) -> dict:
 
 
 STOPPED_SECONDS = 600.0  # a pause between two rows this long is a stopped job, not a slow step
-MEDIAN_ROWS = 3  # rows on each side a row's frame is checked against (_frame_outliers) ...
-MEDIAN_ROWS_MAX = 729  # ... and at most, where the frames of a longer stretch are damaged
-MEDIAN_WORK_MAX = 1 << 22  # step backs x window**2 (about 32 bytes each) a check may cost, or no wider one
 PLOT_POINTS = 2000  # about this many points per file in the throughput plot
 
 
@@ -71,53 +69,35 @@ def _scan_steps(f, num_actions: int, breaks=()) -> dict:
 
 def _frame_outliers(fr: np.ndarray) -> np.ndarray:
     """True for the rows whose frame cannot be the run's (damage), left out of the rate:
-    a frame below 0, or one out of order with the rows around it. One damaged row going
-    up (a flipped high bit: 2**40) counted its jump as frames run and made the rate
-    absurd. A row is checked against the median frame of the MEDIAN_ROWS rows before it
-    and of those after it, then once more against the rows that check did not blame, so a
-    damaged row is left out alone, not with its neighbours; where frames still go back
-    (a damaged stretch of rows) the check is repeated with wider windows. What goes back
-    after that is left out by keeping only the rows at or above every earlier frame kept
-    and at or below every later one. Frames that never go back (an undamaged file) leave
-    out nothing and cost no medians. Order alone cannot tell a damaged last row going up
-    (or first row going down) from a fast step: those stay."""
+    a frame below 0, and the fewest rows whose removal leaves frames that never go back
+    (all but a longest non-decreasing run of them). One damaged row going up (a flipped
+    high bit: 2**40) counted its jump as frames run and made the rate absurd. Frames that
+    never go back (an undamaged file) cost one pass. Order alone cannot tell a damaged
+    last row going up (or first row going down) from a fast step: those stay."""
     left_out = fr < 0
-    window = MEDIAN_ROWS
-    while True:
-        kept = np.flatnonzero(~left_out)
-        g = fr[kept]
-        down = np.flatnonzero(np.diff(g) < 0)  # g[k] > g[k + 1]
-        if not down.size:
-            return left_out
-        if window > MEDIAN_ROWS_MAX or down.size * window * window > MEDIAN_WORK_MAX:
-            break
-        # the rows near a step back: those it can be blamed on
-        near = np.unique((down[:, None] + np.arange(-window, window + 2)).ravel())
-        near = near[(near >= 0) & (near < g.size)]
-        blamed = near[_out_of_line(g, near, np.arange(g.size), window)]
-        # a row beside a damaged one had it in its window: judged again without them
-        others = np.setdiff1d(np.arange(g.size), blamed, assume_unique=True)
-        blamed = blamed[_out_of_line(g, blamed, others, window)]
-        left_out[kept[blamed]] = True
-        window *= 3
-    ordered = (g >= np.maximum.accumulate(g)) & (g <= np.minimum.accumulate(g[::-1])[::-1])
+    kept = np.flatnonzero(~left_out)
+    frames = fr[kept]
+    if not (np.diff(frames) < 0).any():
+        return left_out
+    # patience sorting: ends[k] is the least last frame of a non-decreasing run of k + 1
+    # rows so far, at row ends_at[k]; before[i] the row preceding row i in its run
+    ends, ends_at, before = [], [], [-1] * frames.size
+    for i, value in enumerate(frames.tolist()):
+        k = bisect.bisect_right(ends, value)
+        if k:
+            before[i] = ends_at[k - 1]
+        if k == len(ends):
+            ends.append(value)
+            ends_at.append(i)
+        else:
+            ends[k], ends_at[k] = value, i
+    ordered = np.zeros(frames.size, bool)
+    i = ends_at[-1]
+    while i >= 0:
+        ordered[i] = True
+        i = before[i]
     left_out[kept[~ordered]] = True
     return left_out
-
-
-def _out_of_line(g: np.ndarray, rows: np.ndarray, others: np.ndarray, window: int) -> np.ndarray:
-    """For each of `rows`: is g there below the median of the `window` nearest `others`
-    (sorted indices) before it, or above that of the `window` after it? No such row on a
-    side (an end of the file): no bound there."""
-    side = np.arange(1, window + 1)
-    padded = np.concatenate([np.full(window, np.nan), g[others].astype(np.float64), np.full(window, np.nan)])
-    before = np.searchsorted(others, rows, "left")[:, None] - side + window
-    after = np.searchsorted(others, rows, "right")[:, None] + side - 1 + window
-    with warnings.catch_warnings():  # a side without rows: an all-NaN median
-        warnings.simplefilter("ignore", RuntimeWarning)
-        low, high = np.nanmedian(padded[before], axis=1), np.nanmedian(padded[after], axis=1)
-    low, high = np.where(np.isnan(low), -np.inf, low), np.where(np.isnan(high), np.inf, high)
-    return (g[rows] < low) | (g[rows] > high)
 
 
 def _stretches(running: np.ndarray) -> list[tuple[int, int]]:
