@@ -533,13 +533,22 @@ def test_wrapper_tells_the_installed_launchers_apart(kind):
 def test_wrapper_keeps_slurms_pmi_plugin_off_hydras_proxies(tmp_path, given, expected):
     """hydra starts its proxies inside a job with srun, which gave them MpiDefault's PMI
     plugin (see the cluster test below): the wrapper adds --mpi=none to the srun options
-    hydra reads from HYDRA_LAUNCHER_EXTRA_ARGS. Open MPI's mpirun passes it itself."""
+    hydra reads from HYDRA_LAUNCHER_EXTRA_ARGS. Open MPI's mpirun passes it itself. Not
+    where hydra uses ssh (outside a job, or -launcher ssh): ssh refused --mpi=none."""
     exe, ran = fake_launcher(tmp_path)
-    env = wrapper_env() if given is None else wrapper_env(HYDRA_LAUNCHER_EXTRA_ARGS=given)
-    proc = subprocess.run([str(WRAPPER), "--threads-per-rank", "1", "--mpiexec", str(exe), "--python",
-                           sys.executable, "--check"], capture_output=True, text=True, timeout=30, env=env)
+    job = {"SLURM_JOB_ID": "17"}
+    env = wrapper_env(**job) if given is None else wrapper_env(HYDRA_LAUNCHER_EXTRA_ARGS=given, **job)
+    base = [str(WRAPPER), "--threads-per-rank", "1", "--mpiexec", str(exe), "--python", sys.executable]
+    proc = subprocess.run([*base, "--check"], capture_output=True, text=True, timeout=30, env=env)
     assert proc.returncode == 0 and ran.exists(), proc.stderr
     assert (tmp_path / "mpiexec.srun").read_text().strip() == expected
+    unchanged = "<unset>" if given is None else given
+    for args, where in (([], {k: v for k, v in env.items() if k != "SLURM_JOB_ID"}),
+                        (["--mpi-arg=-launcher", "--mpi-arg=ssh"], env),
+                        (["--mpi-arg=-bootstrap=ssh"], env)):
+        proc = subprocess.run([*base, *args, "--check"], capture_output=True, text=True, timeout=30, env=where)
+        assert proc.returncode == 0, proc.stderr
+        assert (tmp_path / "mpiexec.srun").read_text().strip() == unchanged, args
     exe, ran = fake_launcher(tmp_path, OPEN_MPI_VERSION)
     proc = subprocess.run([str(WRAPPER), "--threads-per-rank", "1", "--mpiexec", str(exe), "--python",
                            sys.executable, "--check"], capture_output=True, text=True, timeout=30, env=env)
