@@ -389,11 +389,11 @@ class Trainer:
             raise ValueError(f"seed {cfg.seed} + {self.world_size} ranks x {cfg.num_envs} environments "
                              f"must stay within 2**31 (environment seeds are C ints)")
         first_new = next((p for p in reversed([self.log_dir, *self.log_dir.parents]) if not p.exists()), None)
-        # Rank 0 takes the run directory (one job per directory), looks at it and decides
-        # for every rank (the bcast also keeps the others from looking after rank 0 has
-        # moved files).
+        # Rank 0 takes the run directory (one job per directory); every rank checks that it
+        # sees that directory; then rank 0 looks at it and decides for every rank (each bcast
+        # also keeps the others from going on before rank 0: from looking after it moved files).
         self.run_lock = None
-        decision = None
+        taken = None
         if rank == 0:
             try:
                 if cfg.resume and not self.log_dir.is_dir():  # made below: say so, make none
@@ -402,25 +402,31 @@ class Trainer:
                                             f"({self.log_dir} {why})")
                 _make_run_directory(self.log_dir)
                 self.run_lock = RunLock(self.log_dir, notice=_note).acquire()
-                decision = None if cfg.resume else _fresh_run_decision(self.log_dir)
             except FileNotFoundError as exc:
-                decision = ("missing", str(exc))
+                taken = ("missing", str(exc))
             except (RunDirectoryBusy, OSError) as exc:
-                decision = ("busy", str(exc) if isinstance(exc, RunDirectoryBusy)
-                            else f"{self.log_dir}: cannot take the run directory: {exc}")
-        decision = self.comm.bcast(decision)
+                taken = ("busy", str(exc) if isinstance(exc, RunDirectoryBusy)
+                         else f"{self.log_dir}: cannot take the run directory: {exc}")
+        taken = self.comm.bcast(taken)
         try:
-            if decision and decision[0] == "busy":
-                raise RunDirectoryBusy(decision[1])
-            if decision and decision[0] == "missing":
-                raise FileNotFoundError(decision[1])
+            if taken and taken[0] == "busy":
+                raise RunDirectoryBusy(taken[1])
+            if taken and taken[0] == "missing":
+                raise FileNotFoundError(taken[1])
+            if self.world_size > 1:  # before anything is moved aside for a run that cannot start
+                self._check_shared_run_directory()
+            decision = None
+            if rank == 0 and not cfg.resume:
+                try:
+                    decision = _fresh_run_decision(self.log_dir)
+                except OSError as exc:
+                    decision = ("refuse", f"{self.log_dir}: cannot set the earlier run's files aside: {exc}")
+            decision = self.comm.bcast(decision)
             if decision and decision[0] == "refuse":
                 raise FileExistsError(decision[1])
             if decision and decision[0] == "moved" and rank == 0:
                 print(decision[1], file=sys.stderr, flush=True)
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            if self.world_size > 1:
-                self._check_shared_run_directory()
             self._setup(cfg, rank)
         except BaseException:
             self.close()
@@ -1428,9 +1434,10 @@ class Trainer:
                         pass
                     note(StorageError.from_exception(master, "the virtual master file", exc))
                     self.storage_notes.append(
-                        f"{master} not (re)written: the traj_rank*.h5 files hold every logged row "
-                        f"and hybridsim analyze reads them; hybridsim.trajlog.write_master(RUN_DIR) "
-                        f"stitches them later")
+                        f"{master} not (re)written: {exc}" if isinstance(exc, trajlog.MissingRankFilesError)
+                        else f"{master} not (re)written: the traj_rank*.h5 files hold every logged row "
+                             f"and hybridsim analyze reads them; hybridsim.trajlog.write_master(RUN_DIR) "
+                             f"stitches them later")
             self._close_tensorboard()
             if self.metrics_file is not None:
                 self.metrics_file.close()

@@ -262,11 +262,13 @@ def test_ranks_with_different_settings_end_the_job(tmp_path):
 def test_a_log_dir_that_is_not_shared_by_the_ranks_ends_the_job(tmp_path):
     """A node-local --log-dir: each rank's relative path names its own directory here (each
     starts in another working directory), as /scratch/run would on two nodes. The job
-    stops at start, naming the blind rank, and leaves no directory behind on it."""
+    stops at start, naming the blind rank, leaves no directory behind on it, and does not
+    set rank 0's earlier unfinished run aside (a run that cannot start changes nothing)."""
     exe = mpiexec()
     node_a, node_b = tmp_path / "node_a", tmp_path / "node_b"
-    node_a.mkdir()
+    (node_a / "run").mkdir(parents=True)
     node_b.mkdir()
+    (node_a / "run" / "metrics.csv").write_text("frames,x\n1,2\n")  # no checkpoint: would move
     command = [sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train", "--game", "pong",
                "--backend", "ale-py", "--num-envs", "2", "--num-threads", "1", "--torch-threads", "1",
                "--total-frames", "1600", "--log-dir", "run"]
@@ -278,7 +280,7 @@ def test_a_log_dir_that_is_not_shared_by_the_ranks_ends_the_job(tmp_path):
     assert "--log-dir run is not one directory for all ranks: rank 1 on" in output, output[-2000:]
     assert "a file system that every node mounts" in output
     assert not (node_b / "run").exists()
-    assert not (node_a / "run" / ".hybridsim-train.lock").exists()
+    assert sorted(p.name for p in (node_a / "run").iterdir()) == ["metrics.csv"]
 
 
 def test_processes_that_mpi_does_not_connect_are_refused(monkeypatch):
