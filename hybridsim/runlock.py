@@ -154,6 +154,9 @@ class RunLock:
                             "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
                             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "beat": 0}
             self._write()
+            # to the file server now: an NFS client may hold written pages for about 30 s
+            # (vm.dirty_expire_centisecs), and other ranks look for this record (sees_holder)
+            os.fsync(fd)
         except BaseException:
             self._fd = None
             os.close(fd)
