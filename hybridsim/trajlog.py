@@ -1230,7 +1230,8 @@ def complete_master(run_dir, last_frame: int, expected_rows: dict | None = None,
     except MissingRankFilesError as exc:
         # the run's own end could not write it either (the trainer notes that and goes on):
         # say why instead of failing a resume that has nothing to train
-        done = [f"{master} {why}, and is not written now: {exc}"]
+        kept = " (the earlier one stays; opening it warns what it does not cover)" if master.exists() else ""
+        done = [f"{master} {why}, and is not written now{kept}: {exc}"]
     if flagged:
         done.append(f"write flags left by a stopped writer cleared on {', '.join(p.name for p in flagged)}")
     if lost:
