@@ -4,7 +4,8 @@ Each game is driven side by side through `hybridsim verify` with a seeded random
 minimal actions: reward, lives, game_over and RAM every frame, the screen every frame or
 every third frame (hybridsim draws unread frames on demand; both paths are covered), RGB
 and grayscale every 50 frames, two reset_game calls and a cloneState/restoreState round
-trip; and each game with modes or difficulties in its last ones. HYBRIDSIM_ORACLE_FRAMES=N runs longer (`hybridsim verify --all` is the long form).
+trip; and each game with modes or difficulties in its last ones. HYBRIDSIM_ORACLE_FRAMES=N runs longer (`hybridsim verify --all` is the long form);
+HYBRIDSIM_ORACLE_MODES=all runs every other mode and every other difficulty of each game.
 """
 import os
 
@@ -23,6 +24,9 @@ GAMES = [g["name"] for g in TABLE]
 # Each game also in a non-default mode and difficulty where it has one: its last ones.
 OTHER = [(g["name"], g["modes"][-1], g["difficulties"][-1]) for g in TABLE
          if len(g["modes"]) > 1 or len(g["difficulties"]) > 1]
+if os.environ.get("HYBRIDSIM_ORACLE_MODES") == "all":  # each mode, and each difficulty, on its own
+    OTHER = ([(g["name"], m, g["difficulties"][0]) for g in TABLE for m in g["modes"][1:]]
+             + [(g["name"], g["modes"][0], d) for g in TABLE for d in g["difficulties"][1:]])
 
 
 @pytest.mark.parametrize("sticky,screen_every", [(0.25, 3), (0.0, 1)])
