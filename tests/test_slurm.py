@@ -680,6 +680,11 @@ def test_wrapper_dry_run_without_mpi_or_train_arguments():
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("mpiexec -n 1 -ppn 1 -bind-to core:1 -genv OMP_NUM_THREADS 1 "), proc.stdout
         assert "  " not in proc.stdout and "''" not in proc.stdout, proc.stdout
+    proc = subprocess.run([str(WRAPPER), "--threads-per-rank", "1", "--mpi-flavor", "mpich", "--mpiexec",
+                           "mpiexec", "--python", "python3", "--dry-run", "--check", "--", "--game", "pong"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and "--check starts no training; the arguments after '--' are not used" \
+        in proc.stderr, proc.stderr
 
 
 def test_readme_says_when_a_missing_launcher_stops_a_dry_run():
