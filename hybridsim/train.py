@@ -440,7 +440,10 @@ class Trainer:
         import socket
         from hybridsim.runlock import sees_holder
         holder = self.comm.bcast(self.run_lock.holder() if self.rank == 0 else None)
-        blind = None if self.rank == 0 or sees_holder(self.log_dir, holder) else socket.gethostname()
+        # looking stays well inside the start-up watchdog's --stall-timeout (0: off)
+        wait = min(15.0, self.cfg.stall_timeout / 3) if self.cfg.stall_timeout else 15.0
+        blind = (None if self.rank == 0 or sees_holder(self.log_dir, holder, wait_seconds=wait)
+                 else socket.gethostname())
         gathered = self.comm.gather(blind)  # one entry per rank on rank 0
         message = None
         if self.rank == 0:

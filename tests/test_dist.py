@@ -271,7 +271,7 @@ def test_a_log_dir_that_is_not_shared_by_the_ranks_ends_the_job(tmp_path):
     (node_a / "run" / "metrics.csv").write_text("frames,x\n1,2\n")  # no checkpoint: would move
     command = [sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train", "--game", "pong",
                "--backend", "ale-py", "--num-envs", "2", "--num-threads", "1", "--torch-threads", "1",
-               "--total-frames", "1600", "--log-dir", "run"]
+               "--total-frames", "1600", "--log-dir", "run", "--stall-timeout", "6"]  # looks 2 s
     result = subprocess.run([exe, "-n", "1", "-wdir", str(node_a), *command, ":",
                              "-n", "1", "-wdir", str(node_b), *command],
                             capture_output=True, text=True, timeout=120)
