@@ -136,6 +136,8 @@ def resolve_num_threads(num_threads: int, batch_size: int) -> int:
         raise ValueError(f"num_threads must be an int >= 0 (0: one per core), got {num_threads!r}")
     if num_threads < 0:
         raise ValueError(f"num_threads must be >= 0 (0: one per core), got {num_threads}")
+    if num_threads >= _SEED_LIMIT:  # ale-py passes it as a C int (and refuses 2**70)
+        raise ValueError(f"num_threads must be < 2**31 (0: one per core), got {num_threads}")
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -166,6 +168,14 @@ def _on_engine_device(method):
         with self._device_scope():
             return method(self, *args, **kwargs)
     return run_on_device
+
+
+def _check_real(name: str, value, exc=TypeError) -> float:
+    """A float setting from a Python or numpy int or float (not a bool, a string or an
+    array: float() would take '0.25' and np.array(0.25), which ale-py refuses or fails on)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise exc(f"{name} must be a number (int or float), got {value!r}")
+    return float(value)
 
 
 def _check_flag(name: str, value) -> bool:
@@ -267,15 +277,20 @@ class AtariVectorEnv(VectorEnv):
         if obs_bytes >= _SEED_LIMIT:
             raise ValueError(f"one observation (stack_num x img_height x img_width x channels = "
                              f"{obs_bytes:,} bytes) must be under 2 GiB")
-        try:
-            continuous_action_threshold = float(continuous_action_threshold)
-        except (TypeError, ValueError):
-            raise ValueError(f"continuous_action_threshold must be a number, got "
-                             f"{continuous_action_threshold!r}") from None
+        continuous_action_threshold = _check_real("continuous_action_threshold",
+                                                  continuous_action_threshold, ValueError)
         if not np.isfinite(continuous_action_threshold):  # every comparison with NaN is false
             raise ValueError(f"continuous_action_threshold must be finite, got {continuous_action_threshold}")
-        if not 0.0 <= float(repeat_action_probability) <= 1.0:
+        if not 0.0 <= _check_real("repeat_action_probability", repeat_action_probability) <= 1.0:
             raise ValueError(f"repeat_action_probability must be in [0, 1], got {repeat_action_probability}")
+        # unused here (no thread pinning), but checked as ale-py's C++ int argument is
+        if isinstance(thread_affinity_offset, (bool, np.bool_)) \
+                or not isinstance(thread_affinity_offset, (int, np.integer)):
+            raise TypeError(f"thread_affinity_offset must be an int (-1: no affinity), "
+                            f"got {thread_affinity_offset!r}")
+        if not -_SEED_LIMIT <= thread_affinity_offset < _SEED_LIMIT:
+            raise ValueError(f"thread_affinity_offset must be in [-2**31, 2**31) (-1: no affinity), "
+                             f"got {thread_affinity_offset!r}")
         interpolations = {"area": 3, "linear": 1}  # cv2.INTER_AREA / INTER_LINEAR codes
         if resize_interpolation not in interpolations:
             raise ValueError(f"resize_interpolation must be 'area' (ale-py's, the default) or 'linear', "
