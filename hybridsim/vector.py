@@ -41,6 +41,7 @@ import hashlib
 import io
 import json
 import os
+import warnings
 import zipfile
 from typing import Any
 
@@ -283,7 +284,7 @@ class AtariVectorEnv(VectorEnv):
             raise ValueError(f"continuous_action_threshold must be finite, got {continuous_action_threshold}")
         if not 0.0 <= _check_real("repeat_action_probability", repeat_action_probability) <= 1.0:
             raise ValueError(f"repeat_action_probability must be in [0, 1], got {repeat_action_probability}")
-        # unused here (no thread pinning), but checked as ale-py's C++ int argument is
+        # not applied here (a warning says so), but checked as ale-py's C++ int argument is
         if isinstance(thread_affinity_offset, (bool, np.bool_)) \
                 or not isinstance(thread_affinity_offset, (int, np.integer)):
             raise TypeError(f"thread_affinity_offset must be an int (-1: no affinity), "
@@ -291,6 +292,11 @@ class AtariVectorEnv(VectorEnv):
         if not -_SEED_LIMIT <= thread_affinity_offset < _SEED_LIMIT:
             raise ValueError(f"thread_affinity_offset must be in [-2**31, 2**31) (-1: no affinity), "
                              f"got {thread_affinity_offset!r}")
+        if thread_affinity_offset >= 0:  # ale-py pins its worker k to core offset + k
+            warnings.warn(f"thread_affinity_offset={int(thread_affinity_offset)} is not applied: hybridsim's "
+                          f"workers are OpenMP threads, placed by OMP_PROC_BIND and OMP_PLACES set before "
+                          f"the process starts (e.g. OMP_PROC_BIND=close OMP_PLACES=cores)",
+                          RuntimeWarning, stacklevel=2)
         interpolations = {"area": 3, "linear": 1}  # cv2.INTER_AREA / INTER_LINEAR codes
         if resize_interpolation not in interpolations:
             raise ValueError(f"resize_interpolation must be 'area' (ale-py's, the default) or 'linear', "
@@ -438,7 +444,6 @@ class AtariVectorEnv(VectorEnv):
             entry = games_table.find(roms.md5_hex(data), self._rom_path.stem)
             problem = games_table.rom_mismatch(self.game, self._rom_path)
             if problem:  # runs (ALE accepts it by name too), but say so
-                import warnings
                 warnings.warn(f"{problem}; hybridsim runs it with those settings anyway",
                               RuntimeWarning, stacklevel=3)
             self._rom_bytes = emulator_kwargs(entry, data)[0]
