@@ -293,10 +293,10 @@ class AtariVectorEnv(VectorEnv):
             raise ValueError(f"thread_affinity_offset must be in [-2**31, 2**31) (-1: no affinity), "
                              f"got {thread_affinity_offset!r}")
         if thread_affinity_offset >= 0:  # ale-py pins its worker k to core offset + k
-            warnings.warn(f"thread_affinity_offset={int(thread_affinity_offset)} is not applied: hybridsim's "
-                          f"workers are OpenMP threads, placed by OMP_PROC_BIND and OMP_PLACES set before "
-                          f"the process starts (e.g. OMP_PROC_BIND=close OMP_PLACES=cores)",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(f"thread_affinity_offset={int(thread_affinity_offset)} is not applied: hybridsim "
+                          f"does not pin its worker threads (place the process with taskset or numactl; "
+                          f"synchronous steps run on OpenMP threads, which OMP_PROC_BIND and OMP_PLACES "
+                          f"place)", RuntimeWarning, stacklevel=2)
         interpolations = {"area": 3, "linear": 1}  # cv2.INTER_AREA / INTER_LINEAR codes
         if resize_interpolation not in interpolations:
             raise ValueError(f"resize_interpolation must be 'area' (ale-py's, the default) or 'linear', "
