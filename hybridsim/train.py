@@ -24,6 +24,7 @@ import numbers
 import os
 import pathlib
 import pickle
+import socket
 import sys
 import time
 import uuid
@@ -36,7 +37,7 @@ import torch.nn.functional as F
 from hybridsim import dist, storage, vtrace
 from hybridsim.models import RunningObservationNorm, build_model
 from hybridsim.optim import RMSpropTF
-from hybridsim.runlock import LOCK_NAME, RunDirectoryBusy, RunLock
+from hybridsim.runlock import LOCK_NAME, RunDirectoryBusy, RunLock, sees_holder
 from hybridsim.storage import StorageError
 from hybridsim.train_config import TrainConfig, make_vector_env
 
@@ -437,8 +438,6 @@ class Trainer:
         """Every rank must see the run directory rank 0 took: where --log-dir is node-local,
         the other nodes' trajectory files stay on them (no master file) and a --resume
         there finds no checkpoint."""
-        import socket
-        from hybridsim.runlock import sees_holder
         holder = self.comm.bcast(self.run_lock.holder() if self.rank == 0 else None)
         # looking stays well inside the start-up watchdog's --stall-timeout (0: off)
         wait = min(15.0, self.cfg.stall_timeout / 3) if self.cfg.stall_timeout else 15.0
