@@ -841,7 +841,7 @@ class GpuEngine:
         xp = self.dev.xp
         a = xp.asarray(actions)
         if a.dtype.kind not in "iu":
-            raise ValueError(f"actions must be an integer array (int32 or int64), got dtype {a.dtype}")
+            raise ValueError(f"actions must be an integer array (any int or uint dtype), got dtype {a.dtype}")
         if a.shape != (n,):
             raise ValueError(f"actions must have shape {(n,)}, got {a.shape}")
         if n and bool(((a < 0) | (a >= num_actions)).any()):

@@ -151,7 +151,7 @@ def check_action_indices(actions, n: int, num_actions: int) -> np.ndarray:
     """Host actions as int32[n] indices into the action set, or a ValueError naming the problem."""
     a = np.asarray(actions)
     if a.dtype.kind not in "iu":
-        raise ValueError(f"actions must be an integer array (int32 or int64), got dtype {a.dtype}")
+        raise ValueError(f"actions must be an integer array (any int or uint dtype), got dtype {a.dtype}")
     if a.shape != (n,):
         raise ValueError(f"actions must have shape {(n,)}, got {a.shape}")
     if n and (a.min() < 0 or a.max() >= num_actions):
