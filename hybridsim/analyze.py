@@ -58,10 +58,8 @@ def _scan_steps(f, num_actions: int, breaks=()) -> dict:
     left_out = _frame_outliers(fr)
     t, fr = t[~left_out], fr[~left_out]
     dt = np.diff(t)
-    running = np.isfinite(dt) & (dt >= 0) & (dt < STOPPED_SECONDS)
-    breaks = np.asarray(sorted(breaks), dtype=np.int64)
-    if breaks.size:  # a break frame b between rows: before <= b < after
-        running &= ~(np.searchsorted(breaks, fr[1:], "left") > np.searchsorted(breaks, fr[:-1], "left"))
+    running = (np.isfinite(dt) & (dt >= 0) & (dt < STOPPED_SECONDS)
+               & ~trajlog.crosses_breaks(fr[:-1], fr[1:], breaks))
     return {"action_counts": counts, "rows": rows, "left_out": int(left_out.sum()),
             "frames_run": int(np.diff(fr)[running].sum()), "seconds_run": float(dt[running].sum()),
             "segments": len(_stretches(running)), "series": throughput_series(t, fr, running)}

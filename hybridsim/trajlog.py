@@ -571,12 +571,17 @@ def _unlogged_frames(row_frames, last_frame: int, breaks) -> list | None:
     step = 0
     if recent.size > 1:
         before, after = recent[:-1], recent[1:]
-        own = np.ones(before.size, bool)
-        for frame in breaks:
-            own &= ~((before <= frame) & (frame < after))
+        own = ~crosses_breaks(before, after, breaks)
         if own.any():
             step = int((after - before)[own].max())
     return [since, int(last_frame)] if last_frame - since > step else None
+
+
+def crosses_breaks(before, after, breaks) -> np.ndarray:
+    """For each pair of rows (frames `before`, `after`): whether a break frame b (a gap's
+    end, a restart, a resume) lies between them, before <= b < after."""
+    breaks = np.asarray(sorted(breaks), dtype=np.int64)
+    return np.searchsorted(breaks, after, "left") > np.searchsorted(breaks, before, "left")
 
 
 def _record_lost_rows(f, path, gaps: list, last_row_frames, kept: int, expected_rows: int, last_frame: int):
