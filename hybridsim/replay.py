@@ -190,8 +190,6 @@ def _check_env_config(path, cfg: dict, env_id: int) -> None:
     train_cfg = TrainConfig(**{k: v for k, v in cfg.items() if k in names})
     train_cfg.num_envs = 1
     checks = train_cfg.environment_checks() + [
-        (train_cfg.backend in ("cpu", "gpu", "hybrid", "ale-py"),
-         f"backend must be cpu, gpu, hybrid or ale-py, got {train_cfg.backend!r}"),
         (0 <= train_cfg.seed + env_id < 2**31,
          f"seed {train_cfg.seed} + env id {env_id} must be in [0, 2**31)")]
     for ok, message in checks:

@@ -176,6 +176,8 @@ class TrainConfig:
              f"without a stop check), got {self.noop_max}"),
             (0 <= self.max_episode_frames <= NO_EPISODE_LIMIT,
              f"max_episode_frames must be in 0..{NO_EPISODE_LIMIT} (0: no limit), got {self.max_episode_frames}"),
+            (self.backend in ("cpu", "gpu", "hybrid", "ale-py"),
+             f"backend must be cpu, gpu, hybrid or ale-py, got {self.backend!r}"),
             (0 <= self.seed and self.seed + self.num_envs <= 2**31,
              f"seed must be in [0, 2**31 - num_envs] (environment i gets seed + i, a C int in ALE), "
              f"got {self.seed}"),
@@ -192,8 +194,6 @@ class TrainConfig:
             (self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"),
             (self.obs_normalization in OBS_NORMALIZATIONS,
              f"obs_normalization must be one of {', '.join(OBS_NORMALIZATIONS)}, got {self.obs_normalization!r}"),
-            (self.backend in ("cpu", "gpu", "hybrid", "ale-py"),
-             f"backend must be cpu, gpu, hybrid or ale-py, got {self.backend!r}"),
             (self.backend not in ("gpu", "hybrid") or self.schedule == "a2c",
              f"backend {self.backend!r} steps all environments together: use schedule a2c"),
             (self.allreduce in ALLREDUCE_CHOICES,
