@@ -695,7 +695,6 @@ def phase_designs(args, budget):
 # run builds and resets its environments on the host: at 131,072, 10 s and 12 s on 16
 # cores, 2026-12-04; the hybrid calibrates): one starts only with half its share left.
 _HYBRID_SHARE = dict(cpu=0.45, gpu=0.2, hybrid=0.35)
-_REBALANCE_STEPS = 3  # the hybrid's re-split after its first full steps; then one more warm-up step
 
 
 def phase_hybrid(args, budget):
@@ -706,6 +705,7 @@ def phase_hybrid(args, budget):
     GPU-only run's one step said.) The warm-up covers the hybrid's re-split from its own
     first steps (HybridEngine rebalance_steps), so the timed steps run on the final split."""
     from hybridsim import AtariVectorEnv
+    from hybridsim.hybrid import REBALANCE_STEPS
     game = (args.games or ["pong"])[0]
     sizes = args.sizes or ([6] if args.dry_run else [131072])
     threads = args.cpu_threads or (1 if args.dry_run else (os.cpu_count() or 1))
@@ -729,7 +729,7 @@ def phase_hybrid(args, budget):
                 else:
                     o = _opts(args, output="numpy" if args.dry_run else "cupy")
                     if backend == "hybrid":
-                        o.update(cpu_threads=threads, calibrate_steps=steps, rebalance_steps=_REBALANCE_STEPS)
+                        o.update(cpu_threads=threads, calibrate_steps=steps, rebalance_steps=REBALANCE_STEPS)
                     kw = dict(gpu_options=o)
                 t0 = time.perf_counter()
                 env = AtariVectorEnv(game, n, backend=backend, **kw)
@@ -737,7 +737,7 @@ def phase_hybrid(args, budget):
                 bargs = argparse.Namespace(**vars(args))
                 bargs.dry_run = args.dry_run or backend == "cpu"
                 # every backend times the same steps: only the phase's end cuts them short
-                r = _time_steps(env, bargs, budget, float("inf"), steps, warmup=_REBALANCE_STEPS + 1)
+                r = _time_steps(env, bargs, budget, float("inf"), steps, warmup=REBALANCE_STEPS + 1)
                 r.update(backend=backend, build_s=build_s)
                 if r["steps"] == steps:
                     fps[backend] = r["frames_per_s"]

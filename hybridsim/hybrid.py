@@ -163,6 +163,10 @@ def _int_option(name: str, value, lo: int, hi: int | None = None) -> int:
     return int(value)
 
 
+# Full steps the hybrid times before its one re-split (a measured split; gpu_options
+# rebalance_steps): the median of three shrugs off one step slowed by a page fault or a copy.
+REBALANCE_STEPS = 3
+
 # The CPU part's chunks (HybridEngine.run): more overlap the copies better, but each is an
 # OpenMP loop that waits for its slowest thread.
 MAX_COPY_CHUNKS = 4
@@ -188,7 +192,7 @@ class HybridEngine:
             copy_chunks = _int_option("copy_chunks", copy_chunks, 1)
         # Re-split once from the hybrid's own first full steps (rebalanced_split); only a
         # measured split (a given cpu_envs is the caller's choice).
-        rebalance_steps = (3 if measured else 0) if rebalance_steps is None else \
+        rebalance_steps = (REBALANCE_STEPS if measured else 0) if rebalance_steps is None else \
             _int_option("rebalance_steps", rebalance_steps, 0)
         if rebalance_steps and not measured:
             raise ValueError("rebalance_steps needs a measured split (leave cpu_envs out)")
