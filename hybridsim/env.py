@@ -19,6 +19,7 @@ import ale_py.env
 import numpy as np
 
 from hybridsim.roms import rom_path
+from hybridsim.vector import is_real
 
 
 class ActionOutOfRangeError(ValueError, IndexError):
@@ -64,8 +65,7 @@ class AtariEnv(ale_py.env.AtariEnv):
             raise TypeError(f"game must be a game's name, such as 'pong', got {game!r}")
         rom_path(game)  # names the installed games when there is no ROM for it
         threshold = bound.arguments["continuous_action_threshold"]
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
-                or not np.isfinite(threshold):
+        if not is_real(threshold) or not np.isfinite(threshold):
             raise ValueError(f"continuous_action_threshold must be a finite number, got {threshold!r}")
 
     _closed = False

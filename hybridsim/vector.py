@@ -171,10 +171,15 @@ def _on_engine_device(method):
     return run_on_device
 
 
+def is_real(value) -> bool:
+    """A Python or numpy int or float: not a bool, a string or an array (float() would take
+    '0.25' and np.array(0.25), which ale-py refuses or fails on)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
 def _check_real(name: str, value, exc=TypeError) -> float:
-    """A float setting from a Python or numpy int or float (not a bool, a string or an
-    array: float() would take '0.25' and np.array(0.25), which ale-py refuses or fails on)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+    """A float setting given as a number (is_real)."""
+    if not is_real(value):
         raise exc(f"{name} must be a number (int or float), got {value!r}")
     return float(value)
 
