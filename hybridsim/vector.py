@@ -147,6 +147,17 @@ def resolve_num_threads(num_threads: int, batch_size: int) -> int:
     return max(1, min(wanted, batch_size))
 
 
+def worker_cores(offset: int, num_threads: int) -> list[int]:
+    """The core worker t is pinned to: ale-py's rule, core offset + t wrapping around, but
+    counted among the cores this process may run on (under Slurm or taskset, offset 0 is
+    the first core of the allocation, not core 0 of the machine)."""
+    try:
+        usable = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        usable = list(range(os.cpu_count() or 1))
+    return [usable[(offset + t) % len(usable)] for t in range(num_threads)]
+
+
 def check_action_indices(actions, n: int, num_actions: int) -> np.ndarray:
     """Host actions as int32[n] indices into the action set, or a ValueError naming the problem."""
     a = np.asarray(actions)
@@ -297,11 +308,10 @@ class AtariVectorEnv(VectorEnv):
         if not -_SEED_LIMIT <= thread_affinity_offset < _SEED_LIMIT:
             raise ValueError(f"thread_affinity_offset must be in [-2**31, 2**31) (-1: no affinity), "
                              f"got {thread_affinity_offset!r}")
-        if thread_affinity_offset >= 0:  # ale-py pins its worker k to core offset + k
-            warnings.warn(f"thread_affinity_offset={int(thread_affinity_offset)} is not applied: hybridsim "
-                          f"does not pin its worker threads (place the process with taskset or numactl; "
-                          f"synchronous steps run on OpenMP threads, which OMP_PROC_BIND and OMP_PLACES "
-                          f"place)", RuntimeWarning, stacklevel=2)
+        if thread_affinity_offset >= 0 and backend != "cpu":
+            warnings.warn(f"thread_affinity_offset={int(thread_affinity_offset)} is not applied: it pins "
+                          f"backend='cpu' workers; the {backend} backend's CPU threads are OpenMP's "
+                          f"(OMP_PROC_BIND and OMP_PLACES place them)", RuntimeWarning, stacklevel=2)
         interpolations = {"area": 3, "linear": 1}  # cv2.INTER_AREA / INTER_LINEAR codes
         if resize_interpolation not in interpolations:
             raise ValueError(f"resize_interpolation must be 'area' (ale-py's, the default) or 'linear', "
@@ -402,8 +412,17 @@ class AtariVectorEnv(VectorEnv):
         entropy = np.random.SeedSequence().generate_state(num_envs, dtype=np.uint32) % _SEED_LIMIT
         with self._device_scope():
             self._reseed(self._all_ids, entropy.astype(np.int64))
-        if self._async:
-            self._engine.pool_start(self.num_threads)
+        # Pinned workers step both modes, as in ale-py (unpinned synchronous steps run on
+        # OpenMP threads, which the caller's thread would be one of).
+        self.worker_cores = (worker_cores(int(thread_affinity_offset), self.num_threads)
+                             if backend == "cpu" and thread_affinity_offset >= 0 else None)
+        if self._async or self.worker_cores is not None:
+            errors = self._engine.pool_start(self.num_threads, self.worker_cores,
+                                             steps_sync=not self._async)
+            failed = {core: os.strerror(int(err)) for core, err in zip(self.worker_cores or (), errors) if err}
+            if failed:
+                warnings.warn(f"thread_affinity_offset={int(thread_affinity_offset)}: some workers could not "
+                              f"be pinned and run unpinned (core: reason): {failed}", RuntimeWarning, stacklevel=2)
 
     @property
     def async_order(self) -> str:

@@ -85,8 +85,11 @@ cdef extern from "vector_engine.h" namespace "hs" nogil:
         int32_t action
         float strength
         int32_t force_reset
+        const VecBatch* out
+        long long row
     cdef cppclass VecPool:
-        VecPool(const VecEngine& g, const VecBatch& stage, int num_threads) except +
+        VecPool(const VecEngine& g, const VecBatch& stage, int num_threads, const int* cores,
+                int* pin_errors) except +
         void submit(const VecJob* jobs, int n)
         void wait(int32_t* ids, int n)
         int in_flight()
@@ -174,6 +177,7 @@ cdef class VectorEngine:
     cdef VecEnvBuffers* bufs
     cdef bytes rom
     cdef VecPool* pool
+    cdef bint pool_steps_sync
     cdef readonly int num_envs
     cdef readonly int num_threads
     cdef readonly int obs_bytes
@@ -352,6 +356,24 @@ cdef class VectorEngine:
         cdef VecBatch b = self._batch(obs, final_obs, reward, terminated, truncated, lives,  # OUT
                                       frame_number, episode_frame_number, has_final, n)
         cdef int j, threads = self.num_threads
+        cdef VecJob* jobs
+        cdef int32_t* done
+        if self.pool != NULL and self.pool_steps_sync:
+            # the pinned workers, writing row j of the outputs directly
+            jobs = <VecJob*>malloc(max(n, 1) * sizeof(VecJob))
+            done = <int32_t*>malloc(max(n, 1) * sizeof(int32_t))
+            if jobs == NULL or done == NULL:
+                free(jobs)
+                free(done)
+                raise MemoryError()
+            with nogil:
+                for j in range(n):
+                    jobs[j] = VecJob(ids[j], acts[j], st[j], force[j], &b, j)
+                self.pool.submit(jobs, <int>n)
+                self.pool.wait(done, <int>n)
+            free(jobs)
+            free(done)
+            return
         with nogil:
             if threads == 1 or n == 1:
                 for j in range(n):
@@ -371,9 +393,35 @@ cdef class VectorEngine:
             engine_write_current(self.g, ids[j], b, j)
 
     # ---- asynchronous mode --------------------------------------------------------
-    def pool_start(self, int threads):
+    def pool_start(self, int threads, cores=None, bint steps_sync=False):
+        """Start the worker threads; cores: one CPU core per worker to pin it to (None:
+        not pinned). steps_sync: the pool steps run()'s synchronous batches instead of
+        OpenMP's threads, and has no staging rows (pool_submit refuses). Returns each
+        worker's pthread_setaffinity_np error number (0: pinned), empty when not pinned."""
         if self.pool != NULL:
-            return
+            raise RuntimeError("the worker pool is already running")
+        cdef cnp.ndarray core_ids = None
+        cdef cnp.ndarray errors = np.zeros(0, dtype=np.intc)
+        if cores is not None:
+            core_ids = np.ascontiguousarray(cores, dtype=np.intc)
+            if core_ids.shape[0] != threads:
+                raise ValueError(f"cores must name one core per worker ({threads}), got {core_ids.shape[0]}")
+            errors = np.zeros(threads, dtype=np.intc)
+        cdef VecBatch stage
+        memset(&stage, 0, sizeof(VecBatch))
+        self.pool_steps_sync = steps_sync
+        if not steps_sync:
+            self._make_stage()
+            stage = self._batch(self.stage_obs, self.stage_final, self.stage_reward, self.stage_terminated,
+                                self.stage_truncated, self.stage_lives, self.stage_frame,
+                                self.stage_episode_frame, self.stage_has_final, self.num_envs)
+        self.pool = new VecPool(self.g, stage, threads,
+                                <const int*>NULL if core_ids is None else <const int*>cnp.PyArray_DATA(core_ids),
+                                <int*>NULL if core_ids is None else <int*>cnp.PyArray_DATA(errors))
+        return errors
+
+    def _make_stage(self):
+        """Async results, one row per environment."""
         n = self.num_envs
         self.stage_obs = np.zeros((n, self.obs_bytes), dtype=np.uint8)
         self.stage_final = np.zeros((n, self.obs_bytes), dtype=np.uint8) if self.g.cfg.same_step else None
@@ -384,13 +432,10 @@ cdef class VectorEngine:
         self.stage_frame = np.zeros(n, dtype=np.int32)
         self.stage_episode_frame = np.zeros(n, dtype=np.int32)
         self.stage_has_final = np.zeros(n, dtype=np.uint8)
-        cdef VecBatch stage = self._batch(self.stage_obs, self.stage_final, self.stage_reward,
-                                          self.stage_terminated, self.stage_truncated, self.stage_lives,
-                                          self.stage_frame, self.stage_episode_frame,
-                                          self.stage_has_final, n)
-        self.pool = new VecPool(self.g, stage, threads)
 
     def pool_submit(self, env_ids, force_reset, actions, strengths):
+        if self.pool == NULL or self.pool_steps_sync:
+            raise RuntimeError("pool_submit needs an async worker pool (pool_start without steps_sync)")
         cdef const int32_t[::1] ids = env_ids
         cdef const uint8_t[::1] force = force_reset
         cdef const int32_t[::1] acts = actions
@@ -404,6 +449,7 @@ cdef class VectorEngine:
             jobs[j].force_reset = force[j]
             jobs[j].action = acts[j]
             jobs[j].strength = st[j]
+            jobs[j].out = NULL
         self.pool.submit(jobs, <int>n)
         free(jobs)
 

@@ -4,6 +4,12 @@
 // it). The per-environment work is cuda/vector_env.h's vec_execute, the same code a GPU
 // kernel runs; this file only schedules it.
 #pragma once
+#if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
+#endif
+
+#include <cerrno>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -72,16 +78,27 @@ struct VecJob {
   int32_t env, action;
   float strength;
   int32_t force_reset;
+  const VecBatch* out;  // null: the pool's staging batch, row env
+  long long row;        // the row of *out
 };
 
 // Worker threads that take jobs in submission order and write each environment's
-// result into its own row of a staging batch (row = environment id), then append the
-// id to a completion list; wait() hands out ids in completion order. An environment
-// is never submitted again before its result was taken, so rows are never shared.
+// result into its own row of a staging batch (row = environment id; or into the job's
+// own batch and row), then append the id to a completion list; wait() hands out ids in
+// completion order. An environment is never submitted again before its result was
+// taken, so rows are never shared.
+// cores (may be null): worker t runs on CPU cores[t] only; pin_errors[t] is then 0 or
+// pthread_setaffinity_np's error number (EINVAL: a core this process may not use).
 class VecPool {
  public:
-  VecPool(const VecEngine& g, const VecBatch& stage, int num_threads) : g_(g), stage_(stage) {
-    for (int t = 0; t < num_threads; ++t) workers_.emplace_back([this] { loop(); });
+  VecPool(const VecEngine& g, const VecBatch& stage, int num_threads, const int* cores = nullptr,
+          int* pin_errors = nullptr)
+      : g_(g), stage_(stage) {
+    for (int t = 0; t < num_threads; ++t) {
+      workers_.emplace_back([this] { loop(); });
+      // before any job is submitted, so every job of a pinned pool runs on its core
+      if (cores) pin_errors[t] = pin_to_core(workers_.back(), cores[t]);
+    }
   }
   ~VecPool() {
     {
@@ -102,7 +119,9 @@ class VecPool {
   // Block until n results are complete; write their environment ids in completion order.
   void wait(int32_t* ids, int n) {
     std::unique_lock<std::mutex> lock(m_);
+    awaited_ = n;
     cv_done_.wait(lock, [&] { return (int)done_.size() >= n; });
+    awaited_ = 0;
     for (int k = 0; k < n; ++k) {
       ids[k] = done_.front();
       done_.pop_front();
@@ -119,6 +138,18 @@ class VecPool {
   }
 
  private:
+  static int pin_to_core(std::thread& worker, int core) {
+#if defined(__linux__)
+    if (core < 0 || core >= CPU_SETSIZE) return EINVAL;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(core, &set);
+    return pthread_setaffinity_np(worker.native_handle(), sizeof(set), &set);
+#else
+    (void)worker, (void)core;
+    return ENOSYS;  // no per-thread affinity call
+#endif
+  }
   void loop() {
     for (;;) {
       VecJob job;
@@ -129,12 +160,17 @@ class VecPool {
         job = jobs_.front();
         jobs_.pop_front();
       }
-      engine_run_one(g_, job.env, job.force_reset != 0, job.action, job.strength, stage_, job.env);
+      engine_run_one(g_, job.env, job.force_reset != 0, job.action, job.strength, job.out ? *job.out : stage_,
+                     job.out ? job.row : job.env);
+      bool enough;
       {
         std::lock_guard<std::mutex> lock(m_);
         done_.push_back(job.env);
+        enough = awaited_ > 0 && (int)done_.size() >= awaited_;
       }
-      cv_done_.notify_all();
+      // wake the waiter once, when its batch is complete (not once per environment: it
+      // would take a core from the workers 32 times a step for nothing)
+      if (enough) cv_done_.notify_all();
     }
   }
   VecEngine g_;
@@ -145,6 +181,7 @@ class VecPool {
   std::deque<VecJob> jobs_;
   std::deque<int32_t> done_;
   int pending_ = 0;
+  int awaited_ = 0;  // results wait() needs before it returns; 0: nobody waits
   bool stop_ = false;
 };
 

@@ -6,6 +6,8 @@ action stream. Short frame limits, episodic life and random play make episodes e
 (truncation, life loss, game over) inside each run.
 """
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -694,3 +696,97 @@ def test_every_game_matches_ale_py(game):
     """Every game with ALE settings, sticky actions on (seeded), across a truncation each."""
     ends = run_side_by_side(game, 2, 50, max_num_frames_per_episode=120, repeat_action_probability=0.25)
     assert ends >= 2
+
+
+# ---- thread_affinity_offset: pinned worker threads -------------------------------------
+
+def _threads() -> dict[int, set[int]]:
+    """This process's threads and the cores each may run on."""
+    return {int(t): os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")}
+
+
+needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no thread affinity (not Linux)")
+
+
+@needs_affinity
+@pytest.mark.parametrize("batch_size", [0, 2])
+def test_workers_are_pinned_to_cores_offset_on(batch_size):
+    """Worker t runs on core offset + t only, counted among the cores this process may use
+    (ale-py's rule, within the allocation); the caller's thread stays as it was."""
+    usable = sorted(os.sched_getaffinity(0))
+    before = _threads()
+    env = AtariVectorEnv("pong", 4, batch_size=batch_size, num_threads=2, thread_affinity_offset=1, noop_max=0)
+    workers = {t: cores for t, cores in _threads().items() if t not in before}
+    expected = [usable[(1 + t) % len(usable)] for t in range(2)]
+    assert env.worker_cores == expected
+    assert sorted(sorted(c) for c in workers.values()) == sorted([c] for c in expected)
+    assert os.sched_getaffinity(0) == set(usable)
+    env.close()
+
+
+def test_unpinned_workers_keep_the_process_affinity():
+    env = AtariVectorEnv("pong", 4, batch_size=2, num_threads=2, noop_max=0)
+    assert env.worker_cores is None
+    env.close()
+
+
+def test_pinned_sync_steps_match_ale_py_pinned():
+    """Pinned synchronous steps run on the worker pool, writing the batch rows directly:
+    ale-py (pinned the same way) gives the same results, SAME_STEP final observations too."""
+    ends = run_side_by_side("breakout", 3, 250, num_threads=2, thread_affinity_offset=0, autoreset_mode="SameStep",
+                            episodic_life=True, max_num_frames_per_episode=600)
+    assert ends >= 2
+
+
+@pytest.mark.parametrize("batch_size", [0, 2])
+def test_pinned_workers_give_the_unpinned_results(batch_size):
+    """Sticky actions, noop starts and episode ends: every environment's trajectory is the
+    OpenMP engine's, in sync and async mode, and after a partial reset."""
+    steps = 60
+    plain = per_env_trajectories(AtariVectorEnv("pong", 4, num_threads=2, **RANDOM_KW), steps)
+    pinned = AtariVectorEnv("pong", 4, batch_size=batch_size, num_threads=2, thread_affinity_offset=0, **RANDOM_KW)
+    assert_same_trajectories(plain, per_env_trajectories(pinned, steps), steps)
+    if batch_size == 0:  # a partial reset, then steps: rows of the reset and of the others
+        envs = [pinned, AtariVectorEnv("pong", 4, num_threads=2, **RANDOM_KW)]
+        for env in envs:
+            env.reset(seed=11)
+        mask = np.array([False, True, True, False])
+        results = [[env.reset(seed=3, options={"reset_mask": mask})] for env in envs]
+        for t in range(30):
+            for env, result in zip(envs, results):
+                result.append(env.step(np.full(4, t % 6)))
+        for t, (a, b) in enumerate(zip(*results)):
+            for x, y in zip(a, b):
+                if isinstance(x, dict):
+                    assert x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x), t
+                else:
+                    np.testing.assert_array_equal(x, y, err_msg=f"after the partial reset, result {t}")
+
+
+@needs_affinity
+def test_offset_counts_within_the_allocation():
+    """Under taskset or Slurm the process may use a few cores: offset 0 is the first of
+    them, and an offset past them wraps around inside them."""
+    last = max(os.sched_getaffinity(0))
+    code = ("import os, warnings\n"
+            f"os.sched_setaffinity(0, {{{last}}})\n"
+            "warnings.simplefilter('error')\n"
+            "from hybridsim.vector import AtariVectorEnv\n"
+            "for offset in (0, 5):\n"
+            "    env = AtariVectorEnv('pong', 2, num_threads=2, thread_affinity_offset=offset, noop_max=0)\n"
+            "    print(env.worker_cores)\n"
+            "    env.close()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == [f"[{last}, {last}]"] * 2
+
+
+def test_a_worker_that_cannot_be_pinned_is_named(monkeypatch):
+    import hybridsim.vector as vector
+    monkeypatch.setattr(vector, "worker_cores", lambda offset, threads: [10**6] * threads)
+    with pytest.warns(RuntimeWarning, match=r"thread_affinity_offset=0: some workers could not be pinned "
+                                            r"and run unpinned \(core: reason\): \{1000000: 'Invalid argument'\}"):
+        env = AtariVectorEnv("pong", 2, num_threads=2, thread_affinity_offset=0, noop_max=0)
+    env.reset(seed=0)
+    env.step(np.zeros(2, np.int64))
+    env.close()
