@@ -170,7 +170,8 @@ a = json.loads(sys.argv[1])
 name = a["game"].title().replace("_", "") + "-v5"
 batch = a["batch_size"] or a["num_envs"]
 env = envpool.make(name, env_type="gymnasium", num_envs=a["num_envs"], batch_size=batch,
-                   num_threads=a["threads"], seed=0, reward_clip=True, noop_max=30,
+                   num_threads=a["threads"], thread_affinity_offset=a["thread_affinity_offset"],
+                   seed=0, reward_clip=True, noop_max=30,
                    repeat_action_probability=0.0, max_episode_steps=27000)
 n = env.action_space.n
 acts = np.random.default_rng(0).integers(0, n, (a["steps"] + a["warmup"], a["num_envs"]))
@@ -230,11 +231,11 @@ def _time_vector(make, actions, warmup: int, batch_size: int = 0) -> float:
 
 
 def _time_envpool(python: str, game: str, num_envs: int, threads: int, steps: int, warmup: int,
-                  batch_size: int = 0) -> float:
+                  batch_size: int = 0, thread_affinity_offset: int = -1) -> float:
     import json
     import subprocess
     arg = json.dumps(dict(game=game, num_envs=num_envs, threads=threads, steps=steps, warmup=warmup,
-                          batch_size=batch_size))
+                          batch_size=batch_size, thread_affinity_offset=thread_affinity_offset))
     out = subprocess.run([python, "-c", _ENVPOOL_SCRIPT, arg], capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(f"EnvPool side failed: {out.stderr.strip()[-400:]}")
@@ -243,13 +244,15 @@ def _time_envpool(python: str, game: str, num_envs: int, threads: int, steps: in
 
 def bench_vector(games=VECTOR_GAMES, num_envs: int = 16, threads: int = 2, steps: int = 200,
                  rounds: int = 3, warmup: int = 20, envpool_python: str | None = None,
-                 scaling_threads=None, batch_size: int = 0, print_fn=print) -> dict:
+                 scaling_threads=None, batch_size: int = 0, thread_affinity_offset: int = -1,
+                 print_fn=print) -> dict:
     """AtariVectorEnv frames/s (default preprocessing: 84x84 gray, stack 4, frame skip 4,
     maxpool, noop_max 30, sticky 0) of hybridsim, ale-py and EnvPool on the same game,
     num_envs and threads, the sides alternating in each of `rounds` rounds (medians
     reported; the ratios are medians of the per-round ratios), then hybridsim and ale-py
     over thread counts. batch_size < num_envs times the three in async mode (each
-    returning the first batch_size environments to finish; a step is a send and a recv)."""
+    returning the first batch_size environments to finish; a step is a send and a recv).
+    thread_affinity_offset >= 0 pins every side's workers (each side's own rule)."""
     if not 0 <= batch_size <= num_envs:
         raise ValueError(f"batch_size must be in 0..num_envs={num_envs} (0: synchronous), got {batch_size}")
     from ale_py.vector_env import AtariVectorEnv as AleVectorEnv
@@ -267,6 +270,9 @@ def bench_vector(games=VECTOR_GAMES, num_envs: int = 16, threads: int = 2, steps
         print_fn(f"(EnvPool is not importable by {tried}: its column is skipped; "
                  "pass --envpool-python PATH)")
     mode = f"async, batches of {batch_size}" if 0 < batch_size < num_envs else "sync"
+    if thread_affinity_offset >= 0:
+        mode += f", workers pinned from core offset {thread_affinity_offset}"
+    pin = dict(thread_affinity_offset=thread_affinity_offset)
     print_fn(f"vector envs ({mode}): {num_envs} envs, {threads} threads, {steps} steps x {rounds} rounds, "
              f"frames/s (median; hs/ale, hs/ep: median of per-round ratios), "
              f"{platform.processor() or platform.machine()}, "
@@ -285,13 +291,15 @@ def bench_vector(games=VECTOR_GAMES, num_envs: int = 16, threads: int = 2, steps
             for side in sides:
                 if side == "hybridsim":
                     fps[side].append(_time_vector(lambda: AtariVectorEnv(
-                        game, num_envs, num_threads=threads, batch_size=batch_size), actions, warmup, batch_size))
+                        game, num_envs, num_threads=threads, batch_size=batch_size, **pin), actions, warmup,
+                        batch_size))
                 elif side == "ale-py":
                     fps[side].append(_time_vector(lambda: AleVectorEnv(
-                        game, num_envs, num_threads=threads, batch_size=batch_size), actions, warmup, batch_size))
+                        game, num_envs, num_threads=threads, batch_size=batch_size, **pin), actions, warmup,
+                        batch_size))
                 else:
                     fps[side].append(_time_envpool(envpool_py, game, num_envs, threads, steps, warmup,
-                                                   batch_size))
+                                                   batch_size, thread_affinity_offset))
         med = {k: float(np.median(v)) if v else float("nan") for k, v in fps.items()}
         # Ratios per round (the sides run back to back), then their median: steadier on
         # a shared VM than a ratio of medians taken minutes apart.
@@ -310,9 +318,9 @@ def bench_vector(games=VECTOR_GAMES, num_envs: int = 16, threads: int = 2, steps
         n_actions = AtariVectorEnv(game, 1).single_action_space.n
         actions = np.random.default_rng(1).integers(0, n_actions, (steps + warmup, num_envs))
         for t in scaling_threads:
-            hs = _time_vector(lambda: AtariVectorEnv(game, num_envs, num_threads=t, batch_size=batch_size),
+            hs = _time_vector(lambda: AtariVectorEnv(game, num_envs, num_threads=t, batch_size=batch_size, **pin),
                               actions, warmup, batch_size)
-            ap = _time_vector(lambda: AleVectorEnv(game, num_envs, num_threads=t, batch_size=batch_size),
+            ap = _time_vector(lambda: AleVectorEnv(game, num_envs, num_threads=t, batch_size=batch_size, **pin),
                               actions, warmup, batch_size)
             scaling.append(dict(threads=t, hybridsim=hs, ale_py=ap))
             print_fn(f"{t:7d} {hs:10,.0f} {ap:10,.0f} {hs / ap:7.2f}")

@@ -18,10 +18,11 @@ and hold every logged step; free space and run again with --resume."""
 
 def _cmd_bench(args) -> int:
     from hybridsim import bench
-    _require_at_least(args, frames=1, num_envs=1, threads=0, steps=1, rounds=1, batch_size=0)
+    _require_at_least(args, frames=1, num_envs=1, threads=0, steps=1, rounds=1, batch_size=0,
+                      thread_affinity_offset=-1)
     _refuse_unused(args, {"single": ("frames",),
                           "vector": ("num_envs", "threads", "steps", "rounds", "scaling",
-                                     "envpool_python", "batch_size"),
+                                     "envpool_python", "batch_size", "thread_affinity_offset"),
                           "single or vector": ("games",)})
     if args.batch_size > args.num_envs:
         raise ValueError(f"--batch-size {args.batch_size} must be <= --num-envs {args.num_envs} "
@@ -38,7 +39,7 @@ def _cmd_bench(args) -> int:
         bench.bench_vector(games=games or bench.VECTOR_GAMES, num_envs=args.num_envs,
                            threads=args.threads, steps=args.steps, rounds=args.rounds,
                            envpool_python=args.envpool_python, scaling_threads=threads or None,
-                           batch_size=args.batch_size)
+                           batch_size=args.batch_size, thread_affinity_offset=args.thread_affinity_offset)
     if args.cpu or not (args.single or args.vector):
         bench.bench_cpu()
     return 0
@@ -349,6 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2, help="threads for --vector")
     p.add_argument("--batch-size", type=int, default=0,
                    help="--vector: below --num-envs, time async mode (send/recv, batches of this many)")
+    p.add_argument("--thread-affinity-offset", type=int, default=-1,
+                   help="--vector: pin every side's worker threads from this core on (-1: not pinned)")
     p.add_argument("--steps", type=int, default=200, help="timed steps per side and round (--vector)")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (--vector)")
     p.add_argument("--scaling", default="1,2", help="thread counts of the --vector scaling table ('' = none)")

@@ -1,4 +1,6 @@
 """The side-by-side verifier itself: exact on identical emulators, precise on a planted fault."""
+import os
+
 import pytest
 
 from hybridsim import roms, verify
@@ -66,6 +68,7 @@ def test_planted_faults_are_reported_where_they_are(kind, at, field, detail):
     (["verify", "--games", "combat"], "no game settings"),
     (["bench", "--single", "--frames", "0"], "--frames must be >= 1"),
     (["bench", "--vector", "--rounds", "0"], "--rounds must be >= 1"),
+    (["bench", "--vector", "--thread-affinity-offset", "-2"], "--thread-affinity-offset must be >= -1"),
 ])
 def test_cli_refuses_checks_that_would_check_nothing(args, message, capsys):
     """verify and bench never report success for zero frames, zero games or zero rounds."""
@@ -88,6 +91,7 @@ def test_verify_takes_game_names_as_train_does(capsys):
     (["bench", "--vector", "--scaling", "0"], "--scaling: '0' is not a positive integer"),
     (["bench", "--single", "--games", "pong,pongg"], "unknown game 'pongg' (did you mean 'pong'?)"),
     (["bench", "--single", "--batch-size", "8"], "--batch-size applies to --vector"),
+    (["bench", "--single", "--thread-affinity-offset", "0"], "--thread-affinity-offset applies to --vector"),
     (["bench", "--vector", "--num-envs", "4", "--batch-size", "5"], "--batch-size 5 must be <= --num-envs 4"),
     (["bench", "--vector", "--envpool-python", "/nonexistent/python"],
      "--envpool-python /nonexistent/python: not an interpreter that can import envpool"),
@@ -130,6 +134,33 @@ def test_bench_vector_times_async_mode(capsys):
                  "--steps", "3", "--rounds", "1", "--scaling", "1"]) == 0
     out = capsys.readouterr().out
     assert "vector envs (async, batches of 2): 4 envs" in out and "threads scaling (breakout" in out
+
+
+def test_bench_vector_pins_every_side(capsys, monkeypatch):
+    """--thread-affinity-offset reaches hybridsim's, ale-py's and EnvPool's constructors."""
+    from hybridsim import bench
+    from hybridsim.cli import main
+    made = []
+    real_time_vector, real_time_envpool = bench._time_vector, bench._time_envpool
+
+    def time_vector(make, *args):
+        env = make()
+        made.append((type(env).__module__, getattr(env, "worker_cores", "ale-py")))
+        env.close()
+        return real_time_vector(make, *args)
+
+    def time_envpool(*args):
+        made.append(("envpool", args[-1]))
+        return real_time_envpool(*args)
+    monkeypatch.setattr(bench, "_time_vector", time_vector)
+    monkeypatch.setattr(bench, "_time_envpool", time_envpool)
+    assert main(["bench", "--vector", "--games", "pong", "--num-envs", "2", "--threads", "1", "--steps", "2",
+                 "--rounds", "1", "--scaling", "", "--thread-affinity-offset", "0"]) == 0
+    assert "workers pinned from core offset 0" in capsys.readouterr().out
+    first = sorted(os.sched_getaffinity(0))[0]
+    assert ("hybridsim.vector", [first]) in made and any(m[0].startswith("ale_py") for m in made)
+    if bench.find_envpool_python() is not None:
+        assert ("envpool", 0) in made
 
 
 def _roms_with_a_foreign_pong(tmp_path, data: bytes):
