@@ -309,9 +309,10 @@ class AtariVectorEnv(VectorEnv):
             raise ValueError(f"thread_affinity_offset must be in [-2**31, 2**31) (-1: no affinity), "
                              f"got {thread_affinity_offset!r}")
         if thread_affinity_offset >= 0 and backend != "cpu":
+            why = ("the gpu backend has no CPU workers" if backend == "gpu" else
+                   "the hybrid backend's CPU part runs on OpenMP's threads (OMP_PROC_BIND and OMP_PLACES place them)")
             warnings.warn(f"thread_affinity_offset={int(thread_affinity_offset)} is not applied: it pins "
-                          f"backend='cpu' workers; the {backend} backend's CPU threads are OpenMP's "
-                          f"(OMP_PROC_BIND and OMP_PLACES place them)", RuntimeWarning, stacklevel=2)
+                          f"backend='cpu' workers; {why}", RuntimeWarning, stacklevel=2)
         interpolations = {"area": 3, "linear": 1}  # cv2.INTER_AREA / INTER_LINEAR codes
         if resize_interpolation not in interpolations:
             raise ValueError(f"resize_interpolation must be 'area' (ale-py's, the default) or 'linear', "

@@ -669,3 +669,15 @@ def test_snapshots_copy_one_device_array_at_a_time(emulation_library, backend):
     assert state == cpu.get_state()
     assert get_peak < 1.35 * len(state) + largest, (get_peak, len(state), largest)
     assert set_peak < 0.15 * len(state) + largest, (set_peak, len(state), largest)
+
+
+@pytest.mark.parametrize("backend,options,why", [
+    ("gpu", {}, "the gpu backend has no CPU workers"),
+    ("hybrid", dict(cpu_envs=2), "the hybrid backend's CPU part runs on OpenMP's threads")])
+def test_the_gpu_backends_say_they_do_not_pin_workers(backend, options, why):
+    with pytest.warns(RuntimeWarning, match=rf"thread_affinity_offset=0 is not applied: it pins backend='cpu' "
+                                            rf"workers; {why}"):
+        env = AtariVectorEnv("pong", 4, backend=backend, thread_affinity_offset=0, noop_max=0,
+                             gpu_options=dict(emulate=True, **options))
+    assert env.worker_cores is None
+    env.close()

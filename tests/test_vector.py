@@ -790,3 +790,4 @@ def test_a_worker_that_cannot_be_pinned_is_named(monkeypatch):
     env.reset(seed=0)
     env.step(np.zeros(2, np.int64))
     env.close()
+
