@@ -294,6 +294,8 @@ def _cmd_train(args) -> int:
     print(f"checkpoint: {summary['checkpoint']}")
     print(f"metrics:    {summary['metrics']} (TensorBoard: {cfg.log_dir}/tensorboard)")
     print(f"curve:      {summary['curve']}")
+    if summary["trajectories"]:
+        print(f"trajectories: {summary['trajectories']} (hybridsim analyze {cfg.log_dir})")
     return 0
 
 

@@ -1467,7 +1467,17 @@ class Trainer:
                 "trajectories_closed": self.trajectories_closed,
                 "log_dir": str(self.log_dir), "rank": self.rank,
                 "metrics": str(self.log_dir / "metrics.csv"),
+                "trajectories": self._trajectory_files(),
                 "curve": str(self.log_dir / "learning_curve.png")}
+
+    def _trajectory_files(self) -> str | None:
+        """Where the HDF5 trajectory logs are (None: not logged): the master file, or the
+        rank files where it could not be written."""
+        if self.traj is None:
+            return None
+        from hybridsim import trajlog
+        master = self.log_dir / trajlog.MASTER_FILE
+        return str(master) if master.exists() else str(self.log_dir / "traj_rank*.h5")
 
 
 def _drop_metrics_after(path: pathlib.Path, frames: int) -> None:

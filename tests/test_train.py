@@ -141,6 +141,19 @@ def test_a_recipe_may_carry_settings_of_another_schedule(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
 
 
+def test_the_closing_report_says_where_the_trajectories_are(tmp_path, capsys):
+    from hybridsim import cli
+    args = ["train", "--backend", "cpu", "--num-envs", "2", "--total-frames", "64", "--num-threads", "1",
+            "--log-every", "0"]
+    assert cli.main([*args, "--log-dir", str(tmp_path / "logged")]) == 0
+    run = tmp_path / "logged"
+    assert f"trajectories: {run / 'trajectories.h5'} (hybridsim analyze {run})" in capsys.readouterr().out
+    assert (run / "trajectories.h5").is_file()
+    assert cli.main([*args, "--log-dir", str(tmp_path / "unlogged"), "--log-trajectories", "false"]) == 0
+    out = capsys.readouterr().out
+    assert "curve:" in out and "trajectories:" not in out
+
+
 def test_a_rollout_larger_than_the_learners_memory_is_refused(tmp_path):
     """--num-steps 100000000 reached torch's allocator ("tried to allocate 5644800056448
     bytes"); the learner device's memory is the bound (a GPU rollout lives on the GPU)."""
