@@ -45,12 +45,26 @@ def hybridsim_section() -> dict:
             "cache": str(hybridsim_cache_dir())}
 
 
-def _usable_cores() -> set | None:
-    """The cores this process may run on (its affinity); None where the OS does not say."""
+def usable_cores() -> set | None:
+    """The cores this process may run on (its affinity); None where the OS does not say.
+    Under OMP_PROC_BIND, libgomp binds the calling thread to one of them after its first
+    parallel region, so there the other threads' cores count too."""
     try:
-        return os.sched_getaffinity(0)
+        cores = set(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return None
+    if os.environ.get("OMP_PROC_BIND", "false").strip().lower() in ("", "false"):
+        return cores
+    try:
+        threads = os.listdir("/proc/self/task")
+    except OSError:
+        return cores
+    for tid in threads:
+        try:
+            cores |= os.sched_getaffinity(int(tid))
+        except (OSError, ValueError):  # a thread that has ended since the listing
+            pass
+    return cores
 
 
 def _rounded(fraction: float | None) -> float | None:
@@ -60,7 +74,7 @@ def _rounded(fraction: float | None) -> float | None:
 def host_section() -> dict:
     from hybridsim import _core
     from hybridsim.vector import resolve_num_threads
-    usable = _usable_cores()
+    usable = usable_cores()
     return {"hostname": socket.gethostname(), "platform": platform.platform(),
             "python": sys.version.split()[0], "executable": sys.executable,
             "cpus": os.cpu_count(), "cpus_usable": None if usable is None else len(usable),
@@ -161,7 +175,7 @@ def brief() -> str:
     from hybridsim.vector import resolve_num_threads
     rank = dist.launcher_rank()
     ranks = dist.launched_ranks()
-    cores = _usable_cores() or range(os.cpu_count() or 1)
+    cores = usable_cores() or range(os.cpu_count() or 1)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     reason = gpu.cupy_unavailable_reason()
     if reason is None:

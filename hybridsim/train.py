@@ -538,6 +538,7 @@ class Trainer:
         self.reserve: storage.DiskReserve | None = None
         self.last_losses: dict[str, float] = {}
         self.traj = None
+        self.master_written = False  # this job (re)wrote the trajectory master file
         # on resume: this rank's trajectory rows at the checkpoint, and whether its
         # environments restart from their seeds (trajlog records a gap or a restart)
         self._resume_traj_rows = None
@@ -1428,6 +1429,7 @@ class Trainer:
                     if not traj_ok:
                         raise OSError("a rank file was not closed cleanly")
                     trajlog.write_master(self.log_dir)
+                    self.master_written = True
                 except (OSError, RuntimeError) as exc:
                     master = self.log_dir / trajlog.MASTER_FILE
                     try:
@@ -1472,12 +1474,11 @@ class Trainer:
 
     def _trajectory_files(self) -> str | None:
         """Where the HDF5 trajectory logs are (None: not logged): the master file, or the
-        rank files where it could not be written."""
+        rank files where this job could not write it (an earlier one's may be stale)."""
         if self.traj is None:
             return None
         from hybridsim import trajlog
-        master = self.log_dir / trajlog.MASTER_FILE
-        return str(master) if master.exists() else str(self.log_dir / "traj_rank*.h5")
+        return str(self.log_dir / (trajlog.MASTER_FILE if self.master_written else "traj_rank*.h5"))
 
 
 def _drop_metrics_after(path: pathlib.Path, frames: int) -> None:

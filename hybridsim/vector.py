@@ -139,10 +139,8 @@ def resolve_num_threads(num_threads: int, batch_size: int) -> int:
         raise ValueError(f"num_threads must be >= 0 (0: one per core), got {num_threads}")
     if num_threads >= _SEED_LIMIT:  # ale-py passes it as a C int (and refuses 2**70)
         raise ValueError(f"num_threads must be < 2**31 (0: one per core), got {num_threads}")
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
+    from hybridsim.sysinfo import usable_cores
+    cores = len(usable_cores() or ()) or os.cpu_count() or 1
     wanted = cores if num_threads == 0 else int(num_threads)
     return max(1, min(wanted, batch_size))
 
@@ -151,10 +149,8 @@ def worker_cores(offset: int, num_threads: int) -> list[int]:
     """The core worker t is pinned to: ale-py's rule, core offset + t wrapping around, but
     counted among the cores this process may run on (under Slurm or taskset, offset 0 is
     the first core of the allocation, not core 0 of the machine)."""
-    try:
-        usable = sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        usable = list(range(os.cpu_count() or 1))
+    from hybridsim.sysinfo import usable_cores
+    usable = sorted(usable_cores() or range(os.cpu_count() or 1))
     return [usable[(offset + t) % len(usable)] for t in range(num_threads)]
 
 
@@ -420,10 +416,12 @@ class AtariVectorEnv(VectorEnv):
         if self._async or self.worker_cores is not None:
             errors = self._engine.pool_start(self.num_threads, self.worker_cores,
                                              steps_sync=not self._async)
-            failed = {core: os.strerror(int(err)) for core, err in zip(self.worker_cores or (), errors) if err}
+            failed = [f"worker {t} to core {core}: {os.strerror(int(err))}"
+                      for t, (core, err) in enumerate(zip(self.worker_cores or (), errors)) if err]
             if failed:
-                warnings.warn(f"thread_affinity_offset={int(thread_affinity_offset)}: some workers could not "
-                              f"be pinned and run unpinned (core: reason): {failed}", RuntimeWarning, stacklevel=2)
+                warnings.warn(f"thread_affinity_offset={int(thread_affinity_offset)}: could not pin "
+                              f"{'; '.join(failed)} (those keep the caller's affinity)", RuntimeWarning,
+                              stacklevel=2)
 
     @property
     def async_order(self) -> str:
@@ -1010,6 +1008,8 @@ class AtariVectorEnv(VectorEnv):
     # ----- misc ----------------------------------------------------------------------------
     def close_extras(self, **kwargs) -> None:
         self._drain()
+        if self.backend == "cpu":
+            self._engine.pool_stop()  # join the worker threads, as ale-py's close() does
 
     def __repr__(self) -> str:
         if self.backend != "cpu":

@@ -87,9 +87,11 @@ cdef extern from "vector_engine.h" namespace "hs" nogil:
         int32_t force_reset
         const VecBatch* out
         long long row
+        void* latch
     cdef cppclass VecPool:
         VecPool(const VecEngine& g, const VecBatch& stage, int num_threads, const int* cores,
                 int* pin_errors) except +
+        void run(VecJob* jobs, int n)
         void submit(const VecJob* jobs, int n)
         void wait(int32_t* ids, int n)
         int in_flight()
@@ -357,22 +359,16 @@ cdef class VectorEngine:
                                       frame_number, episode_frame_number, has_final, n)
         cdef int j, threads = self.num_threads
         cdef VecJob* jobs
-        cdef int32_t* done
         if self.pool != NULL and self.pool_steps_sync:
             # the pinned workers, writing row j of the outputs directly
             jobs = <VecJob*>malloc(max(n, 1) * sizeof(VecJob))
-            done = <int32_t*>malloc(max(n, 1) * sizeof(int32_t))
-            if jobs == NULL or done == NULL:
-                free(jobs)
-                free(done)
+            if jobs == NULL:
                 raise MemoryError()
             with nogil:
                 for j in range(n):
-                    jobs[j] = VecJob(ids[j], acts[j], st[j], force[j], &b, j)
-                self.pool.submit(jobs, <int>n)
-                self.pool.wait(done, <int>n)
+                    jobs[j] = VecJob(ids[j], acts[j], st[j], force[j], &b, j, NULL)
+                self.pool.run(jobs, <int>n)
             free(jobs)
-            free(done)
             return
         with nogil:
             if threads == 1 or n == 1:
@@ -420,7 +416,7 @@ cdef class VectorEngine:
                                 <int*>NULL if core_ids is None else <int*>cnp.PyArray_DATA(errors))
         return errors
 
-    def _make_stage(self):
+    cdef _make_stage(self):
         """Async results, one row per environment."""
         n = self.num_envs
         self.stage_obs = np.zeros((n, self.obs_bytes), dtype=np.uint8)
@@ -433,9 +429,19 @@ cdef class VectorEngine:
         self.stage_episode_frame = np.zeros(n, dtype=np.int32)
         self.stage_has_final = np.zeros(n, dtype=np.uint8)
 
+    def pool_stop(self):
+        """Stop and join the worker threads (close()); steps after it run on OpenMP's threads,
+        and async ones are refused."""
+        cdef VecPool* pool = self.pool
+        self.pool = NULL  # before the join: a call from another thread finds no pool
+        if pool != NULL:
+            with nogil:
+                del pool
+
     def pool_submit(self, env_ids, force_reset, actions, strengths):
         if self.pool == NULL or self.pool_steps_sync:
-            raise RuntimeError("pool_submit needs an async worker pool (pool_start without steps_sync)")
+            raise RuntimeError("no asynchronous worker pool: the AtariVectorEnv (or a copy.copy of it, "
+                               "which shares its engine) was closed, or is synchronous")
         cdef const int32_t[::1] ids = env_ids
         cdef const uint8_t[::1] force = force_reset
         cdef const int32_t[::1] acts = actions
@@ -450,6 +456,7 @@ cdef class VectorEngine:
             jobs[j].action = acts[j]
             jobs[j].strength = st[j]
             jobs[j].out = NULL
+            jobs[j].latch = NULL
         self.pool.submit(jobs, <int>n)
         free(jobs)
 

@@ -74,19 +74,26 @@ inline void engine_write_current(const VecEngine& g, int32_t env, const VecBatch
   if (out.has_final) out.has_final[row] = 0;
 }
 
+// The jobs of one synchronous batch still running (VecPool::run waits for its own).
+struct VecLatch {
+  int left;
+};
+
 struct VecJob {
   int32_t env, action;
   float strength;
   int32_t force_reset;
   const VecBatch* out;  // null: the pool's staging batch, row env
   long long row;        // the row of *out
+  VecLatch* latch;      // set by run(): a synchronous batch's job
 };
 
-// Worker threads that take jobs in submission order and write each environment's
-// result into its own row of a staging batch (row = environment id; or into the job's
-// own batch and row), then append the id to a completion list; wait() hands out ids in
-// completion order. An environment is never submitted again before its result was
-// taken, so rows are never shared.
+// Worker threads that take jobs in submission order. An asynchronous job (submit)
+// writes its environment's result into that environment's row of a staging batch and
+// appends the id to a completion list; wait() hands out ids in completion order. An
+// environment is never submitted again before its result was taken, so rows are never
+// shared. A synchronous batch (run) writes into the caller's rows and counts down its
+// own latch.
 // cores (may be null): worker t runs on CPU cores[t] only; pin_errors[t] is then 0 or
 // pthread_setaffinity_np's error number (EINVAL: a core this process may not use).
 class VecPool {
@@ -94,19 +101,33 @@ class VecPool {
   VecPool(const VecEngine& g, const VecBatch& stage, int num_threads, const int* cores = nullptr,
           int* pin_errors = nullptr)
       : g_(g), stage_(stage) {
-    for (int t = 0; t < num_threads; ++t) {
-      workers_.emplace_back([this] { loop(); });
-      // before any job is submitted, so every job of a pinned pool runs on its core
-      if (cores) pin_errors[t] = pin_to_core(workers_.back(), cores[t]);
+    try {
+      for (int t = 0; t < num_threads; ++t) {
+        workers_.emplace_back([this] { loop(); });
+        // before any job is submitted, so every job of a pinned pool runs on its core
+        if (cores) pin_errors[t] = pin_to_core(workers_.back(), cores[t]);
+      }
+    } catch (...) {  // no thread to be had (ulimit -u): joinable threads must not be destroyed
+      stop_workers();
+      throw;
     }
   }
-  ~VecPool() {
+  ~VecPool() { stop_workers(); }
+  // Run n jobs, each into its own out batch and row, and return when all are done. One
+  // batch at a time: two threads stepping one environment take turns.
+  void run(VecJob* jobs, int n) {
+    std::lock_guard<std::mutex> one_batch(run_m_);
+    VecLatch latch{n};
     {
       std::lock_guard<std::mutex> lock(m_);
-      stop_ = true;
+      for (int k = 0; k < n; ++k) {
+        jobs[k].latch = &latch;
+        jobs_.push_back(jobs[k]);
+      }
     }
     cv_job_.notify_all();
-    for (auto& w : workers_) w.join();
+    std::unique_lock<std::mutex> lock(m_);
+    cv_latch_.wait(lock, [&] { return latch.left == 0; });
   }
   void submit(const VecJob* jobs, int n) {
     {
@@ -138,6 +159,16 @@ class VecPool {
   }
 
  private:
+  void stop_workers() {
+    std::lock_guard<std::mutex> one_batch(run_m_);  // after a batch another thread runs
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    cv_job_.notify_all();
+    for (auto& w : workers_) w.join();
+    workers_.clear();
+  }
   static int pin_to_core(std::thread& worker, int core) {
 #if defined(__linux__)
     if (core < 0 || core >= CPU_SETSIZE) return EINVAL;
@@ -162,22 +193,31 @@ class VecPool {
       }
       engine_run_one(g_, job.env, job.force_reset != 0, job.action, job.strength, job.out ? *job.out : stage_,
                      job.out ? job.row : job.env);
+      // wake a waiter once, when its batch is complete (not once per environment: it
+      // would take a core from the workers 32 times a step for nothing)
+      if (job.latch) {
+        bool last;
+        {
+          std::lock_guard<std::mutex> lock(m_);
+          last = --job.latch->left == 0;
+        }
+        if (last) cv_latch_.notify_all();
+        continue;
+      }
       bool enough;
       {
         std::lock_guard<std::mutex> lock(m_);
         done_.push_back(job.env);
         enough = awaited_ > 0 && (int)done_.size() >= awaited_;
       }
-      // wake the waiter once, when its batch is complete (not once per environment: it
-      // would take a core from the workers 32 times a step for nothing)
       if (enough) cv_done_.notify_all();
     }
   }
   VecEngine g_;
   VecBatch stage_;
   std::vector<std::thread> workers_;
-  std::mutex m_;
-  std::condition_variable cv_job_, cv_done_;
+  std::mutex m_, run_m_;
+  std::condition_variable cv_job_, cv_done_, cv_latch_;
   std::deque<VecJob> jobs_;
   std::deque<int32_t> done_;
   int pending_ = 0;

@@ -8,6 +8,7 @@ action stream. Short frame limits, episodic life and random play make episodes e
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -784,10 +785,90 @@ def test_offset_counts_within_the_allocation():
 def test_a_worker_that_cannot_be_pinned_is_named(monkeypatch):
     import hybridsim.vector as vector
     monkeypatch.setattr(vector, "worker_cores", lambda offset, threads: [10**6] * threads)
-    with pytest.warns(RuntimeWarning, match=r"thread_affinity_offset=0: some workers could not be pinned "
-                                            r"and run unpinned \(core: reason\): \{1000000: 'Invalid argument'\}"):
+    with pytest.warns(RuntimeWarning, match=r"thread_affinity_offset=0: could not pin worker 0 to core 1000000: "
+                                            r"Invalid argument; worker 1 to core 1000000: Invalid argument \(those "
+                                            r"keep the caller's affinity\)"):
         env = AtariVectorEnv("pong", 2, num_threads=2, thread_affinity_offset=0, noop_max=0)
     env.reset(seed=0)
     env.step(np.zeros(2, np.int64))
     env.close()
 
+
+def _run_seconds(tid: int) -> float:
+    """CPU time thread tid of this process has run (schedstat, nanoseconds)."""
+    with open(f"/proc/self/task/{tid}/schedstat") as f:
+        return int(f.read().split()[0]) / 1e9
+
+
+@needs_affinity
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="no /proc")
+def test_pinned_synchronous_steps_run_on_the_pinned_workers():
+    """Not on OpenMP's threads (which may already exist from other tests): the pinned
+    workers are the threads that did the stepping."""
+    before = set(_threads())
+    env = AtariVectorEnv("breakout", 8, num_threads=2, thread_affinity_offset=0, noop_max=0)
+    workers = [t for t in _threads() if t not in before]
+    env.reset(seed=0)
+    start = [_run_seconds(t) for t in workers]
+    t0 = time.perf_counter()
+    for _ in range(40):
+        env.step(np.zeros(8, np.int64))
+    wall = time.perf_counter() - t0
+    worked = sum(_run_seconds(t) - s for t, s in zip(workers, start))
+    assert worked > 0.5 * wall, f"the pinned workers ran {worked:.3f} s of a {wall:.3f} s stepping loop"
+    env.close()
+
+
+@needs_affinity
+def test_close_joins_the_worker_threads():
+    before = set(_threads())
+    env = AtariVectorEnv("pong", 4, num_threads=2, thread_affinity_offset=0, noop_max=0)
+    assert len(set(_threads()) - before) == 2
+    env.reset(seed=0)
+    env.close()
+    assert not set(_threads()) - before
+
+
+def test_two_threads_stepping_one_pinned_env_take_turns():
+    """Each synchronous batch waits for its own jobs (two threads sharing one env crashed
+    the process: one took the other's completions and returned while its jobs ran)."""
+    code = ("import threading, numpy as np\n"
+            "from hybridsim.vector import AtariVectorEnv\n"
+            "env = AtariVectorEnv('pong', 8, num_threads=2, thread_affinity_offset=0, noop_max=0)\n"
+            "env.reset(seed=0)\n"
+            "def run():\n"
+            "    for _ in range(150):\n"
+            "        try:\n"
+            "            env.step(np.zeros(8, np.int64))\n"
+            "        except ValueError:\n"  # send/recv bookkeeping is not for two threads
+            "            pass\n"
+            "threads = [threading.Thread(target=run) for _ in range(2)]\n"
+            "[t.start() for t in threads]\n"
+            "[t.join() for t in threads]\n"
+            "print('done')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout == "done\n", (done.returncode, done.stderr[-2000:])
+
+
+@needs_affinity
+@pytest.mark.skipif(len(getattr(os, "sched_getaffinity", lambda _: ())(0)) < 2, reason="needs 2 cores")
+def test_cores_are_the_process_s_under_omp_proc_bind():
+    """libgomp binds the calling thread to one core after a parallel region under
+    OMP_PROC_BIND: the workers still spread over the process's cores (they all went to
+    that one core), and num_threads=0 still means one per core."""
+    usable = sorted(os.sched_getaffinity(0))
+    code = ("import os, numpy as np\n"
+            "from hybridsim.vector import AtariVectorEnv, resolve_num_threads\n"
+            "env = AtariVectorEnv('pong', 4, num_threads=2, noop_max=0)\n"
+            "env.reset(seed=0)\n"
+            "env.step(np.zeros(4, np.int64))\n"  # an OpenMP region: the caller is bound now
+            "print(len(os.sched_getaffinity(0)))\n"
+            "pinned = AtariVectorEnv('pong', 4, num_threads=2, thread_affinity_offset=0, noop_max=0)\n"
+            "print(pinned.worker_cores, resolve_num_threads(0, 1000))\n")
+    env = dict(os.environ, OMP_PROC_BIND="true", OMP_PLACES="cores")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    bound, rest = done.stdout.splitlines()
+    if bound != "1":
+        pytest.skip(f"this libgomp did not bind the calling thread (it may run on {bound} cores)")
+    assert rest == f"{usable[:2]} {len(usable)}"
