@@ -365,8 +365,12 @@ class ProgressWatchdog:
     number there even while the main thread is blocked in C."""
 
     def __init__(self, rank: int, stall_seconds: float, grace_seconds: float = 60.0,
-                 signals=(signal.SIGUSR1, signal.SIGTERM), what: str = "starting"):
+                 signals=(signal.SIGUSR1, signal.SIGTERM), what: str = "starting",
+                 first_beat_extra_seconds: float = 0.0):
         self.rank, self.stall_seconds, self.grace_seconds = rank, stall_seconds, grace_seconds
+        # a wait any rank may do before its first beat (a resume waiting for a killed
+        # job's trajectory file to go quiet), while the others wait in a collective
+        self.first_beat_extra_seconds = first_beat_extra_seconds
         self.signals = {int(s) for s in signals}
         self.last_beat = time.monotonic()
         self.beats = 0  # before the first, the start-up (kernel compiles, loads) may take longer
@@ -432,9 +436,10 @@ class ProgressWatchdog:
             if self.stall_seconds <= 0:
                 continue  # the watchdog is off
             now = time.monotonic()
-            limit = self.stall_seconds * (3 if self.beats == 0 else 1)
+            extra = self.first_beat_extra_seconds if self.beats == 0 else 0.0
+            limit = self.stall_seconds * (3 if self.beats == 0 else 1) + extra
             if (signalled_at is not None and not self.stop_handled
-                    and now - max(signalled_at, self.last_beat) > self.grace_seconds):
+                    and now - max(signalled_at, self.last_beat) > self.grace_seconds + extra):
                 self._abort(f"a stop signal came {now - signalled_at:.0f} s ago and training has not "
                             f"moved since (last: {self._last()})")
             elif now - self.last_beat > limit:

@@ -364,7 +364,14 @@ class Trainer:
         # Start-up has collectives too (settings, the run directory, NCCL, the first
         # parameters): a rank stuck before one (a slow file system, a kernel compile, a
         # hang) would leave the others waiting forever, so the watchdog covers it as well.
-        startup = (dist.ProgressWatchdog(rank, cfg.stall_timeout, what="starting up").start()
+        # A resume may wait for a killed job's trajectory file to go quiet
+        # (trajlog.clear_stale_write_flags) while the other ranks wait in a collective.
+        self._quiet_wait = 0.0
+        if cfg.resume and cfg.log_trajectories:
+            from hybridsim import trajlog
+            self._quiet_wait = trajlog.quiet_seconds(cfg.log_flush_seconds)
+        startup = (dist.ProgressWatchdog(rank, cfg.stall_timeout, what="starting up",
+                                         first_beat_extra_seconds=self._quiet_wait).start()
                    if self.world_size > 1 else None)
         try:
             self._start(cfg, rank)
@@ -894,7 +901,7 @@ class Trainer:
                         for r, rs in enumerate(state.get("rank_states") or [])}
                 done.completed = trajlog.complete_master(
                     self.log_dir, state["frames"], rows,
-                    idle_seconds=2 * (self.cfg.log_flush_seconds or 30.0) + 5.0)
+                    idle_seconds=trajlog.quiet_seconds(self.cfg.log_flush_seconds))
             raise done
         try:
             self.model.load_state_dict(state["model"])
@@ -991,7 +998,8 @@ class Trainer:
         """Train to the budget (or a stop); under MPI a watchdog ends the job if the ranks
         stop making progress together (dist.ProgressWatchdog)."""
         if self.world_size > 1:
-            self.watchdog = dist.ProgressWatchdog(self.rank, self.cfg.stall_timeout).start()
+            self.watchdog = dist.ProgressWatchdog(self.rank, self.cfg.stall_timeout,
+                                                  first_beat_extra_seconds=self._quiet_wait).start()
         try:
             return self._train()
         finally:

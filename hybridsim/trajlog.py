@@ -275,7 +275,7 @@ class TrajectoryWriter:
                 f"file_id is {held or 'missing'}, the checkpoint's {file_id}): another run's "
                 f"file? Move it away and resume: a new file then starts at the checkpoint")
         # the writer of a killed or aborted job; it flushed at least every flush_seconds
-        clear_stale_write_flags(self.path, idle_seconds=2 * (self.flush_seconds or 30.0) + 5.0)
+        clear_stale_write_flags(self.path, idle_seconds=quiet_seconds(self.flush_seconds))
         try:
             self.file = h5py.File(self.path, "a", libver="latest")
         except OSError as exc:
@@ -969,6 +969,13 @@ def hdf5_checksum(data: bytes) -> int:
 
 
 SUPER_WRITE_ACCESS, SUPER_SWMR_WRITE_ACCESS = 0x01, 0x04  # superblock v3 consistency flags
+
+
+def quiet_seconds(flush_seconds: float | None) -> float:
+    """How long a trajectory file left open must be unchanged before a resume takes its
+    writer for gone: a live writer flushes at least every flush_seconds (twice that, and
+    a margin)."""
+    return 2 * (flush_seconds or 30.0) + 5.0
 
 
 def clear_stale_write_flags(path: pathlib.Path, idle_seconds: float = 65.0) -> bool:

@@ -492,3 +492,34 @@ def test_a_stop_signal_that_cannot_be_honoured_is_noticed(tmp_path):
         reader.join(timeout=30)
     err = "".join(lines)
     assert "a stop signal came" in err and "has not moved since" in err, err
+
+
+def test_a_resume_waiting_for_a_killed_writers_file_is_not_taken_for_a_hang(tmp_path):
+    """Rank 1's trajectory file still flagged open by a killed job: its resume waits until
+    the file has been quiet for 2 x --log-flush-seconds + 5 s, while rank 0 waits in a
+    collective. The start-up watchdog (3 x --stall-timeout) ended the healthy job with
+    "another rank is hung or gone"; that wait is now allowed for."""
+    from hybridsim import trajlog
+    exe = mpiexec()
+    run = tmp_path / "run"
+    args = [exe, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train", "--game", "pong",
+            "--backend", "cpu", "--num-envs", "2", "--num-minibatches", "1", "--num-threads", "1",
+            "--torch-threads", "1", "--noop-max", "5", "--log-every", "0", "--log-flush-seconds", "5",
+            "--stall-timeout", "2", "--log-dir", str(run)]
+    first = subprocess.run([*args, "--total-frames", "320"], capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    rank1 = trajlog.rank_file(run, 1)
+    data = bytearray(rank1.read_bytes())  # the superblock flags a killed SWMR writer leaves
+    size = 12 + 4 * data[9]
+    data[11] = trajlog.SUPER_WRITE_ACCESS | trajlog.SUPER_SWMR_WRITE_ACCESS
+    data[size:size + 4] = trajlog.hdf5_checksum(bytes(data[:size])).to_bytes(4, "little")
+    rank1.write_bytes(bytes(data))  # modified now: the resume waits up to 15 s (10 s after a
+    # start of about 5 s), well over the 3 x 2 s the start-up watchdog allowed
+    start = time.monotonic()
+    second = subprocess.run([*args, "--total-frames", "640", "--resume"], capture_output=True, text=True,
+                            timeout=300)
+    output = second.stdout + second.stderr
+    assert second.returncode == 0, output[-3000:]
+    assert "waiting until it has been unchanged for 15 s" in output and time.monotonic() - start > 10, \
+        output[-3000:]
+    assert "trained 640 frames" in second.stdout
