@@ -938,6 +938,9 @@ class Trainer:
             print(f"note: the checkpoint holds {len(rank_states)} rank(s)' environments, this job has "
                   f"{self.world_size}; environments restart", file=sys.stderr)
             mine = {}
+            from hybridsim import trajlog
+            if self.rank >= len(rank_states) and not trajlog.rank_file(self.log_dir, self.rank).exists():
+                mine = {"traj_rows": 0}  # a rank new to the run: its log starts here, nothing was lost
         else:
             mine = rank_states[self.rank]
         if "episode_tracker" in mine:

@@ -523,3 +523,26 @@ def test_a_resume_waiting_for_a_killed_writers_file_is_not_taken_for_a_hang(tmp_
     assert "waiting until it has been unchanged for 15 s" in output and time.monotonic() - start > 10, \
         output[-3000:]
     assert "trained 640 frames" in second.stdout
+
+
+def test_a_rank_added_on_resume_records_no_lost_rows(tmp_path):
+    """Two ranks, then a resume with three: rank 2 did not exist before, so its new file
+    has no gap from frame 0 to the checkpoint (analyze reported those steps as lost)."""
+    import h5py
+    from hybridsim import trajlog
+    exe = mpiexec()
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train", "--game", "pong", "--backend", "cpu",
+            "--num-envs", "2", "--num-minibatches", "1", "--num-threads", "1", "--torch-threads", "1",
+            "--noop-max", "5", "--log-every", "0", "--log-dir", str(run)]
+    first = subprocess.run([exe, "-n", "2", *args, "--total-frames", "320"], capture_output=True, text=True,
+                           timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = subprocess.run([exe, "-n", "3", *args, "--total-frames", "640", "--resume"], capture_output=True,
+                            text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "missing;" not in second.stderr, second.stderr[-3000:]
+    with h5py.File(trajlog.rank_file(run, 2), "r", locking=False) as f:
+        assert "gaps" not in f.attrs and f["steps"]["action"].shape[0] > 0
+    with h5py.File(trajlog.rank_file(run, 0), "r", locking=False) as f:
+        assert "gaps" not in f.attrs
