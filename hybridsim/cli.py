@@ -333,7 +333,11 @@ def _report_storage_stop(summary: dict) -> None:
     elif summary["trajectories_closed"] is False:
         lines.append(f"trajectory logs in {log_dir}: NOT all closed cleanly (above); they open in "
                      f"SWMR mode, as hybridsim analyze does, with every row up to their last flush")
-    lines.append(f"free space under {log_dir}, then run the same command with --resume to continue")
+    if summary["storage_disk_full"]:
+        lines.append(f"free space under {log_dir}, then run the same command with --resume to continue")
+    else:  # a refused write (permissions) or an I/O error (a damaged file): room will not help
+        lines.append(f"the failed write was not for want of space: cure its cause (above), then run "
+                     f"the same command with --resume to continue")
     print("\n".join(lines), file=sys.stderr, flush=True)
 
 

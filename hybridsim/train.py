@@ -541,6 +541,7 @@ class Trainer:
         self.storage_notes: list[str] = []  # what the stop after a failed write did and did not save
         self.final_checkpoint: pathlib.Path | None = None
         self.storage_report: list[str] = []  # every rank's failed writes and notes, after a run
+        self.storage_disk_full = True  # every failed write of the run was a full disk (or quota)
         self.trajectories_closed: bool | None = None  # every rank file closed cleanly (None: no logs)
         self.reserve: storage.DiskReserve | None = None
         self.last_losses: dict[str, float] = {}
@@ -1231,10 +1232,14 @@ class Trainer:
             self.reserve.release()
         # every rank learns of every rank's failed writes, so all report (and exit) alike
         mine = ([str(self.storage_failure)] if self.storage_failure is not None else []) + self.storage_notes
-        reports = self.comm.bcast(self.comm.gather((self.rank, self.storage_failure is not None, mine)))
+        failure = self.storage_failure
+        reports = self.comm.bcast(self.comm.gather(
+            (self.rank, failure is not None, failure is not None and failure.disk_full, mine)))
         self.storage_report = [f"rank {r}: {line}" if self.world_size > 1 else line
-                               for r, _, lines in reports for line in lines]
-        if any(failed for _, failed, _ in reports):
+                               for r, _, _, lines in reports for line in lines]
+        # a full disk wants room; another error (permissions, damaged data) its own cure
+        self.storage_disk_full = all(full for _, failed, full, _ in reports if failed)
+        if any(failed for _, failed, _, _ in reports):
             self.stop_reason = "storage"  # also when the budget was reached but the end failed
         return self.summary()
 
@@ -1476,7 +1481,7 @@ class Trainer:
                 "checkpoint": str(self.final_checkpoint or self.checkpoint_path()),
                 "final_checkpoint": str(self.final_checkpoint) if self.final_checkpoint else None,
                 "preempted": self.preempted, "stopped": self.stop_reason,
-                "storage_report": self.storage_report,
+                "storage_report": self.storage_report, "storage_disk_full": self.storage_disk_full,
                 "trajectories_closed": self.trajectories_closed,
                 "log_dir": str(self.log_dir), "rank": self.rank,
                 "metrics": str(self.log_dir / "metrics.csv"),

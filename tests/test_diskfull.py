@@ -270,10 +270,32 @@ def test_full_disk_during_trajectory_writes_stops_cleanly(tmp_path, monkeypatch,
     assert code == cli.STORAGE_EXIT_CODE == 4, err
     assert f"{tmp_path}/traj_rank00000.h5: writing trajectory rows failed: No space left on device" in err
     assert f"final checkpoint: {tmp_path}/checkpoint.pt" in err and "--resume" in err
+    assert f"free space under {tmp_path}, then run the same command with --resume" in err
     frames = stopped_frames(err)
     assert 5 * 16 <= frames < 100000  # 5 good flushes of at least one step
     monkeypatch.undo()
     check_logs_and_resume(tmp_path, frames, frames + 800)
+
+
+def test_a_failed_write_that_is_no_full_disk_does_not_ask_for_space(tmp_path, monkeypatch, capsys):
+    """An I/O error (a damaged file, a failing device) stops training as a full disk does,
+    but the advice is to cure its cause: freeing space would not help."""
+    real_setitem = h5py.Dataset.__setitem__
+    calls = {"n": 0}
+
+    def failing(self, key, value):
+        calls["n"] += 1
+        if calls["n"] > 12 * 5:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_setitem(self, key, value)
+
+    monkeypatch.setattr(h5py.Dataset, "__setitem__", failing)
+    code = cli.main([*TRAIN, "--total-frames", "100000", "--checkpoint-every", "2000", "--log-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == cli.STORAGE_EXIT_CODE, err
+    assert "writing trajectory rows failed: Input/output error" in err
+    assert "not for want of space: cure its cause (above), then run the same command with --resume" in err
+    assert "free space under" not in err
 
 
 def test_full_disk_for_metrics_and_checkpoint_uses_the_fallback(tmp_path, monkeypatch, capsys):
