@@ -551,6 +551,9 @@ class Trainer:
         # environments restart from their seeds (trajlog records a gap or a restart)
         self._resume_traj_rows = None
         self._resume_traj_file_id = None  # the file the checkpoint's rows went into
+        # on a resume with fewer ranks, rank 0's list of (path, trajectory fields of the
+        # checkpoint) of the ranks this job lacks, whose files it cuts back and closes
+        self._retired_rank_files: list = []
         self._resume_traj_logged_until = None  # the checkpoint frame its rows reach
         self._resume_restarts_envs = False
         self._resume_impala = None  # the checkpoint's checked impala state, for restored envs
@@ -647,10 +650,6 @@ class Trainer:
         # the trajectory file first: its resume may be refused, before anything else is written
         if self.cfg.log_trajectories:
             from hybridsim import trajlog
-            obs = None
-            if self.cfg.log_observations:
-                obs = trajlog.ObservationLogging(shape=self.obs_shape, stride=self.cfg.obs_stride,
-                                                 env_ids=(int(self.env_ids[0]),))
             self.traj = trajlog.TrajectoryWriter(
                 trajlog.rank_file(self.log_dir, self.rank), batch_size=self.env_batch,
                 compression=self.cfg.log_compression,
@@ -659,7 +658,7 @@ class Trainer:
                 resume_after_frame=self.frames if self.cfg.resume else None,
                 resume_expected_rows=self._resume_traj_rows, resume_restarts_envs=self._resume_restarts_envs,
                 resume_file_id=self._resume_traj_file_id, resume_logged_until=self._resume_traj_logged_until,
-                num_actions=self.num_actions, observations=obs,
+                num_actions=self.num_actions, observations=self._observation_logging(),
                 attrs={"game": self.cfg.game, "rank": self.rank, "world_size": self.world_size,
                        "run_id": self.run_id,
                        "config": dataclasses.asdict(self.cfg), "seed": self.cfg.seed,
@@ -667,6 +666,7 @@ class Trainer:
                        "git_revision": _git_revision()})
         try:
             if self.rank == 0:
+                self._retire_rank_files()
                 path = self.log_dir / "metrics.csv"
                 new = not path.exists() or not self.cfg.resume or path.stat().st_size == 0
                 if not new:
@@ -689,6 +689,44 @@ class Trainer:
                 except StorageError:
                     pass
             raise
+
+    def _observation_logging(self):
+        if not self.cfg.log_observations:
+            return None
+        from hybridsim import trajlog
+        return trajlog.ObservationLogging(shape=self.obs_shape, stride=self.cfg.obs_stride,
+                                          env_ids=(int(self.env_ids[0]),))
+
+    def _check_trajectory_resume(self) -> None:
+        """This rank's trajectory file would take the resume (trajlog.check_resumable, read
+        only): run before the ranks agree to go on, so that no rank cuts its file, or its
+        metrics, when another's refuses."""
+        if not (self.cfg.resume and self.cfg.log_trajectories):
+            return
+        from hybridsim import trajlog
+        trajlog.check_resumable(trajlog.rank_file(self.log_dir, self.rank), self.env_batch, self.num_actions,
+                                self._observation_logging(), self._resume_traj_rows, self._resume_traj_file_id,
+                                self.run_id, flush_seconds=self.cfg.log_flush_seconds)
+        for path, rank_state in self._retired_rank_files:
+            trajlog.check_resumable(path, self.env_batch, self.num_actions, None, rank_state.get("traj_rows"),
+                                    rank_state.get("traj_file_id"), self.run_id,
+                                    flush_seconds=self.cfg.log_flush_seconds)
+
+    def _retire_rank_files(self) -> None:
+        """Rank files of ranks this job lacks (a resume with fewer ranks): cut back to the
+        checkpoint and closed, as their own rank's resume would (their rows after it were
+        a timeline the resume replaces, and the master file would show them)."""
+        from hybridsim import trajlog
+        for path, rank_state in self._retired_rank_files:
+            writer = trajlog.TrajectoryWriter(
+                path, batch_size=self.env_batch, num_actions=self.num_actions,
+                flush_seconds=self.cfg.log_flush_seconds, resume_after_frame=self.frames,
+                resume_expected_rows=rank_state.get("traj_rows"), resume_file_id=rank_state.get("traj_file_id"),
+                resume_logged_until=rank_state.get("traj_logged_until"), attrs={"run_id": self.run_id})
+            writer.close()
+            print(f"note: {path.name}: its rank is not in this job ({self.world_size} rank(s)); cut back to "
+                  f"the checkpoint at frame {self.frames:,} and closed: its rows up to there stay in the run",
+                  file=sys.stderr)
 
     def _merge_episodes(self):
         """Collective: the episodes every rank finished since the last call join rank 0's
@@ -956,6 +994,11 @@ class Trainer:
         self._resume_traj_rows = mine.get("traj_rows")
         self._resume_traj_file_id = mine.get("traj_file_id")
         self._resume_traj_logged_until = mine.get("traj_logged_until")
+        if self.rank == 0 and self.cfg.log_trajectories:
+            from hybridsim import trajlog
+            self._retired_rank_files = [
+                (trajlog.rank_file(self.log_dir, r), rs) for r, rs in enumerate(rank_states)
+                if r >= self.world_size and trajlog.rank_file(self.log_dir, r).exists()]
         env_state = _decoded_env_state(mine, path, self.rank)
         impala = mine.get("impala_in_flight")
         if env_state is not None and self.cfg.schedule == "impala":
@@ -1023,12 +1066,14 @@ class Trainer:
             restore = env_state is not None and hasattr(self.env, "set_state")
             if restore:
                 obs, state_info = self.env.set_state(env_state)
+            self._check_trajectory_resume()
         except BudgetReached:
             raise  # every rank reads the same checkpoint: all end there
         except Exception as exc:
             refusal = exc
-        # Some refusals are one rank's own (its environments' state): the other ranks must
-        # not open the logs (a resume cuts them) before the job ends, so all learn of it.
+        # Some refusals are one rank's own (its environments' state, its trajectory file):
+        # the other ranks must not open the logs (a resume cuts them) before the job ends,
+        # so all learn of it.
         refused = self.comm.bcast(self.comm.gather(None if refusal is None else str(refusal)))
         if refusal is not None or any(refused):
             self.env.close()

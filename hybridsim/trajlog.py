@@ -264,16 +264,9 @@ class TrajectoryWriter:
 
     def _reopen(self, last_frame: int, expected_rows: int | None, restarts_envs: bool,
                 file_id: str | None, run_id: str | None, logged_until: int | None = None):
-        _check_superblock(self.path)
-        with _open_h5(self.path) as f:  # before anything changes the file (checks come below)
-            held, held_run = str(f.attrs.get("file_id", "")), str(f.attrs.get("run_id", ""))
-        # another file than the checkpoint's is this run's only when a resume started it
-        # anew (the checkpoint's file was missing) and a kill came before the next checkpoint
-        if file_id and held != file_id and not (run_id and held_run == run_id):
-            raise TrajectoryLogError(
-                f"{self.path}: not the trajectory file this run's checkpoint wrote into (its "
-                f"file_id is {held or 'missing'}, the checkpoint's {file_id}): another run's "
-                f"file? Move it away and resume: a new file then starts at the checkpoint")
+        # every check that can refuse the resume, before anything changes the file
+        check_resumable(self.path, self.batch_size, self.num_actions, self.observations, expected_rows,
+                        file_id, run_id, flush_seconds=self.flush_seconds, wait=False)
         # the writer of a killed or aborted job; it flushed at least every flush_seconds
         clear_stale_write_flags(self.path, idle_seconds=quiet_seconds(self.flush_seconds))
         try:
@@ -283,14 +276,6 @@ class TrajectoryWriter:
         try:
             # new datasets (observations logged from this resume on) as the file's others
             self._dataset_kw = _dataset_kwargs(str(self.file.attrs.get("compression", "lzf")))
-            # lengths may differ after a kill inside a flush: the resume cuts them to the
-            # shortest, unless that loses rows the checkpoint counted (it flushed them
-            # before it was written, so they were all there: damage)
-            _check_contents(self.file, self.path, master_ok=False, lengths=False)
-            rows = {ds.shape[0] for ds in self.file["steps"].values()}
-            if expected_rows and len(rows) > 1 and min(rows) < expected_rows:
-                raise TrajectoryLogError(f"{self.path}: damaged trajectory file: "
-                                         f"{'; '.join(_unequal_lengths(self.file))}")
             self._truncate_for_resume(last_frame, expected_rows, restarts_envs, logged_until)
         except TrajectoryLogError:
             self.file.close()
@@ -301,29 +286,9 @@ class TrajectoryWriter:
 
     def _truncate_for_resume(self, last_frame: int, expected_rows: int | None, restarts_envs: bool,
                              logged_until: int | None = None):
-        # Every check that can refuse the resume runs before the first write or warning: a
-        # refused resume leaves the file (and its rows after the checkpoint) as it was.
+        # check_resumable passed (_reopen): nothing below refuses the resume
         steps = self.file["steps"]
-        shape = steps["behavior_logits"].shape
-        if shape[1:] != (self.batch_size, self.num_actions):
-            raise TrajectoryLogError(f"{self.path}: holds batches of {shape[1:]}, this run logs "
-                                     f"{(self.batch_size, self.num_actions)}; use a new log_dir")
         obs = self.file["observations"] if "observations" in self.file else None
-        if obs is not None and self.observations is not None:
-            stride = int(obs.attrs.get("stride", -1))
-            if stride != self.observations.stride:
-                raise TrajectoryLogError(
-                    f"{self.path}: logs observations every {stride} steps, this run every "
-                    f"{self.observations.stride}; resume with that stride or use a new log_dir")
-            if obs["frames"].shape[1:] != tuple(self.observations.shape):
-                raise TrajectoryLogError(
-                    f"{self.path}: logs observations of shape {obs['frames'].shape[1:]}, this run "
-                    f"{tuple(self.observations.shape)}; use a new log_dir")
-        for group in (steps, self.file["episodes"], obs):
-            for name, ds in ({} if group is None else group).items():
-                if ds.chunks is None or ds.maxshape[0] is not None:
-                    raise TrajectoryLogError(f"{self.path}: dataset {ds.name} cannot grow (not "
-                                             f"written by hybridsim's TrajectoryWriter); use a new log_dir")
         gaps = json_list_attr(self.file, "gaps")
         restarts = json_list_attr(self.file, "restarts")
         # the rows are the run's up to the last checkpoint a logging job wrote
@@ -971,6 +936,71 @@ def hdf5_checksum(data: bytes) -> int:
 SUPER_WRITE_ACCESS, SUPER_SWMR_WRITE_ACCESS = 0x01, 0x04  # superblock v3 consistency flags
 
 
+def check_resumable(path, batch_size: int, num_actions: int, observations: ObservationLogging | None = None,
+                    expected_rows: int | None = None, file_id: str | None = None, run_id: str | None = None,
+                    flush_seconds: float | None = None, wait: bool = True) -> None:
+    """Every check that can refuse resuming TrajectoryWriter logging into `path`, with
+    nothing written: a multi-rank trainer runs them on all ranks and ends the job before
+    any rank changes its file when one would refuse. A missing file passes (a new one is
+    started). wait: also wait, as clear_stale_write_flags does, for a killed writer's file
+    to go quiet (a live writer's is refused)."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        return
+    _check_superblock(path)
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise TrajectoryLogError(f"{path}: cannot resume logging into it: not readable and writable by "
+                                 f"this user (permissions, or an immutable or read-only file)")
+    if wait:
+        clear_stale_write_flags(path, idle_seconds=quiet_seconds(flush_seconds), dry_run=True)
+    try:
+        with _open_h5(path) as f:
+            _resume_checks(f, path, batch_size, num_actions, observations, expected_rows, file_id, run_id)
+    except TrajectoryLogError:
+        raise
+    except (OSError, RuntimeError, KeyError, ValueError) as exc:
+        raise TrajectoryLogError(f"{path}: cannot resume logging into it: {exc}") from exc
+
+
+def _resume_checks(f, path, batch_size, num_actions, observations, expected_rows, file_id, run_id) -> None:
+    held, held_run = str(f.attrs.get("file_id", "")), str(f.attrs.get("run_id", ""))
+    # another file than the checkpoint's is this run's only when a resume started it
+    # anew (the checkpoint's file was missing) and a kill came before the next checkpoint
+    if file_id and held != file_id and not (run_id and held_run == run_id):
+        raise TrajectoryLogError(
+            f"{path}: not the trajectory file this run's checkpoint wrote into (its "
+            f"file_id is {held or 'missing'}, the checkpoint's {file_id}): another run's "
+            f"file? Move it away and resume: a new file then starts at the checkpoint")
+    # lengths may differ after a kill inside a flush: the resume cuts them to the
+    # shortest, unless that loses rows the checkpoint counted (it flushed them
+    # before it was written, so they were all there: damage)
+    _check_contents(f, path, master_ok=False, lengths=False)
+    steps = f["steps"]
+    rows = {ds.shape[0] for ds in steps.values()}
+    if expected_rows and len(rows) > 1 and min(rows) < expected_rows:
+        raise TrajectoryLogError(f"{path}: damaged trajectory file: {'; '.join(_unequal_lengths(f))}")
+    shape = steps["behavior_logits"].shape
+    if shape[1:] != (batch_size, num_actions):
+        raise TrajectoryLogError(f"{path}: holds batches of {shape[1:]}, this run logs "
+                                 f"{(batch_size, num_actions)}; use a new log_dir")
+    obs = f["observations"] if "observations" in f else None
+    if obs is not None and observations is not None:
+        stride = int(obs.attrs.get("stride", -1))
+        if stride != observations.stride:
+            raise TrajectoryLogError(
+                f"{path}: logs observations every {stride} steps, this run every "
+                f"{observations.stride}; resume with that stride or use a new log_dir")
+        if obs["frames"].shape[1:] != tuple(observations.shape):
+            raise TrajectoryLogError(
+                f"{path}: logs observations of shape {obs['frames'].shape[1:]}, this run "
+                f"{tuple(observations.shape)}; use a new log_dir")
+    for group in (steps, f["episodes"], obs):
+        for name, ds in ({} if group is None else group).items():
+            if ds.chunks is None or ds.maxshape[0] is not None:
+                raise TrajectoryLogError(f"{path}: dataset {ds.name} cannot grow (not "
+                                         f"written by hybridsim's TrajectoryWriter); use a new log_dir")
+
+
 def quiet_seconds(flush_seconds: float | None) -> float:
     """How long a trajectory file left open must be unchanged before a resume takes its
     writer for gone: a live writer flushes at least every flush_seconds (twice that, and
@@ -978,7 +1008,7 @@ def quiet_seconds(flush_seconds: float | None) -> float:
     return 2 * (flush_seconds or 30.0) + 5.0
 
 
-def clear_stale_write_flags(path: pathlib.Path, idle_seconds: float = 65.0) -> bool:
+def clear_stale_write_flags(path: pathlib.Path, idle_seconds: float = 65.0, dry_run: bool = False) -> bool:
     """What `h5clear -s` does, for a file whose SWMR writer is gone: zero the superblock's
     file-consistency flags (HDF5 sets them while a writer has the file open; a killed
     writer never clears them, so the file cannot be opened for writing again) and rewrite
@@ -988,10 +1018,11 @@ def clear_stale_write_flags(path: pathlib.Path, idle_seconds: float = 65.0) -> b
     TrajectoryWriter keeps on its file (the kernel drops a dead process's locks), and the
     file has not changed for `idle_seconds` (a live writer flushes at least every
     log_flush_seconds; this also covers a writer on another node, where flock is local).
-    A file last modified more recently is watched until it has been idle that long."""
+    A file last modified more recently is watched until it has been idle that long.
+    dry_run: check and wait, but leave the flags (check_resumable)."""
     import fcntl
     _regular_file(path)
-    with open(path, "r+b") as fh:
+    with open(path, "rb" if dry_run else "r+b") as fh:
         head = fh.read(64)
         if not head.startswith(HDF5_SIGNATURE) or head[8] not in (2, 3) or head[11] == 0:
             return False  # older superblocks keep no flags; 0: nothing to clear
@@ -1025,6 +1056,8 @@ def clear_stale_write_flags(path: pathlib.Path, idle_seconds: float = 65.0) -> b
                     raise TrajectoryLogError(f"{path}: modified {idle:.0f} s ago; a writer (maybe "
                                              f"on another node) still has it open: stop that job first")
                 time.sleep(min(1.0, idle_seconds - idle))
+            if dry_run:
+                return True
             fixed = head[:11] + b"\0" + head[12:size]
             fh.seek(0)
             fh.write(fixed + hdf5_checksum(fixed).to_bytes(4, "little"))

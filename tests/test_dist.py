@@ -131,6 +131,62 @@ def test_one_ranks_refused_resume_leaves_the_run_directory_as_it_was(tmp_path):
     assert sorted(after) == sorted(before) and after == before
 
 
+def test_one_ranks_refused_trajectory_file_leaves_the_run_directory_as_it_was(tmp_path):
+    """Rank 1's trajectory file lost its tail: rank 1 refuses to resume into it, and rank 0
+    must not cut its own file and metrics back to the checkpoint (nor flag its file open,
+    take the disk reserve or start TensorBoard) before the job ends."""
+    exe = mpiexec()
+    args = [exe, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train", "--game", "pong",
+            "--backend", "cpu", "--num-envs", "2", "--num-minibatches", "1", "--num-threads", "1",
+            "--torch-threads", "1", "--noop-max", "5", "--log-dir", str(tmp_path)]
+    first = subprocess.run(args + ["--total-frames", "640"], capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    state["frames"] = 320  # the rank files hold rows after it: a resume would cut them
+    torch.save(state, tmp_path / "checkpoint.pt")
+    rank1 = tmp_path / "traj_rank00001.h5"
+    rank1.write_bytes(rank1.read_bytes()[:20000])
+    before = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    resumed = subprocess.run(args + ["--total-frames", "1280", "--resume"], capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode != 0
+    assert f"{rank1}: truncated file" in resumed.stderr, resumed.stderr[-3000:]
+    after = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert sorted(after) == sorted(before) and after == before
+
+
+def test_a_resume_with_fewer_ranks_cuts_the_left_out_ranks_files_back(tmp_path):
+    """Two ranks, killed after their checkpoint (here: a checkpoint moved back to frame
+    320, the files holding rows after it), then resumed with one: rank 1's file kept its
+    rows of the discarded timeline, and the master file showed them."""
+    import h5py
+    from hybridsim import trajlog
+    exe = mpiexec()
+    args = ["-m", "hybridsim", "train", "--game", "pong", "--backend", "cpu", "--num-envs", "2",
+            "--num-minibatches", "1", "--num-threads", "1", "--torch-threads", "1", "--noop-max", "5",
+            "--log-every", "0", "--log-dir", str(tmp_path)]
+    first = subprocess.run([exe, "-n", "2", sys.executable, "-m", "mpi4py", *args, "--total-frames", "640"],
+                           capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    state["frames"] = 320
+    for rank, rank_state in enumerate(state["rank_states"]):
+        with h5py.File(trajlog.rank_file(tmp_path, rank), "r", locking=False) as f:
+            rank_state["traj_rows"] = int((f["steps"]["global_frame"][()].max(axis=1) <= 320).sum())
+            assert f["steps"]["global_frame"][()].max() > 320
+    torch.save(state, tmp_path / "checkpoint.pt")
+    resumed = subprocess.run([sys.executable, *args, "--total-frames", "480", "--resume"], capture_output=True,
+                             text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "traj_rank00001.h5: its rank is not in this job (1 rank(s)); cut back to the checkpoint at " \
+           "frame 320" in resumed.stderr, resumed.stderr[-3000:]
+    with h5py.File(trajlog.rank_file(tmp_path, 1), "r", locking=False) as f:  # closed: no SWMR flags
+        assert f["steps"]["global_frame"][()].max() <= 320 and "gaps" not in f.attrs
+    steps = trajlog.read_steps(tmp_path / "trajectories.h5")
+    late = steps["global_frame"] > 320
+    assert not np.isin(steps["env_id"][late], [2, 3]).any()  # rank 1's environments, after the cut
+
+
 def test_gloo_allreduce_bootstrapped_from_mpi_matches_one_rank(tmp_path):
     """torch.distributed (gloo on CPU; nccl takes the same path on GPUs) set up from the MPI
     ranks averages the gradients like the MPI path: 2 ranks x 4 envs == 1 rank x 8 envs."""
