@@ -336,8 +336,8 @@ def _report_storage_stop(summary: dict) -> None:
     if summary["storage_disk_full"]:
         lines.append(f"free space under {log_dir}, then run the same command with --resume to continue")
     else:  # a refused write (permissions) or an I/O error (a damaged file): room will not help
-        lines.append(f"the failed write was not for want of space: cure its cause (above), then run "
-                     f"the same command with --resume to continue")
+        lines.append("the failed write was not for want of space: cure its cause (above), then run "
+                     "the same command with --resume to continue")
     print("\n".join(lines), file=sys.stderr, flush=True)
 
 
@@ -459,10 +459,20 @@ def main(argv=None) -> int:
         return 2
     except SystemExit:
         raise
-    except BaseException as exc:  # a bug, Ctrl-C, MemoryError: the traceback, and under MPI
+    except KeyboardInterrupt:  # Ctrl-C: what to do next, not a traceback per rank
+        from hybridsim import dist
+        if args.command == "train" and dist.launcher_rank() in (None, 0):
+            where = getattr(args, "log_dir", None) or "the run directory"
+            print(f"hybridsim train: interrupted (Ctrl-C); the same command with --resume continues "
+                  f"from the last checkpoint in {where}, if one was written", file=sys.stderr, flush=True)
+        elif args.command != "train":
+            print(f"hybridsim {args.command}: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+        _abort_mpi_job(130)
+        return 130
+    except BaseException:  # a bug, MemoryError: the traceback, and under MPI
         import traceback          # the whole job ends (mpi4py's runner does this, mpiexec alone not)
         traceback.print_exc()
-        _abort_mpi_job(130 if isinstance(exc, KeyboardInterrupt) else 1)
+        _abort_mpi_job(1)
         raise
 
 

@@ -110,6 +110,23 @@ def _fsync_dir(directory: pathlib.Path) -> None:
         os.close(fd)
 
 
+def remove_stale_temporaries(directory) -> list[str]:
+    """Remove the temporary files atomic_write left in `directory` when its process was
+    killed mid-write (NAME.PID.THREAD.tmp; a checkpoint's is as large as the checkpoint);
+    their names. Only for a directory held alone (the run lock): a live writer's would go
+    too."""
+    import re
+    removed = []
+    for path in pathlib.Path(directory).glob("*.tmp"):
+        if re.fullmatch(r".+\.\d+\.\d+\.tmp", path.name) and path.is_file():
+            try:
+                path.unlink()
+                removed.append(path.name)
+            except OSError:
+                pass  # left for the next start
+    return removed
+
+
 def atomic_write(path, write) -> pathlib.Path:
     """Write `path` through `write(fileobj)` into a temporary file beside it, fsync, rename.
 

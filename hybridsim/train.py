@@ -410,6 +410,10 @@ class Trainer:
                                             f"({self.log_dir} {why})")
                 _make_run_directory(self.log_dir)
                 self.run_lock = RunLock(self.log_dir, notice=_note).acquire()
+                removed = storage.remove_stale_temporaries(self.log_dir)
+                if removed:
+                    _note(f"note: removed {', '.join(removed)} from {self.log_dir}: half-written files "
+                          f"of a job killed while writing them")
             except FileNotFoundError as exc:
                 taken = ("missing", str(exc))
             except (RunDirectoryBusy, OSError) as exc:

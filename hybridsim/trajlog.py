@@ -963,6 +963,8 @@ def check_resumable(path, batch_size: int, num_actions: int, observations: Obser
 
 
 def _resume_checks(f, path, batch_size, num_actions, observations, expected_rows, file_id, run_id) -> None:
+    # the layout first: damage is named as damage, not as another run's file
+    _check_contents(f, path, master_ok=False, lengths=False)
     held, held_run = str(f.attrs.get("file_id", "")), str(f.attrs.get("run_id", ""))
     # another file than the checkpoint's is this run's only when a resume started it
     # anew (the checkpoint's file was missing) and a kill came before the next checkpoint
@@ -970,11 +972,11 @@ def _resume_checks(f, path, batch_size, num_actions, observations, expected_rows
         raise TrajectoryLogError(
             f"{path}: not the trajectory file this run's checkpoint wrote into (its "
             f"file_id is {held or 'missing'}, the checkpoint's {file_id}): another run's "
-            f"file? Move it away and resume: a new file then starts at the checkpoint")
+            f"file{'' if held else ', or a damaged one (hybridsim analyze on it tells)'}? Move it "
+            f"away and resume: a new file then starts at the checkpoint")
     # lengths may differ after a kill inside a flush: the resume cuts them to the
     # shortest, unless that loses rows the checkpoint counted (it flushed them
     # before it was written, so they were all there: damage)
-    _check_contents(f, path, master_ok=False, lengths=False)
     steps = f["steps"]
     rows = {ds.shape[0] for ds in steps.values()}
     if expected_rows and len(rows) > 1 and min(rows) < expected_rows:

@@ -154,6 +154,17 @@ def test_the_closing_report_says_where_the_trajectories_are(tmp_path, capsys):
     assert "curve:" in out and "trajectories:" not in out
 
 
+def test_a_killed_checkpoint_writes_temporary_file_is_removed_on_resume(tmp_path, capsys):
+    Trainer(tiny_config(tmp_path, total_frames=400, log_trajectories=False)).train()
+    stale = tmp_path / "checkpoint.pt.4242.139872.tmp"  # atomic_write's name, left by a kill
+    stale.write_bytes(b"half a checkpoint")
+    keep = tmp_path / "notes.tmp"  # not atomic_write's: the user's
+    keep.write_text("mine")
+    Trainer(tiny_config(tmp_path, total_frames=800, log_trajectories=False, resume=True)).train()
+    assert not stale.exists() and keep.read_text() == "mine"
+    assert f"removed checkpoint.pt.4242.139872.tmp from {tmp_path}" in capsys.readouterr().err
+
+
 def test_a_rollout_larger_than_the_learners_memory_is_refused(tmp_path):
     """--num-steps 100000000 reached torch's allocator ("tried to allocate 5644800056448
     bytes"); the learner device's memory is the bound (a GPU rollout lives on the GPU)."""
@@ -657,6 +668,30 @@ def test_a_stop_signal_while_the_trainer_is_built_stops_at_a_checkpoint(tmp_path
     assert "stopped by a signal" in proc.stdout
     frames = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["frames"]
     assert 0 < frames < 100000
+
+
+def test_ctrl_c_says_how_to_go_on_instead_of_a_traceback(tmp_path):
+    import subprocess
+    import sys
+    script = (
+        "import os, signal, sys\n"
+        "import hybridsim.train as train\n"
+        "from hybridsim.cli import main\n"
+        "step = train.Trainer._a2c_iteration\n"
+        "def interrupted(self, *a, **k):\n"
+        "    if self.updates == 3:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return step(self, *a, **k)\n"
+        "train.Trainer._a2c_iteration = interrupted\n"
+        "sys.exit(main(sys.argv[1:]))\n")
+    proc = subprocess.run([sys.executable, "-c", script, "train", "--backend", "cpu", "--num-envs", "2",
+                           "--num-minibatches", "1", "--total-frames", "100000", "--log-dir", str(tmp_path),
+                           "--num-threads", "1", "--torch-threads", "1", "--noop-max", "5"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 130, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert (f"hybridsim train: interrupted (Ctrl-C); the same command with --resume continues from the last "
+            f"checkpoint in {tmp_path}, if one was written") in proc.stderr
 
 
 def test_a_checkpoint_holds_every_episode_finished_before_it(tmp_path):
