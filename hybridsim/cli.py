@@ -459,8 +459,11 @@ def main(argv=None) -> int:
         return 2
     except SystemExit:
         raise
-    except KeyboardInterrupt:  # Ctrl-C: what to do next, not a traceback per rank
+    except KeyboardInterrupt as exc:  # Ctrl-C: what to do next, not a traceback per rank
         from hybridsim import dist
+        if exc.__context__ is not None:  # an error was on its way out when Ctrl-C came
+            print(f"hybridsim {args.command}: (while handling {type(exc.__context__).__name__}: "
+                  f"{exc.__context__})", file=sys.stderr)
         if args.command == "train" and dist.launcher_rank() in (None, 0):
             where = getattr(args, "log_dir", None) or "the run directory"
             print(f"hybridsim train: interrupted (Ctrl-C); the same command with --resume continues "
@@ -468,6 +471,10 @@ def main(argv=None) -> int:
         elif args.command != "train":
             print(f"hybridsim {args.command}: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
         _abort_mpi_job(130)
+        # end as killed by SIGINT, as Python does: a shell loop around this command stops too
+        import os
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
         return 130
     except BaseException:  # a bug, MemoryError: the traceback, and under MPI
         import traceback          # the whole job ends (mpi4py's runner does this, mpiexec alone not)

@@ -110,20 +110,29 @@ def _fsync_dir(directory: pathlib.Path) -> None:
         os.close(fd)
 
 
-def remove_stale_temporaries(directory) -> list[str]:
-    """Remove the temporary files atomic_write left in `directory` when its process was
-    killed mid-write (NAME.PID.THREAD.tmp; a checkpoint's is as large as the checkpoint);
-    their names. Only for a directory held alone (the run lock): a live writer's would go
-    too."""
+def remove_stale_temporaries(directory, names) -> list[str]:
+    """Remove the temporary files atomic_write left in `directory` for the files `names`
+    when its process was killed mid-write (NAME.PID.THREAD.tmp; a checkpoint's is as large
+    as the checkpoint), unless that process still runs here; their names. For a directory
+    held alone (the run lock)."""
     import re
     removed = []
     for path in pathlib.Path(directory).glob("*.tmp"):
-        if re.fullmatch(r".+\.\d+\.\d+\.tmp", path.name) and path.is_file():
-            try:
-                path.unlink()
-                removed.append(path.name)
-            except OSError:
-                pass  # left for the next start
+        match = re.fullmatch(r"(.+)\.(\d+)\.\d+\.tmp", path.name)
+        if not match or match.group(1) not in names or not path.is_file():
+            continue
+        try:
+            os.kill(int(match.group(2)), 0)
+            continue  # its writer is alive (on this host): not stale
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError):
+            continue  # another user's live process, or no pid at all: leave it
+        try:
+            path.unlink()
+            removed.append(path.name)
+        except OSError:
+            pass  # left for the next start
     return removed
 
 

@@ -410,7 +410,8 @@ class Trainer:
                                             f"({self.log_dir} {why})")
                 _make_run_directory(self.log_dir)
                 self.run_lock = RunLock(self.log_dir, notice=_note).acquire()
-                removed = storage.remove_stale_temporaries(self.log_dir)
+                removed = (storage.remove_stale_temporaries(self.log_dir, ("checkpoint.pt", "metrics.csv"))
+                           if cfg.resume else [])  # the run's own files, of a directory that holds it
                 if removed:
                     _note(f"note: removed {', '.join(removed)} from {self.log_dir}: half-written files "
                           f"of a job killed while writing them")
@@ -668,6 +669,8 @@ class Trainer:
                        "config": dataclasses.asdict(self.cfg), "seed": self.cfg.seed,
                        "env_seed": self.env_seed, "package_versions": _package_versions(),
                        "git_revision": _git_revision()})
+            if trajlog.RETIRED_AT in self.traj.file.attrs:  # its rank is back
+                del self.traj.file.attrs[trajlog.RETIRED_AT]
         try:
             if self.rank == 0:
                 self._retire_rank_files()
@@ -722,11 +725,14 @@ class Trainer:
         a timeline the resume replaces, and the master file would show them)."""
         from hybridsim import trajlog
         for path, rank_state in self._retired_rank_files:
+            if not path.exists():
+                continue
             writer = trajlog.TrajectoryWriter(
                 path, batch_size=self.env_batch, num_actions=self.num_actions,
                 flush_seconds=self.cfg.log_flush_seconds, resume_after_frame=self.frames,
                 resume_expected_rows=rank_state.get("traj_rows"), resume_file_id=rank_state.get("traj_file_id"),
                 resume_logged_until=rank_state.get("traj_logged_until"), attrs={"run_id": self.run_id})
+            writer.file.attrs[trajlog.RETIRED_AT] = int(self.frames)
             writer.close()
             print(f"note: {path.name}: its rank is not in this job ({self.world_size} rank(s)); cut back to "
                   f"the checkpoint at frame {self.frames:,} and closed: its rows up to there stay in the run",
@@ -982,8 +988,12 @@ class Trainer:
                   f"{self.world_size}; environments restart", file=sys.stderr)
             mine = {}
             from hybridsim import trajlog
-            if self.rank >= len(rank_states) and not trajlog.rank_file(self.log_dir, self.rank).exists():
-                mine = {"traj_rows": 0}  # a rank new to the run: its log starts here, nothing was lost
+            if self.rank >= len(rank_states) and self.cfg.log_trajectories:
+                # a rank new to the run (or back after a job without it, which closed its
+                # file): its log goes on from here, nothing was lost
+                rows = trajlog.retired_rows(trajlog.rank_file(self.log_dir, self.rank))
+                if rows is not None:
+                    mine = {"traj_rows": rows}
         else:
             mine = rank_states[self.rank]
         if "episode_tracker" in mine:

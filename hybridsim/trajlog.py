@@ -953,6 +953,8 @@ def check_resumable(path, batch_size: int, num_actions: int, observations: Obser
                                  f"this user (permissions, or an immutable or read-only file)")
     if wait:
         clear_stale_write_flags(path, idle_seconds=quiet_seconds(flush_seconds), dry_run=True)
+    with open(path, "rb") as fh:  # also a cleanly closed file: a reader's HDF5 lock stops the writer's open
+        _lock_alone(fh, path)
     try:
         with _open_h5(path) as f:
             _resume_checks(f, path, batch_size, num_actions, observations, expected_rows, file_id, run_id)
@@ -1003,6 +1005,41 @@ def _resume_checks(f, path, batch_size, num_actions, observations, expected_rows
                                          f"written by hybridsim's TrajectoryWriter); use a new log_dir")
 
 
+def _lock_alone(fh, path) -> bool:
+    """Take an exclusive flock on open file `fh` (released with it, or by the caller):
+    True; False where the file system has none. Another holder (a running writer, or a
+    program that opened the file with HDF5's own locking) is refused by name."""
+    import fcntl
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise TrajectoryLogError(f"{path}: another process holds a lock on this file: a "
+                                     f"running job's trajectory writer, or a program that "
+                                     f"opened it with HDF5 file locking (a plain h5py.File; "
+                                     f"hybridsim's readers, analyze and replay, open it "
+                                     f"without locking); close it before resuming") from None
+        return False
+
+
+RETIRED_AT = "retired_at"  # root attribute: the frame a resume with fewer ranks closed this file at
+
+
+def retired_rows(path) -> int | None:
+    """For a rank joining a resumed run: the rows its file holds, to go on after (0 where
+    there is no file), or None where the file was not closed by a resume that lacked its
+    rank (then it is resumed as any rank file is)."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        return 0
+    try:
+        with _open_h5(path) as f:
+            return common_rows(f["steps"]) if RETIRED_AT in f.attrs else None
+    except (OSError, KeyError, RuntimeError):
+        return None  # damaged: the resume's own checks name it
+
+
 def quiet_seconds(flush_seconds: float | None) -> float:
     """How long a trajectory file left open must be unchanged before a resume takes its
     writer for gone: a live writer flushes at least every flush_seconds (twice that, and
@@ -1034,18 +1071,10 @@ def clear_stale_write_flags(path: pathlib.Path, idle_seconds: float = 65.0, dry_
         size = 12 + 4 * head[9]  # signature, versions, sizes, flags, four addresses
         if len(head) < size + 4 or hdf5_checksum(head[:size]) != int.from_bytes(head[size:size + 4], "little"):
             raise TrajectoryLogError(f"{path}: damaged HDF5 superblock (its checksum does not match)")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise TrajectoryLogError(f"{path}: another process holds a lock on this file: a "
-                                         f"running job's trajectory writer, or a program that "
-                                         f"opened it with HDF5 file locking (a plain h5py.File; "
-                                         f"hybridsim's readers, analyze and replay, open it "
-                                         f"without locking); close it before resuming") from None
+        if not _lock_alone(fh, path):
             raise TrajectoryLogError(f"{path}: left open by a writer, and this file system has no "
-                                     f"flock to tell whether it is gone ({exc}); once it is, "
-                                     f"run `h5clear -s {path}` and resume") from None
+                                     f"flock to tell whether it is gone; once it is, "
+                                     f"run `h5clear -s {path}` and resume")
         try:
             deadline = time.monotonic() + idle_seconds
             idle = time.time() - os.fstat(fh.fileno()).st_mtime

@@ -185,6 +185,13 @@ def test_a_resume_with_fewer_ranks_cuts_the_left_out_ranks_files_back(tmp_path):
     steps = trajlog.read_steps(tmp_path / "trajectories.h5")
     late = steps["global_frame"] > 320
     assert not np.isin(steps["env_id"][late], [2, 3]).any()  # rank 1's environments, after the cut
+    # rank 1 back: its file goes on from frame 480, with a restart and no gap (none was lost)
+    again = subprocess.run([exe, "-n", "2", sys.executable, "-m", "mpi4py", *args, "--total-frames", "640",
+                            "--resume"], capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "gaps" not in again.stderr, again.stderr[-3000:]
+    with h5py.File(trajlog.rank_file(tmp_path, 1), "r", locking=False) as f:
+        assert "gaps" not in f.attrs and trajlog.RETIRED_AT not in f.attrs
+        assert trajlog.json_list_attr(f, "restarts")[-1] == 480 and f["steps"]["global_frame"][()].max() > 480
 
 
 def test_gloo_allreduce_bootstrapped_from_mpi_matches_one_rank(tmp_path):

@@ -690,3 +690,16 @@ def test_a_run_at_its_budget_says_why_it_wrote_no_master_over_some_ranks(tmp_pat
     run_of_ranks(tmp_path, world_size=3, ranks=(1,))
     assert "written now from 3 rank file(s)" in trajlog.complete_master(tmp_path, last_frame=76)
     assert (tmp_path / trajlog.MASTER_FILE).is_file()
+
+
+def test_check_resumable_refuses_a_file_another_program_holds_with_hdf5_locking(tmp_path):
+    """A cleanly closed file held open by a plain h5py.File (HDF5's own lock, a notebook):
+    the resume's read-only check passed, then the writer's open failed after the other
+    ranks had cut their files."""
+    path = tmp_path / "traj.h5"
+    write_rank(path, steps=5, batch=4, actions=6, seed=0)
+    trajlog.check_resumable(path, 4, 6)
+    with h5py.File(path, "r"):  # default locking
+        with pytest.raises(trajlog.TrajectoryLogError, match="another process holds a lock on this file"):
+            trajlog.check_resumable(path, 4, 6)
+    trajlog.check_resumable(path, 4, 6)
