@@ -108,10 +108,12 @@ def test_two_ranks_resume_each_their_own_environments(tmp_path, schedule):
     assert s2["episodes"] == s1["episodes"] and len(s1["episodes"]) >= 4
 
 
-def test_one_ranks_refused_resume_leaves_the_run_directory_as_it_was(tmp_path):
-    """Rank 1's environment state is damaged: rank 1 refuses it, and rank 0, whose own
-    state loads, must not go on to open (and cut back) its trajectory file, take the disk
-    reserve or start TensorBoard before the job ends."""
+@pytest.mark.parametrize("damage", ["environment state", "trajectory file"])
+def test_one_ranks_refused_resume_leaves_the_run_directory_as_it_was(tmp_path, damage):
+    """Rank 1's environment state is damaged, or its trajectory file lost its tail: rank 1
+    refuses the resume, and rank 0, whose own part loads, must not go on to open (and cut
+    back) its trajectory file or metrics, flag its file open, take the disk reserve or
+    start TensorBoard before the job ends."""
     exe = mpiexec()
     args = [exe, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train", "--game", "pong",
             "--backend", "cpu", "--num-envs", "2", "--num-minibatches", "1", "--num-threads", "1",
@@ -120,37 +122,19 @@ def test_one_ranks_refused_resume_leaves_the_run_directory_as_it_was(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     state["frames"] = 320  # the rank files hold rows after it: a resume would cut them
-    state["rank_states"][1]["env_state"] = b"not zlib data"
-    torch.save(state, tmp_path / "checkpoint.pt")
-    before = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    resumed = subprocess.run(args + ["--total-frames", "1280", "--resume"], capture_output=True, text=True,
-                             timeout=600)
-    assert resumed.returncode != 0
-    assert "rank 1's environment state is damaged" in resumed.stderr, resumed.stderr[-3000:]
-    after = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    assert sorted(after) == sorted(before) and after == before
-
-
-def test_one_ranks_refused_trajectory_file_leaves_the_run_directory_as_it_was(tmp_path):
-    """Rank 1's trajectory file lost its tail: rank 1 refuses to resume into it, and rank 0
-    must not cut its own file and metrics back to the checkpoint (nor flag its file open,
-    take the disk reserve or start TensorBoard) before the job ends."""
-    exe = mpiexec()
-    args = [exe, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train", "--game", "pong",
-            "--backend", "cpu", "--num-envs", "2", "--num-minibatches", "1", "--num-threads", "1",
-            "--torch-threads", "1", "--noop-max", "5", "--log-dir", str(tmp_path)]
-    first = subprocess.run(args + ["--total-frames", "640"], capture_output=True, text=True, timeout=600)
-    assert first.returncode == 0, first.stderr[-3000:]
-    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
-    state["frames"] = 320  # the rank files hold rows after it: a resume would cut them
-    torch.save(state, tmp_path / "checkpoint.pt")
     rank1 = tmp_path / "traj_rank00001.h5"
-    rank1.write_bytes(rank1.read_bytes()[:20000])
+    if damage == "environment state":
+        state["rank_states"][1]["env_state"] = b"not zlib data"
+        message = "rank 1's environment state is damaged"
+    else:
+        rank1.write_bytes(rank1.read_bytes()[:20000])
+        message = f"{rank1}: truncated file"
+    torch.save(state, tmp_path / "checkpoint.pt")
     before = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     resumed = subprocess.run(args + ["--total-frames", "1280", "--resume"], capture_output=True, text=True,
                              timeout=600)
     assert resumed.returncode != 0
-    assert f"{rank1}: truncated file" in resumed.stderr, resumed.stderr[-3000:]
+    assert message in resumed.stderr, resumed.stderr[-3000:]
     after = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert sorted(after) == sorted(before) and after == before
 

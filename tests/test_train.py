@@ -649,27 +649,30 @@ def test_a_refused_resume_writes_nothing(tmp_path, capsys):
         {k: v for k, v in before.items() if k.suffix != ".h5"}
 
 
+def _train_patched(tmp_path, backend: str, patch: str):
+    """`hybridsim train` (a 100,000-frame budget) in a subprocess, with `patch` (code that
+    may use os, signal and hybridsim.train as train) run first."""
+    import subprocess
+    import sys
+    script = ("import os, signal, sys\nimport hybridsim.train as train\nfrom hybridsim.cli import main\n"
+              + patch + "sys.exit(main(sys.argv[1:]))\n")
+    return subprocess.run([sys.executable, "-c", script, "train", "--backend", backend, "--num-envs", "2",
+                           "--num-minibatches", "1", "--total-frames", "100000", "--log-dir", str(tmp_path),
+                           "--num-threads", "1", "--torch-threads", "1", "--noop-max", "5"],
+                          capture_output=True, text=True, timeout=300)
+
+
 def test_a_stop_signal_while_the_trainer_is_built_stops_at_a_checkpoint(tmp_path):
     """Slurm's SIGUSR1 (or a preemption's SIGTERM) can come while the ranks still start
     (MPI, environments, a GPU compile): the run then stops after its first iteration with a
     checkpoint and exit status 3, which a batch script requeues; the signal's default
     action ended the process (status -10) without either."""
-    import subprocess
-    import sys
-    script = (
-        "import os, signal, sys\n"
-        "import hybridsim.train as train\n"
-        "from hybridsim.cli import main\n"
+    proc = _train_patched(tmp_path, "ale-py", (
         "built = train.Trainer.__init__\n"
         "def slow_start(self, *a, **k):\n"
         "    built(self, *a, **k)\n"
         "    os.kill(os.getpid(), signal.SIGUSR1)\n"
-        "train.Trainer.__init__ = slow_start\n"
-        "sys.exit(main(sys.argv[1:]))\n")
-    proc = subprocess.run([sys.executable, "-c", script, "train", "--backend", "ale-py", "--num-envs", "2",
-                           "--num-minibatches", "1", "--total-frames", "100000", "--log-dir", str(tmp_path),
-                           "--num-threads", "1", "--torch-threads", "1", "--noop-max", "5"],
-                          capture_output=True, text=True, timeout=300)
+        "train.Trainer.__init__ = slow_start\n"))
     assert proc.returncode == 3, (proc.returncode, proc.stderr[-2000:])
     assert "stopped by a signal" in proc.stdout
     frames = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["frames"]
@@ -678,23 +681,13 @@ def test_a_stop_signal_while_the_trainer_is_built_stops_at_a_checkpoint(tmp_path
 
 def test_ctrl_c_says_how_to_go_on_instead_of_a_traceback(tmp_path):
     import signal
-    import subprocess
-    import sys
-    script = (
-        "import os, signal, sys\n"
-        "import hybridsim.train as train\n"
-        "from hybridsim.cli import main\n"
+    proc = _train_patched(tmp_path, "cpu", (
         "step = train.Trainer._a2c_iteration\n"
         "def interrupted(self, *a, **k):\n"
         "    if self.updates == 3:\n"
         "        os.kill(os.getpid(), signal.SIGINT)\n"
         "    return step(self, *a, **k)\n"
-        "train.Trainer._a2c_iteration = interrupted\n"
-        "sys.exit(main(sys.argv[1:]))\n")
-    proc = subprocess.run([sys.executable, "-c", script, "train", "--backend", "cpu", "--num-envs", "2",
-                           "--num-minibatches", "1", "--total-frames", "100000", "--log-dir", str(tmp_path),
-                           "--num-threads", "1", "--torch-threads", "1", "--noop-max", "5"],
-                          capture_output=True, text=True, timeout=300)
+        "train.Trainer._a2c_iteration = interrupted\n"))
     assert proc.returncode == -signal.SIGINT, (proc.returncode, proc.stderr[-2000:])  # as Python's own end
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert (f"hybridsim train: interrupted (Ctrl-C); the same command with --resume continues from the last "
