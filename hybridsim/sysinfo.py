@@ -67,6 +67,11 @@ def usable_cores() -> set | None:
     return cores
 
 
+def cores_to_use() -> list[int]:
+    """usable_cores, sorted; every core of the machine where the OS does not say."""
+    return sorted(usable_cores() or range(os.cpu_count() or 1))
+
+
 def _rounded(fraction: float | None) -> float | None:
     return None if fraction is None else round(fraction, 2)
 
@@ -175,7 +180,7 @@ def brief() -> str:
     from hybridsim.vector import resolve_num_threads
     rank = dist.launcher_rank()
     ranks = dist.launched_ranks()
-    cores = usable_cores() or range(os.cpu_count() or 1)
+    cores = cores_to_use()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     reason = gpu.cupy_unavailable_reason()
     if reason is None:

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hybridsim import dist, storage, vtrace
+from hybridsim import dist, storage, sysinfo, vtrace
 from hybridsim.models import RunningObservationNorm, build_model
 from hybridsim.optim import RMSpropTF
 from hybridsim.runlock import LOCK_NAME, RunDirectoryBusy, RunLock, sees_holder
@@ -506,7 +506,7 @@ class Trainer:
         if rank == 0 and self.world_size > 1:
             print(f"{self.world_size} ranks; gradients averaged by {self.comm.gradient_path}",
                   flush=True)
-        torch.set_num_threads(cfg.torch_threads or len(os.sched_getaffinity(0)))
+        torch.set_num_threads(cfg.torch_threads or len(sysinfo.cores_to_use()))
         torch.manual_seed(cfg.seed)
         # Global env ids rank*N..rank*N+N-1; env e is seeded seed + e and draws its action
         # noise from (seed, e, its own step counter), so results do not depend on the split.
@@ -1010,9 +1010,9 @@ class Trainer:
         self._resume_traj_logged_until = mine.get("traj_logged_until")
         if self.rank == 0 and self.cfg.log_trajectories:
             from hybridsim import trajlog
-            self._retired_rank_files = [
-                (trajlog.rank_file(self.log_dir, r), rs) for r, rs in enumerate(rank_states)
-                if r >= self.world_size and trajlog.rank_file(self.log_dir, r).exists()]
+            files = [(trajlog.rank_file(self.log_dir, r), rs) for r, rs in enumerate(rank_states)
+                     if r >= self.world_size]
+            self._retired_rank_files = [(path, rs) for path, rs in files if path.exists()]
         env_state = _decoded_env_state(mine, path, self.rank)
         impala = mine.get("impala_in_flight")
         if env_state is not None and self.cfg.schedule == "impala":

@@ -139,9 +139,8 @@ def resolve_num_threads(num_threads: int, batch_size: int) -> int:
         raise ValueError(f"num_threads must be >= 0 (0: one per core), got {num_threads}")
     if num_threads >= _SEED_LIMIT:  # ale-py passes it as a C int (and refuses 2**70)
         raise ValueError(f"num_threads must be < 2**31 (0: one per core), got {num_threads}")
-    from hybridsim.sysinfo import usable_cores
-    cores = len(usable_cores() or ()) or os.cpu_count() or 1
-    wanted = cores if num_threads == 0 else int(num_threads)
+    from hybridsim.sysinfo import cores_to_use
+    wanted = len(cores_to_use()) if num_threads == 0 else int(num_threads)
     return max(1, min(wanted, batch_size))
 
 
@@ -149,8 +148,8 @@ def worker_cores(offset: int, num_threads: int) -> list[int]:
     """The core worker t is pinned to: ale-py's rule, core offset + t wrapping around, but
     counted among the cores this process may run on (under Slurm or taskset, offset 0 is
     the first core of the allocation, not core 0 of the machine)."""
-    from hybridsim.sysinfo import usable_cores
-    usable = sorted(usable_cores() or range(os.cpu_count() or 1))
+    from hybridsim.sysinfo import cores_to_use
+    usable = cores_to_use()
     return [usable[(offset + t) % len(usable)] for t in range(num_threads)]
 
 

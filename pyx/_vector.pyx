@@ -85,13 +85,12 @@ cdef extern from "vector_engine.h" namespace "hs" nogil:
         int32_t action
         float strength
         int32_t force_reset
-        const VecBatch* out
         long long row
-        void* latch
+        void* sync
     cdef cppclass VecPool:
         VecPool(const VecEngine& g, const VecBatch& stage, int num_threads, const int* cores,
                 int* pin_errors) except +
-        void run(VecJob* jobs, int n)
+        void run(const VecBatch& out, VecJob* jobs, int n)
         void submit(const VecJob* jobs, int n)
         void wait(int32_t* ids, int n)
         int in_flight()
@@ -366,8 +365,8 @@ cdef class VectorEngine:
                 raise MemoryError()
             with nogil:
                 for j in range(n):
-                    jobs[j] = VecJob(ids[j], acts[j], st[j], force[j], &b, j, NULL)
-                self.pool.run(jobs, <int>n)
+                    jobs[j] = VecJob(ids[j], acts[j], st[j], force[j], j, NULL)
+                self.pool.run(b, jobs, <int>n)
             free(jobs)
             return
         with nogil:
@@ -455,8 +454,7 @@ cdef class VectorEngine:
             jobs[j].force_reset = force[j]
             jobs[j].action = acts[j]
             jobs[j].strength = st[j]
-            jobs[j].out = NULL
-            jobs[j].latch = NULL
+            jobs[j].sync = NULL
         self.pool.submit(jobs, <int>n)
         free(jobs)
 

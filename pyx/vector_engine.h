@@ -74,8 +74,10 @@ inline void engine_write_current(const VecEngine& g, int32_t env, const VecBatch
   if (out.has_final) out.has_final[row] = 0;
 }
 
-// The jobs of one synchronous batch still running (VecPool::run waits for its own).
-struct VecLatch {
+// One synchronous batch (VecPool::run): where its rows go, and how many of its jobs
+// still run (run() waits for its own).
+struct VecSyncBatch {
+  const VecBatch* out;
   int left;
 };
 
@@ -83,17 +85,16 @@ struct VecJob {
   int32_t env, action;
   float strength;
   int32_t force_reset;
-  const VecBatch* out;  // null: the pool's staging batch, row env
-  long long row;        // the row of *out
-  VecLatch* latch;      // set by run(): a synchronous batch's job
+  long long row;       // the row of sync->out
+  VecSyncBatch* sync;  // set by run(); null: an asynchronous job, row env of the staging batch
 };
 
 // Worker threads that take jobs in submission order. An asynchronous job (submit)
 // writes its environment's result into that environment's row of a staging batch and
 // appends the id to a completion list; wait() hands out ids in completion order. An
 // environment is never submitted again before its result was taken, so rows are never
-// shared. A synchronous batch (run) writes into the caller's rows and counts down its
-// own latch.
+// shared. A synchronous batch (run) writes into the caller's rows; its own count of
+// running jobs (VecSyncBatch) tells run() when they are all done.
 // cores (may be null): worker t runs on CPU cores[t] only; pin_errors[t] is then 0 or
 // pthread_setaffinity_np's error number (EINVAL: a core this process may not use).
 class VecPool {
@@ -113,21 +114,21 @@ class VecPool {
     }
   }
   ~VecPool() { stop_workers(); }
-  // Run n jobs, each into its own out batch and row, and return when all are done. One
-  // batch at a time: two threads stepping one environment take turns.
-  void run(VecJob* jobs, int n) {
+  // Run n jobs, each into its row of `out`, and return when all are done. One batch at
+  // a time: two threads stepping one environment take turns.
+  void run(const VecBatch& out, VecJob* jobs, int n) {
     std::lock_guard<std::mutex> one_batch(run_m_);
-    VecLatch latch{n};
+    VecSyncBatch batch{&out, n};
     {
       std::lock_guard<std::mutex> lock(m_);
       for (int k = 0; k < n; ++k) {
-        jobs[k].latch = &latch;
+        jobs[k].sync = &batch;
         jobs_.push_back(jobs[k]);
       }
     }
     cv_job_.notify_all();
     std::unique_lock<std::mutex> lock(m_);
-    cv_latch_.wait(lock, [&] { return latch.left == 0; });
+    cv_sync_.wait(lock, [&] { return batch.left == 0; });
   }
   void submit(const VecJob* jobs, int n) {
     {
@@ -191,17 +192,17 @@ class VecPool {
         job = jobs_.front();
         jobs_.pop_front();
       }
-      engine_run_one(g_, job.env, job.force_reset != 0, job.action, job.strength, job.out ? *job.out : stage_,
-                     job.out ? job.row : job.env);
+      engine_run_one(g_, job.env, job.force_reset != 0, job.action, job.strength,
+                     job.sync ? *job.sync->out : stage_, job.sync ? job.row : job.env);
       // wake a waiter once, when its batch is complete (not once per environment: it
       // would take a core from the workers 32 times a step for nothing)
-      if (job.latch) {
+      if (job.sync) {
         bool last;
         {
           std::lock_guard<std::mutex> lock(m_);
-          last = --job.latch->left == 0;
+          last = --job.sync->left == 0;
         }
-        if (last) cv_latch_.notify_all();
+        if (last) cv_sync_.notify_all();
         continue;
       }
       bool enough;
@@ -217,7 +218,7 @@ class VecPool {
   VecBatch stage_;
   std::vector<std::thread> workers_;
   std::mutex m_, run_m_;
-  std::condition_variable cv_job_, cv_done_, cv_latch_;
+  std::condition_variable cv_job_, cv_done_, cv_sync_;
   std::deque<VecJob> jobs_;
   std::deque<int32_t> done_;
   int pending_ = 0;
