@@ -20,11 +20,13 @@ group cannot be set up, training warns and keeps the MPI path.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 import time
+import traceback
 import zlib
 
 import numpy as np
@@ -74,19 +76,42 @@ def _flat_grads(model) -> list[torch.Tensor]:
     return [p.grad if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
 
 
+class CollectiveTracker:
+    """Which collective this rank's main thread is inside (None: none), for the watchdog's
+    report of where each rank is when a job stalls; and the communicator the watchdogs
+    talk over, a duplicate of training's so their messages never match a collective's
+    (None unless MPI runs with MPI_THREAD_MULTIPLE: the watchdog thread sends while the
+    main thread may be inside a collective). Shared by an MPIComm and the TorchDistComm
+    built from it."""
+
+    def __init__(self, comm):
+        from mpi4py import MPI
+        self.current: str | None = None
+        self.report_comm = comm.Dup() if MPI.Query_thread() == MPI.THREAD_MULTIPLE else None
+
+    @contextlib.contextmanager
+    def inside(self, name: str):
+        outer, self.current = self.current, name
+        try:
+            yield
+        finally:
+            self.current = outer
+
+
 class MPIComm:
     """Collectives over an mpi4py communicator."""
 
     gradient_path = "mpi (mpi4py Allreduce through host memory)"
 
-    def __init__(self, comm):
+    def __init__(self, comm, tracker: CollectiveTracker | None = None):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
+        self.tracker = tracker if tracker is not None else CollectiveTracker(comm)  # collective: Dup
         self._host_buffer = None
 
     def broadcast_parameters(self, model):
-        with torch.no_grad():
+        with torch.no_grad(), self.tracker.inside("the parameter broadcast"):
             for tensor in list(model.parameters()) + list(model.buffers()):
                 host = tensor.detach().cpu().numpy().copy()
                 self.comm.Bcast(host, root=0)
@@ -102,20 +127,28 @@ class MPIComm:
             self._host_buffer = torch.empty(flat.numel(), dtype=torch.float32, pin_memory=pin)
         self._host_buffer.copy_(flat)
         buffer = self._host_buffer.numpy()
-        self.comm.Allreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
+        with self.tracker.inside("the gradient all-reduce"):
+            self.comm.Allreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
         buffer /= self.size
         averaged = self._host_buffer.to(flat.device, non_blocking=False)
         _scatter_gradients(model, grads, averaged)
 
     def allreduce_sum(self, value):
         from mpi4py import MPI
-        return self.comm.allreduce(value, op=MPI.SUM)
+        with self.tracker.inside("an all-reduce"):
+            return self.comm.allreduce(value, op=MPI.SUM)
 
     def bcast(self, value):
-        return self.comm.bcast(value, root=0)
+        with self.tracker.inside("a broadcast from rank 0"):
+            return self.comm.bcast(value, root=0)
 
     def gather(self, value):
-        return self.comm.gather(value, root=0)
+        with self.tracker.inside("a gather to rank 0"):
+            return self.comm.gather(value, root=0)
+
+    def allgather(self, value):
+        with self.tracker.inside("an all-gather"):
+            return self.comm.allgather(value)
 
     def parameters_in_sync(self, model) -> bool:
         """True on every rank when all ranks hold bit-identical parameters and buffers (the
@@ -123,25 +156,27 @@ class MPIComm:
         digest = 0
         for p in [*model.parameters(), *model.buffers()]:
             digest = zlib.crc32(p.detach().cpu().numpy().tobytes(), digest)
-        digests = self.comm.allgather(digest)
+        digests = self.allgather(digest)
         return all(d == digests[0] for d in digests)
 
     def barrier(self):
-        self.comm.Barrier()
+        with self.tracker.inside("a barrier"):
+            self.comm.Barrier()
 
 
 class TorchDistComm(MPIComm):
     """MPIComm whose parameter broadcast and gradient allreduce go through torch.distributed."""
 
-    def __init__(self, comm, backend: str, device: torch.device, timeout_s: float = 300.0):
-        super().__init__(comm)
+    def __init__(self, comm, backend: str, device: torch.device, timeout_s: float = 300.0,
+                 tracker: CollectiveTracker | None = None):
+        super().__init__(comm, tracker)
         import datetime
         import socket
         import torch.distributed as tdist
         self.backend = backend
         self.device = device
         self.gradient_path = f"{backend} (torch.distributed, bootstrapped over MPI)"
-        hosts = comm.allgather(socket.gethostname())
+        hosts = self.allgather(socket.gethostname())
         timeout = datetime.timedelta(seconds=timeout_s)
         address = problem = store = None
         if self.rank == 0:
@@ -164,7 +199,7 @@ class TorchDistComm(MPIComm):
                     address = (host, store.port)
                 except (RuntimeError, OSError) as exc:
                     problem = f"rank 0 could not open the torch.distributed store on {host}: {exc}"
-        address, problem = comm.bcast((address, problem), root=0)
+        address, problem = self.bcast((address, problem))
         if problem:
             raise ValueError(problem)
         if store is None:
@@ -190,7 +225,7 @@ class TorchDistComm(MPIComm):
         return self.device if self.backend == "nccl" else torch.device("cpu")
 
     def broadcast_parameters(self, model):
-        with torch.no_grad():
+        with torch.no_grad(), self.tracker.inside("the parameter broadcast"):
             for tensor in list(model.parameters()) + list(model.buffers()):
                 staged = tensor.detach().to(self._tensor_device()).contiguous()
                 self._tdist.broadcast(staged, src=0)
@@ -200,7 +235,10 @@ class TorchDistComm(MPIComm):
         """Average gradients: one flat buffer, one all_reduce on the backend's device."""
         grads = _flat_grads(model)
         flat = torch.cat([g.reshape(-1).float() for g in grads]).to(self._tensor_device())
-        self._tdist.all_reduce(flat, op=self._tdist.ReduceOp.SUM)
+        with self.tracker.inside("the gradient all-reduce"):
+            self._tdist.all_reduce(flat, op=self._tdist.ReduceOp.SUM)
+            if flat.is_cuda:  # NCCL returns before the sum is done: a wait for a missing rank
+                torch.cuda.current_stream(flat.device).synchronize()  # is then reported as one
         flat /= self.size
         averaged = flat.to(grads[0].device) if grads else flat
         _scatter_gradients(model, grads, averaged)
@@ -259,19 +297,20 @@ def with_gradient_backend(comm, requested: str, device: torch.device):
     elif backend == "nccl" and (device.type != "cuda" or not tdist.is_nccl_available()):
         problem = f"nccl needs a CUDA learner and a torch built with NCCL (device {device})"
     if backend == "nccl":  # collective: every rank gathers, whatever it found above
-        shared = ranks_sharing_a_gpu(comm.comm.allgather(_gpu_identity(device)))
+        shared = ranks_sharing_a_gpu(comm.allgather(_gpu_identity(device)))
         if shared and problem is None:
             problem = (f"nccl needs a GPU per rank, and ranks {', '.join(map(str, shared[0]))} share one "
                        f"(more ranks on a node than GPUs)")
     # every rank takes the same decision (init_process_group is collective: a rank that
     # skipped it would leave the others waiting)
     new = None
-    if comm.comm.allreduce(0 if problem else 1) == comm.size:
+    if comm.allreduce_sum(0 if problem else 1) == comm.size:
         try:
-            new = TorchDistComm(comm.comm, backend, device)
+            with comm.tracker.inside("torch.distributed's set-up"):  # its store waits for all ranks
+                new = TorchDistComm(comm.comm, backend, device, tracker=comm.tracker)
         except (RuntimeError, OSError, ValueError) as exc:
             problem = f"{type(exc).__name__}: {exc}"
-        if comm.comm.allreduce(1 if new is not None else 0) == comm.size:
+        if comm.allreduce_sum(1 if new is not None else 0) == comm.size:
             return new
         if new is not None:
             new.close()
@@ -353,6 +392,59 @@ def abort_job(code: int) -> None:
     mpi.COMM_WORLD.Abort(code)
 
 
+# the watchdogs' messages on CollectiveTracker.report_comm
+_ASK_TAG, _REPORT_TAG, _STALLED_TAG = 1, 2, 3
+REPORT_WAIT_SECONDS = 10.0  # rank 0 waits this long for the ranks' answers
+RANK0_GRACE_SECONDS = 20.0  # and another rank this much longer for rank 0 to end the job
+
+
+def main_thread_location(depth: int = 3) -> str:
+    """Where the main thread is: its innermost Python frames, innermost first."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    if frame is None:
+        return "unknown"
+    frames = [f for f in traceback.extract_stack(frame) if not f.filename.endswith("contextlib.py")]
+    parts = []
+    for f in reversed(frames[-depth:]):
+        path = f.filename.replace(os.sep, "/")
+        at = path.rfind("/hybridsim/")
+        parts.append(f"{path[at + 1:] if at >= 0 else os.path.basename(path)}:{f.lineno} in {f.name}")
+    return " < ".join(parts)
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5' (sorted ranks)."""
+    spans = []
+    for rank in ranks:
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def describe_stall(reports: dict, size: int) -> list[str]:
+    """Lines saying where each rank is, from the watchdogs' answers (rank -> (collective or
+    None, location)); ranks that did not answer are listed as such, and the last line names
+    the ranks the job waits on."""
+    groups: dict = {}
+    for rank in range(size):
+        if rank not in reports:
+            key = f"no answer in {REPORT_WAIT_SECONDS:.0f} s (stopped, gone, or stuck where Python cannot run)"
+        else:
+            collective, where = reports[rank]
+            key = f"waiting in {collective}, at {where}" if collective else f"not in a collective, at {where}"
+        groups.setdefault(key, []).append(rank)
+    lines = [f"  {'ranks' if len(r) > 1 else 'rank'} {rank_ranges(r)}: {key}" for key, r in groups.items()]
+    culprits = [r for r in range(size) if r not in reports or not reports[r][0]]
+    if culprits:
+        lines.append(f"  the job waits on {'ranks' if len(culprits) > 1 else 'rank'} {rank_ranges(culprits)}")
+    else:
+        lines.append("  every rank is inside a collective: they are not all in the same one, "
+                     "or the MPI transport itself is stuck")
+    return lines
+
+
 class ProgressWatchdog:
     """Ends an MPI job whose training stopped making progress. A rank blocked in a
     collective (another rank hung: stopped, deadlocked, stuck in I/O) never returns to
@@ -360,18 +452,27 @@ class ProgressWatchdog:
 
     beat() after every iteration. With no beat for `stall_seconds`, or for `grace_seconds`
     after a stop signal (SIGUSR1/SIGTERM: the loop would have stopped by then, had it not
-    been blocked), it prints why and aborts the job (MPI_Abort, exit status 2). The signals
-    are seen through signal.set_wakeup_fd: the interpreter's C-level handler writes their
-    number there even while the main thread is blocked in C."""
+    been blocked), it ends the job (MPI_Abort, exit status 2). The signals are seen
+    through signal.set_wakeup_fd: the interpreter's C-level handler writes their number
+    there even while the main thread is blocked in C.
+
+    Given the MPIComm (`comm`), rank 0's watchdog first asks every rank's watchdog where
+    its main thread is (inside which collective, at which line) and prints that, naming
+    the ranks the others wait on; a watchdog on another rank that sees the stall tells
+    rank 0's, and ends the job itself only if rank 0 does not (rank 0 hung)."""
 
     def __init__(self, rank: int, stall_seconds: float, grace_seconds: float = 60.0,
                  signals=(signal.SIGUSR1, signal.SIGTERM), what: str = "starting",
-                 first_beat_extra_seconds: float = 0.0):
+                 first_beat_extra_seconds: float = 0.0, comm: MPIComm | None = None):
         self.rank, self.stall_seconds, self.grace_seconds = rank, stall_seconds, grace_seconds
         # a wait any rank may do before its first beat (a resume waiting for a killed
         # job's trajectory file to go quiet), while the others wait in a collective
         self.first_beat_extra_seconds = first_beat_extra_seconds
         self.signals = {int(s) for s in signals}
+        self.tracker = getattr(comm, "tracker", None)
+        self.channel = self.tracker.report_comm if self.tracker is not None else None
+        self.size = getattr(comm, "size", 1)
+        self._sends = []  # requests of messages sent without waiting: their buffers live as long
         self.last_beat = time.monotonic()
         self.beats = 0  # before the first, the start-up (kernel compiles, loads) may take longer
         self.stop_handled = False  # the loop acted on a stop: only the stall limit applies now
@@ -435,6 +536,7 @@ class ProgressWatchdog:
                 signalled_at = time.monotonic()
             if self.stall_seconds <= 0:
                 continue  # the watchdog is off
+            self._serve()
             now = time.monotonic()
             extra = self.first_beat_extra_seconds if self.beats == 0 else 0.0
             limit = self.stall_seconds * (3 if self.beats == 0 else 1) + extra
@@ -445,11 +547,63 @@ class ProgressWatchdog:
             elif now - self.last_beat > limit:
                 self._abort(f"no training progress for {now - self.last_beat:.0f} s (last: {self._last()})")
 
+    def _where(self) -> tuple:
+        return self.tracker.current, main_thread_location()
+
+    def _serve(self) -> None:
+        """The other watchdogs' messages: on rank 0, a rank's word that it saw a stall ends
+        the job; elsewhere, rank 0's question gets where this rank is."""
+        if self.channel is None:
+            return
+        from mpi4py import MPI
+        status = MPI.Status()
+        if self.rank == 0:
+            if self.channel.Iprobe(source=MPI.ANY_SOURCE, tag=_STALLED_TAG, status=status):
+                why = self.channel.recv(source=status.Get_source(), tag=_STALLED_TAG)
+                self._abort(f"rank {status.Get_source()} reports {why}")
+        elif self.channel.Iprobe(source=0, tag=_ASK_TAG):
+            self.channel.recv(source=0, tag=_ASK_TAG)
+            self.channel.send(self._where(), dest=0, tag=_REPORT_TAG)
+
+    def _gather_where(self) -> dict:
+        """Every rank's answer to where it is (on rank 0), within REPORT_WAIT_SECONDS."""
+        from mpi4py import MPI
+        for rank in range(1, self.size):  # never waited for: a stopped rank never receives
+            self._sends.append(self.channel.isend(None, dest=rank, tag=_ASK_TAG))
+        reports = {0: self._where()}
+        status = MPI.Status()
+        deadline = time.monotonic() + REPORT_WAIT_SECONDS
+        while len(reports) < self.size and time.monotonic() < deadline:
+            if self.channel.Iprobe(source=MPI.ANY_SOURCE, tag=_REPORT_TAG, status=status):
+                reports[status.Get_source()] = self.channel.recv(source=status.Get_source(), tag=_REPORT_TAG)
+            else:
+                time.sleep(0.05)
+        return reports
+
     def _abort(self, why: str) -> None:
         if self._stop.is_set():
             return
-        print(f"rank {self.rank}: {why}: another rank is hung or gone; ending the job "
-              f"(--stall-timeout sets the limit)", file=sys.stderr, flush=True)
+        ending = "ending the job (--stall-timeout sets the limit)"
+        if self.channel is None:  # each rank can say only where it is itself
+            here, blame = "", "another rank is hung or gone; "
+            if self.tracker is not None:
+                collective, where = self._where()
+                here = f" (this rank: {'waiting in ' + collective if collective else 'not in a collective'}, at {where})"
+                blame = blame if collective else ""
+            print(f"rank {self.rank}: {why}{here}: {blame}{ending}", file=sys.stderr, flush=True)
+        elif self.rank == 0:
+            lines = describe_stall(self._gather_where(), self.size)
+            print("\n".join([f"rank 0: {why}: {ending}. Where each rank is:", *lines]),
+                  file=sys.stderr, flush=True)
+        else:  # rank 0 reports for all; this rank ends the job only if rank 0 does not
+            self._sends.append(self.channel.isend(why, dest=0, tag=_STALLED_TAG))
+            deadline = time.monotonic() + REPORT_WAIT_SECONDS + RANK0_GRACE_SECONDS
+            while time.monotonic() < deadline and not self._stop.wait(0.2):
+                self._serve()  # rank 0 asks this rank where it is before it ends the job
+            if self._stop.is_set():
+                return
+            print(f"rank {self.rank}: {why}: rank 0 did not end the job when told, so it is "
+                  f"likely the one hung; {ending}", file=sys.stderr, flush=True)
         abort_job(2)
         self._stop.set()  # not under MPI with other ranks: nothing to end
 

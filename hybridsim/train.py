@@ -371,7 +371,8 @@ class Trainer:
             from hybridsim import trajlog
             self._quiet_wait = trajlog.quiet_seconds(cfg.log_flush_seconds)
         startup = (dist.ProgressWatchdog(rank, cfg.stall_timeout, what="starting up",
-                                         first_beat_extra_seconds=self._quiet_wait).start()
+                                         first_beat_extra_seconds=self._quiet_wait,
+                                         comm=self.comm).start()
                    if self.world_size > 1 else None)
         try:
             self._start(cfg, rank)
@@ -1060,7 +1061,8 @@ class Trainer:
         stop making progress together (dist.ProgressWatchdog)."""
         if self.world_size > 1:
             self.watchdog = dist.ProgressWatchdog(self.rank, self.cfg.stall_timeout,
-                                                  first_beat_extra_seconds=self._quiet_wait).start()
+                                                  first_beat_extra_seconds=self._quiet_wait,
+                                                  comm=self.comm).start()
         try:
             return self._train()
         finally:

@@ -1,4 +1,5 @@
 """Data-parallel training over MPI ranks (mpiexec from the pip mpich, or a system MPI)."""
+import os
 import pathlib
 import re
 import signal
@@ -410,8 +411,11 @@ def test_devices_the_learner_cannot_use_are_named():
 
 STALL_SCRIPT = textwrap.dedent("""
     import os, signal, sys, time
+    from hybridsim import dist
     from hybridsim.train import TrainConfig, Trainer
     mode, log_dir = sys.argv[1], sys.argv[2]
+    dist.REPORT_WAIT_SECONDS, dist.RANK0_GRACE_SECONDS = 3.0, 2.0  # the test's time
+    stalled = 0 if mode.endswith("rank0") else 1
     cfg = TrainConfig(game="pong", backend="ale-py", num_envs=2, num_minibatches=1,
                       total_frames=10**7, log_dir=log_dir, num_threads=1, torch_threads=1,
                       log_trajectories=False, log_every=1000.0, stall_timeout=4.0)
@@ -419,8 +423,8 @@ STALL_SCRIPT = textwrap.dedent("""
     learn = trainer.learn
     def stalling_learn(*args):
         learn(*args)
-        if trainer.rank == 1 and trainer.updates == 3:
-            if mode == "stop":  # stopped by a signal: it never runs again
+        if trainer.rank == stalled and trainer.updates == 3:
+            if mode.startswith("stop"):  # stopped by a signal: it never runs again
                 os.kill(os.getpid(), signal.SIGSTOP)
             while True:  # hung: no progress, no collective
                 time.sleep(3600)
@@ -429,19 +433,36 @@ STALL_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("mode", ["stop", "hang"])
+@pytest.mark.parametrize("mode", ["stop", "hang", "stop-rank0", "hang-serialized"])
 def test_a_stalled_rank_ends_the_job_within_the_stall_timeout(tmp_path, mode):
     """A rank that stops (SIGSTOP) or hangs leaves the others blocked in a collective,
-    where nothing of theirs runs: the watchdog thread ends the job after stall_timeout."""
+    where nothing of theirs runs: the watchdog thread ends the job after stall_timeout,
+    and says where each rank is and which one the others wait on (a stopped rank cannot
+    answer; a stopped rank 0, which reports for all, is named by the rank that saw it;
+    without MPI_THREAD_MULTIPLE the watchdogs cannot talk, and each says where it is)."""
     exe = mpiexec()
     script = tmp_path / "stall.py"
     script.write_text(STALL_SCRIPT)
     start = time.monotonic()
+    env = dict(os.environ, MPI4PY_RC_THREAD_LEVEL="serialized") if mode == "hang-serialized" else None
     result = subprocess.run([exe, "-n", "2", sys.executable, "-m", "mpi4py", str(script), mode,
-                             str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+                             str(tmp_path / "run")], capture_output=True, text=True, timeout=120, env=env)
     output = result.stdout + result.stderr
     assert result.returncode != 0 and time.monotonic() - start < 90, output[-2000:]
     assert re.search(r"no training progress for \d+ s \(last: [1-9][\d,]* frames\)", output), output[-2000:]
+    if mode == "hang-serialized":
+        assert "(this rank: not in a collective, at stall.py:" in output, output[-2000:]
+        return
+    if mode == "stop-rank0":
+        assert "rank 1: no training progress" in output, output[-2000:]
+        assert "rank 0 did not end the job when told, so it is likely the one hung" in output, output[-2000:]
+        return
+    assert "Where each rank is:" in output and "the job waits on rank 1\n" in output, output[-2000:]
+    assert re.search(r"rank 0: waiting in an all-reduce, at hybridsim/dist.py:\d+ in allreduce_sum", output), \
+        output[-2000:]
+    rank1 = ("rank 1: no answer in 3 s (stopped" if mode == "stop"
+             else "rank 1: not in a collective, at stall.py:")
+    assert rank1 in output, output[-2000:]
 
 
 STARTUP_STALL_SCRIPT = textwrap.dedent("""
@@ -478,6 +499,8 @@ def test_a_rank_stuck_while_starting_ends_the_job(tmp_path):
     output = result.stdout + result.stderr
     assert result.returncode != 0 and time.monotonic() - start < 60, output[-2000:]
     assert re.search(r"no training progress for \d+ s \(last: starting up\)", output), output[-2000:]
+    assert "rank 1: not in a collective, at startup_stall.py:" in output, output[-2000:]
+    assert "the job waits on rank 1\n" in output, output[-2000:]
 
 
 @pytest.mark.parametrize("runner", [["-m", "mpi4py"], []], ids=["python-m-mpi4py", "python"])
@@ -499,6 +522,22 @@ def test_a_bad_argument_on_one_rank_ends_the_job(tmp_path, runner):
         pytest.fail("the job still ran after 90 s")
     output = result.stdout + result.stderr
     assert result.returncode != 0 and "unrecognized arguments: --no-such-option" in output, output[-2000:]
+
+
+def test_a_stall_report_groups_the_ranks_and_names_those_waited_on():
+    from hybridsim import dist
+    at = "hybridsim/dist.py:139 in allreduce_sum"
+    reports = {0: ("an all-reduce", at), 1: ("an all-reduce", at), 2: (None, "x.py:3 in f"),
+               4: ("an all-reduce", at), 5: ("an all-reduce", at), 6: ("an all-reduce", at)}
+    assert dist.describe_stall(reports, 8) == [
+        f"  ranks 0-1, 4-6: waiting in an all-reduce, at {at}",
+        "  rank 2: not in a collective, at x.py:3 in f",
+        f"  ranks 3, 7: no answer in {dist.REPORT_WAIT_SECONDS:.0f} s (stopped, gone, or stuck where "
+        "Python cannot run)",
+        "  the job waits on ranks 2-3, 7"]
+    mismatched = {0: ("an all-reduce", at), 1: ("a broadcast from rank 0", "y.py:9 in g")}
+    assert dist.describe_stall(mismatched, 2)[-1].startswith("  every rank is inside a collective")
+    assert dist.rank_ranges([0]) == "0" and dist.rank_ranges([1, 3, 4, 5, 9, 10]) == "1, 3-5, 9-10"
 
 
 WATCHDOG_SCRIPT = textwrap.dedent("""
