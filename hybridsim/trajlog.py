@@ -1003,6 +1003,30 @@ def _resume_checks(f, path, batch_size, num_actions, observations, expected_rows
             if ds.chunks is None or ds.maxshape[0] is not None:
                 raise TrajectoryLogError(f"{path}: dataset {ds.name} cannot grow (not "
                                          f"written by hybridsim's TrajectoryWriter); use a new log_dir")
+    _check_blocks_appended_to(path, steps, f["episodes"], obs, expected_rows)
+
+
+def _check_blocks_appended_to(path, steps, episodes, obs, expected_rows) -> None:
+    """Each dataset's block (chunk) the resume writes its first rows into must read back:
+    HDF5 rewrites a partly filled block whole, so a damaged one (a checksum that fails, as
+    a kill during a write or disk damage leaves) would fail the first flush mid-run. The
+    steps are cut to the checkpoint's rows; episodes and observations keep their last."""
+    for group in (steps, episodes, obs):
+        for ds in ({} if group is None else group).values():
+            rows = ds.shape[0]
+            if group is steps and expected_rows:
+                rows = min(rows, expected_rows)
+            if rows == 0:
+                continue
+            try:
+                ds[rows - 1]  # reads and checks the whole block holding that row
+            except (OSError, RuntimeError) as exc:
+                first = (rows - 1) // ds.chunks[0] * ds.chunks[0]
+                last = min(first + ds.chunks[0], ds.shape[0]) - 1
+                raise TrajectoryLogError(
+                    f"{path}: damaged trajectory file: {ds.name} rows {first}-{last} do not read "
+                    f"back ({exc}), and the resume would write into that block. Move the file "
+                    f"away and resume: a new file then starts at the checkpoint") from None
 
 
 def _lock_alone(fh, path) -> bool:

@@ -571,6 +571,40 @@ def test_a_refused_resume_leaves_the_file_as_it_was(tmp_path, capsys):
             np.testing.assert_array_equal(f[name][()], g[name][()])
 
 
+def _flip_chunk_byte(path, dataset, row):
+    """Flip a byte in the middle of the stored chunk holding `row` of `dataset`."""
+    with h5py.File(path, "r") as f:
+        ds = f[dataset]
+        info = ds.id.get_chunk_info_by_coord((row // ds.chunks[0] * ds.chunks[0],) + (0,) * (ds.ndim - 1))
+    with open(path, "r+b") as fh:
+        fh.seek(info.byte_offset + info.size // 2)
+        byte = fh.read(1)[0]
+        fh.seek(info.byte_offset + info.size // 2)
+        fh.write(bytes([byte ^ 0xFF]))
+
+
+@pytest.mark.parametrize("dataset", ["steps/action", "steps/behavior_logits", "episodes/return"])
+def test_a_damaged_block_a_resume_would_write_into_is_refused(tmp_path, dataset):
+    """HDF5 rewrites a partly filled chunk whole: a resume into a file whose last chunk
+    failed its checksum (a kill during a write) passed every check, then its first flush
+    failed mid-run ("filter returned failure during read")."""
+    path = tmp_path / "traj_rank00000.h5"
+    write_rank(path, steps=300, batch=2, actions=3, seed=4)
+    with h5py.File(path, "r") as f:
+        rows, chunk = f[dataset].shape[0], f[dataset].chunks[0]
+    keep = 280 if dataset.startswith("steps") else rows  # the checkpoint's rows
+    if rows > chunk:  # an earlier block is not read (a resume reads no more than it writes to)
+        _flip_chunk_byte(path, dataset, 0)
+        trajlog.check_resumable(path, 2, 3, expected_rows=keep)
+    _flip_chunk_byte(path, dataset, keep - 1)
+    before = path.read_bytes()
+    with pytest.raises(trajlog.TrajectoryLogError,
+                       match=f"damaged trajectory file: /{dataset} rows {(keep - 1) // chunk * chunk}-"):
+        trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=4 * (keep - 1),
+                                 resume_expected_rows=keep)
+    assert path.read_bytes() == before
+
+
 def test_a_failed_master_write_leaves_no_temporary_file(tmp_path, monkeypatch):
     """A full disk while writing the master: the error stands and trajectories.h5.tmp is
     removed (it was left behind for the next resume to trip over)."""
