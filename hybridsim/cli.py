@@ -519,10 +519,81 @@ def _join_mpi_job_early(argv) -> None:
         return
     from hybridsim import dist
     if dist.launched_ranks() > 1:
+        watcher = _watch_mpi_init(argv)
         try:
             import mpi4py.MPI  # noqa: F401  (MPI_Init; a missing mpi4py is init_comm's error)
         except ImportError:
             pass
+        finally:
+            if watcher is not None:
+                watcher.stdin.close()  # MPI_Init returned: the watcher exits
+                watcher.wait()
+
+
+# Run beside a rank while it is in MPI_Init, which holds the interpreter lock (no thread of
+# ours runs there): ends the rank, and so the launcher's job, if it does not return in time.
+_MPI_INIT_WATCHER = """
+import os, select, signal, sys
+parent, seconds, message = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+if not select.select([sys.stdin], [], [], seconds)[0]:  # no EOF: still inside MPI_Init
+    sys.stderr.write(message + "\\n")
+    sys.stderr.flush()
+    os.kill(parent, signal.SIGTERM)
+"""
+
+
+def _stall_timeout_in(argv) -> float:
+    """--stall-timeout as the command line gives it (TrainConfig's default otherwise, or
+    where it does not parse: the parser names that later)."""
+    from hybridsim.train_config import TrainConfig
+    for i, arg in enumerate(argv):
+        value = argv[i + 1] if arg == "--stall-timeout" and i + 1 < len(argv) else (
+            arg.split("=", 1)[1] if arg.startswith("--stall-timeout=") else None)
+        if value is not None:
+            try:
+                return float(value)
+            except ValueError:
+                break
+    return TrainConfig.stall_timeout
+
+
+MPI_INIT_TIMEOUT_VARIABLE = "HYBRIDSIM_MPI_INIT_TIMEOUT"
+
+
+def _watch_mpi_init(argv):
+    """A process that ends this rank if MPI_Init has not returned within the start-up
+    allowance, 3 x --stall-timeout but at least a minute (large jobs take a while to
+    wire up), or $HYBRIDSIM_MPI_INIT_TIMEOUT seconds: a rank that never reaches MPI
+    (stopped, or stuck importing Python from a hung file system) left the others in
+    MPI_Init for ever. The launcher then ends the job. None where the limit is 0."""
+    import os
+    import socket
+    import subprocess
+    from hybridsim import dist
+    given = os.environ.get(MPI_INIT_TIMEOUT_VARIABLE, "")
+    try:
+        seconds = float(given) if given else None
+    except ValueError:  # not an error here: a rank that stops before MPI_Init hangs the rest
+        print(f"warning: {MPI_INIT_TIMEOUT_VARIABLE}={given!r} is not a number of seconds (0: off); "
+              f"using the default", file=sys.stderr)
+        given, seconds = "", None
+    if seconds is None:
+        stall = _stall_timeout_in(argv)
+        seconds = max(60.0, 3 * stall) if stall > 0 else 0.0
+    if not seconds > 0:
+        return None
+    rank = dist.launcher_rank()
+    limit = MPI_INIT_TIMEOUT_VARIABLE if given else "3 x --stall-timeout, at least 60 s,"
+    message = (f"rank {'?' if rank is None else rank} ({socket.gethostname()}): MPI_Init has not "
+               f"completed in {seconds:.0f} s: another rank has not joined (stopped, or stuck "
+               f"before MPI, e.g. importing Python from a hung file system); ending the job "
+               f"({limit} sets the limit)")
+    try:
+        return subprocess.Popen([sys.executable, "-I", "-S", "-c", _MPI_INIT_WATCHER, str(os.getpid()),
+                                 str(seconds), message], stdin=subprocess.PIPE)
+    except OSError as exc:  # no watcher: as before, only the batch limit ends such a hang
+        print(f"warning: cannot start the MPI_Init watcher ({exc})", file=sys.stderr)
+        return None
 
 
 def _abort_mpi_job(code: int) -> None:

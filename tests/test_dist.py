@@ -524,6 +524,40 @@ def test_a_bad_argument_on_one_rank_ends_the_job(tmp_path, runner):
     assert result.returncode != 0 and "unrecognized arguments: --no-such-option" in output, output[-2000:]
 
 
+def test_a_rank_that_never_reaches_mpi_init_ends_the_job(tmp_path):
+    """Rank 1 stuck before MPI (here a shim that never starts it; on a cluster, Python's
+    imports on a hung file system) left rank 0 inside MPI_Init, which holds the
+    interpreter lock, for good: a watcher process now ends rank 0, and the launcher the job."""
+    exe = mpiexec()
+    shim = tmp_path / "rank1_never_starts.sh"
+    shim.write_text('#!/bin/bash\n[ "$PMI_RANK" = 1 ] && sleep 3600\nexec "$@"\n')
+    shim.chmod(0o755)
+    cmd = [exe, "-n", "2", str(shim), sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train",
+           "--game", "pong", "--backend", "cpu", "--num-envs", "2", "--num-minibatches", "1",
+           "--total-frames", "1000", "--log-dir", str(tmp_path / "run")]
+    start = time.monotonic()
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=90,
+                                env=dict(os.environ, HYBRIDSIM_MPI_INIT_TIMEOUT="3"))
+    except subprocess.TimeoutExpired:
+        pytest.fail("the job still ran after 90 s")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and time.monotonic() - start < 60, output[-2000:]
+    assert re.search(r"rank 0 \(.*\): MPI_Init has not completed in 3 s: another rank has not joined", output), \
+        output[-2000:]
+
+
+def test_the_mpi_init_limit_follows_the_stall_timeout(monkeypatch):
+    from hybridsim import cli
+    from hybridsim.train_config import TrainConfig
+    assert cli._stall_timeout_in(["train", "--stall-timeout", "30"]) == 30.0
+    assert cli._stall_timeout_in(["train", "--stall-timeout=0"]) == 0.0
+    assert cli._stall_timeout_in(["train", "--stall-timeout", "soon"]) == TrainConfig.stall_timeout
+    assert cli._stall_timeout_in(["train"]) == TrainConfig.stall_timeout
+    monkeypatch.delenv(cli.MPI_INIT_TIMEOUT_VARIABLE, raising=False)
+    assert cli._watch_mpi_init(["train", "--stall-timeout", "0"]) is None  # the watchdogs are off
+
+
 def test_a_stall_report_groups_the_ranks_and_names_those_waited_on():
     from hybridsim import dist
     at = "hybridsim/dist.py:139 in allreduce_sum"
