@@ -235,22 +235,29 @@ def _cmd_info(args) -> int:
     return 0
 
 
+_early_stops: list[int] = []  # stop signals that came before the trainer could take them
+
+
+def _remember_early_stops() -> None:
+    """Slurm sends SIGUSR1 (--signal) before the time limit and SIGTERM on preemption:
+    finish the iteration, write a checkpoint, exit with PREEMPTED_EXIT_CODE. One that
+    comes while the trainer is built (MPI start, environments, a GPU module compile)
+    waits for it; by default it would end the rank with no checkpoint and no requeue.
+    A second one (a start that hangs) ends it as before."""
+    _early_stops.clear()
+
+    def remember(signum, _frame):
+        _early_stops.append(signum)
+        signal.signal(signum, signal.SIG_DFL)
+    for sig in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(sig, remember)
+
+
 def _cmd_train(args) -> int:
     from hybridsim import dist
     from hybridsim.config import build_config
     from hybridsim.train import BudgetReached, TrainConfig, Trainer
-    # Slurm sends SIGUSR1 (--signal) before the time limit and SIGTERM on preemption:
-    # finish the iteration, write a checkpoint, exit with PREEMPTED_EXIT_CODE. One that
-    # comes while the trainer is built (MPI start, environments, a GPU module compile)
-    # waits for it; by default it would end the rank with no checkpoint and no requeue.
-    # A second one (a start that hangs) ends it as before.
-    early = []
-
-    def remember(signum, _frame):
-        early.append(signum)
-        signal.signal(signum, signal.SIG_DFL)
-    for sig in (signal.SIGUSR1, signal.SIGTERM):
-        signal.signal(sig, remember)
+    # (main() took the stop signals first: _remember_early_stops)
     # MPI first: a bad setting found on one rank then ends the whole job (main's
     # abort_job) instead of leaving the other ranks waiting for it in a collective.
     comm = dist.init_comm()
@@ -263,7 +270,7 @@ def _cmd_train(args) -> int:
         print(args.openmp_note, file=sys.stderr, flush=True)
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, trainer.request_stop)
-    if early:
+    if _early_stops:
         trainer.request_stop()
     try:
         summary = trainer.train()
@@ -442,6 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     argv_seen = list(sys.argv[1:] if argv is None else argv)
+    if argv_seen[:1] == ["train"]:
+        _remember_early_stops()  # first: a stop from here on gets a checkpoint, not death by signal
     openmp_note = _wait_passively_on_a_busy_machine() if argv_seen[:1] == ["train"] else None
     _join_mpi_job_early(argv_seen)
     try:
@@ -538,7 +547,7 @@ parent, seconds, message = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 if not select.select([sys.stdin], [], [], seconds)[0]:  # no EOF: still inside MPI_Init
     sys.stderr.write(message + "\\n")
     sys.stderr.flush()
-    os.kill(parent, signal.SIGTERM)
+    os.kill(parent, signal.SIGKILL)  # a stop signal would wait for MPI_Init (_remember_early_stops)
 """
 
 

@@ -679,6 +679,21 @@ def test_a_stop_signal_while_the_trainer_is_built_stops_at_a_checkpoint(tmp_path
     assert 0 < frames < 100000
 
 
+def test_a_stop_signal_before_mpi_starts_stops_at_a_checkpoint(tmp_path):
+    """A SIGTERM before the command line was read (MPI start, imports) ended the process
+    by the signal: no checkpoint, no requeue. main() takes the stop signals first now."""
+    proc = _train_patched(tmp_path, "cpu", (
+        "import hybridsim.cli as cli\n"
+        "join = cli._join_mpi_job_early\n"
+        "def signalled_first(argv):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    join(argv)\n"
+        "cli._join_mpi_job_early = signalled_first\n"))
+    assert proc.returncode == 3, (proc.returncode, proc.stderr[-2000:])
+    assert "stopped by a signal" in proc.stdout
+    assert 0 < torch.load(tmp_path / "checkpoint.pt", weights_only=False)["frames"] < 100000
+
+
 def test_ctrl_c_says_how_to_go_on_instead_of_a_traceback(tmp_path):
     import signal
     proc = _train_patched(tmp_path, "cpu", (
