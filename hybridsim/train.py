@@ -548,6 +548,7 @@ class Trainer:
         self.final_checkpoint: pathlib.Path | None = None
         self.storage_report: list[str] = []  # every rank's failed writes and notes, after a run
         self.storage_disk_full = True  # every failed write of the run was a full disk (or quota)
+        self.storage_some_full = False  # at least one failed write of the run was
         self.trajectories_closed: bool | None = None  # every rank file closed cleanly (None: no logs)
         self.reserve: storage.DiskReserve | None = None
         self.last_losses: dict[str, float] = {}
@@ -1300,6 +1301,7 @@ class Trainer:
                                for r, _, _, lines in reports for line in lines]
         # a full disk wants room; another error (permissions, damaged data) its own cure
         self.storage_disk_full = all(full for _, failed, full, _ in reports if failed)
+        self.storage_some_full = any(full for _, failed, full, _ in reports if failed)
         if any(failed for _, failed, _, _ in reports):
             self.stop_reason = "storage"  # also when the budget was reached but the end failed
         return self.summary()
@@ -1543,6 +1545,7 @@ class Trainer:
                 "final_checkpoint": str(self.final_checkpoint) if self.final_checkpoint else None,
                 "preempted": self.preempted, "stopped": self.stop_reason,
                 "storage_report": self.storage_report, "storage_disk_full": self.storage_disk_full,
+                "storage_some_full": self.storage_some_full,
                 "trajectories_closed": self.trajectories_closed,
                 "log_dir": str(self.log_dir), "rank": self.rank,
                 "metrics": str(self.log_dir / "metrics.csv"),

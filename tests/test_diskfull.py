@@ -445,3 +445,21 @@ def test_atomic_write_names_its_temporary_file_apart(tmp_path):
     assert len(set(seen)) == 2
     assert target.read_bytes() == b"first"  # the later rename wins, each file whole
     assert not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("all_full, some_full, advice", [
+    (True, True, "free space under RUN, then run the same command with --resume"),
+    (False, True, "some writes failed for want of space and others not: free space under RUN and cure "
+                  "the other cause (above), then run the same command with --resume"),
+    (False, False, "the failed write was not for want of space: cure its cause (above)")])
+def test_the_advice_after_a_failed_write_fits_every_rank_s_failure(capsys, all_full, some_full, advice):
+    """Rank 0 out of space and rank 1 with an I/O error: the advice was only to cure the
+    cause, as if space would not help."""
+    cli._report_storage_stop({
+        "log_dir": "RUN", "frames": 1600, "final_checkpoint": "RUN/checkpoint.pt", "trajectories_closed": True,
+        "storage_report": ["rank 0: RUN/traj_rank00000.h5: writing trajectory rows failed: No space left on device",
+                           "rank 1: RUN/traj_rank00001.h5: writing trajectory rows failed: Input/output error"],
+        "storage_disk_full": all_full, "storage_some_full": some_full})
+    err = capsys.readouterr().err
+    assert advice in err, err
+    assert err.count("--resume") == 1, err
