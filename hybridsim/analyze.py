@@ -136,7 +136,7 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
     option = "--out" if out_dir else "--out (default: beside the logs)"
     out_dir = pathlib.Path(out_dir) if out_dir else (target if target.is_dir() else target.parent)
     storage.check_output_directory(out_dir, option)  # before a scan that can take minutes
-    per_rank, all_episodes, actions_total, curves = {}, [], None, []
+    per_rank, all_episodes, actions_total, curves, coverage = {}, [], None, [], []
     attrs = {}
     for path in files:
         with trajlog.open_trajectory_file(path) as f:
@@ -160,14 +160,18 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
                           f"frame rate: their steps/global_frame is below 0 or out of order with the "
                           f"rows around them (damaged rows)", RuntimeWarning, stacklevel=2)
         per_rank[path.name] = stats
+        coverage.append((scan["frames_run"], stats["frames_per_second"] or 0.0))
         all_episodes.append(episodes)
         actions_total = scan["action_counts"] if actions_total is None else actions_total + scan["action_counts"]
         curves.append(scan["series"])
     merged = {k: np.concatenate([e[k] for e in all_episodes]) for k in trajlog.EPISODE_FIELDS}
     overall = _episode_stats(merged)
     overall["action_counts"] = actions_total.tolist()
-    rates = [r["frames_per_second"] for r in per_rank.values() if r["frames_per_second"]]
-    overall["frames_per_second"] = max(rates) if rates else None  # global_frame counts all ranks
+    # global_frame counts all ranks, so each file's rate is the run's over the time it
+    # covers: the run's is that of the file covering most of it (rank 0's; a rank the run
+    # dropped on a resume covers only the time before, a rank it added the time after)
+    _, rate = max(coverage, default=(0, 0.0))
+    overall["frames_per_second"] = rate or None
     summary = {"files": [str(p) for p in files], "overall": overall, "per_rank": per_rank}
     (out_dir / "summary.json").write_text(to_json(summary))
     if plots:

@@ -448,3 +448,23 @@ def test_the_throughput_plot_draws_no_rate_across_a_resume(tmp_path):
         assert points[0, 0] == 0 and points[-1, 1] == 299 * 4  # from the first row to the last
     assert analyze.analyze(path)["plots"]  # and the plot draws them
     assert (tmp_path / "throughput.png").is_file()
+
+
+def test_the_run_s_rate_is_that_of_the_file_covering_most_of_it(tmp_path):
+    """Two ranks, then one after a resume: rank 1's file holds only the two-rank stretch,
+    and its (faster) rate was reported as the run's (the largest of the files' rates)."""
+    rng = np.random.default_rng(2)
+    for rank, seconds_per_step in ((0, 0.004), (1, 0.001)):
+        path = trajlog.rank_file(tmp_path, rank)
+        with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=4) as w:
+            _timed_rows(w, rng, 100, 0, 1e9, seconds_per_step)
+        with h5py.File(path, "r+") as f:
+            f.attrs.update({"rank": rank, "world_size": 2, "run_id": "r" * 32})
+    path = trajlog.rank_file(tmp_path, 0)
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=4, resume_after_frame=99 * 4,
+                                  resume_expected_rows=100) as w:  # rank 0 alone from here
+        _timed_rows(w, rng, 300, 100, 1e9 + 60, 0.004)
+    summary = analyze.analyze(tmp_path, plots=False)
+    rates = {name: r["frames_per_second"] for name, r in summary["per_rank"].items()}
+    assert rates["traj_rank00001.h5"] == pytest.approx(4000, rel=1e-6)
+    assert summary["overall"]["frames_per_second"] == rates["traj_rank00000.h5"] == pytest.approx(1000, rel=1e-6)
