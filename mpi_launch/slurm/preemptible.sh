@@ -75,6 +75,18 @@ hybridsim_budget() {
 
 # With CONFIG the recipe's settings stand: a template default would override them (the
 # command line beats the config file), so only the settings the job itself gives are passed.
+hybridsim_extra_args() {
+  # EXTRA_ARGS into the array `extra`, split on spaces: quotes and backslashes would reach
+  # train as literal characters (a --log-dir named "'/scratch/my"), so they are refused
+  case "${EXTRA_ARGS:-}" in
+    *[\"\'\\]*)
+      echo "error: EXTRA_ARGS='$EXTRA_ARGS' has quotes or backslashes; it is split on spaces and not parsed as shell words: pass values without spaces, or settings with spaces in a --config file" >&2
+      return 2 ;;
+  esac
+  # shellcheck disable=SC2034  # the templates use it
+  read -r -a extra <<< "${EXTRA_ARGS:-}"
+}
+
 hybridsim_setting() {
   if [ -z "${CONFIG:-}" ] || [[ "${HYBRIDSIM_JOB_SETS:-}" == *" $2 "* ]]; then
     train_args+=("$1" "$3")
