@@ -662,36 +662,32 @@ def _train_patched(tmp_path, backend: str, patch: str):
                           capture_output=True, text=True, timeout=300)
 
 
-def test_a_stop_signal_while_the_trainer_is_built_stops_at_a_checkpoint(tmp_path):
+STOP_WHILE_BUILT = ("built = train.Trainer.__init__\n"
+                    "def slow_start(self, *a, **k):\n"
+                    "    built(self, *a, **k)\n"
+                    "    os.kill(os.getpid(), signal.SIGUSR1)\n"
+                    "train.Trainer.__init__ = slow_start\n")
+STOP_BEFORE_MPI = ("import hybridsim.cli as cli\n"
+                   "join = cli._join_mpi_job_early\n"
+                   "def signalled_first(argv):\n"
+                   "    os.kill(os.getpid(), signal.SIGTERM)\n"
+                   "    join(argv)\n"
+                   "cli._join_mpi_job_early = signalled_first\n")
+
+
+@pytest.mark.parametrize("backend, patch", [("ale-py", STOP_WHILE_BUILT), ("cpu", STOP_BEFORE_MPI)],
+                         ids=["while-the-trainer-is-built", "before-mpi-starts"])
+def test_a_stop_signal_while_starting_stops_at_a_checkpoint(tmp_path, backend, patch):
     """Slurm's SIGUSR1 (or a preemption's SIGTERM) can come while the ranks still start
-    (MPI, environments, a GPU compile): the run then stops after its first iteration with a
-    checkpoint and exit status 3, which a batch script requeues; the signal's default
-    action ended the process (status -10) without either."""
-    proc = _train_patched(tmp_path, "ale-py", (
-        "built = train.Trainer.__init__\n"
-        "def slow_start(self, *a, **k):\n"
-        "    built(self, *a, **k)\n"
-        "    os.kill(os.getpid(), signal.SIGUSR1)\n"
-        "train.Trainer.__init__ = slow_start\n"))
+    (imports, MPI, environments, a GPU compile): the run then stops after its first
+    iteration with a checkpoint and exit status 3, which a batch script requeues; the
+    signal's default action ended the process (status -10) without either. main() takes
+    the stop signals before anything else (a SIGTERM before MPI_Init ended it too)."""
+    proc = _train_patched(tmp_path, backend, patch)
     assert proc.returncode == 3, (proc.returncode, proc.stderr[-2000:])
     assert "stopped by a signal" in proc.stdout
     frames = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["frames"]
     assert 0 < frames < 100000
-
-
-def test_a_stop_signal_before_mpi_starts_stops_at_a_checkpoint(tmp_path):
-    """A SIGTERM before the command line was read (MPI start, imports) ended the process
-    by the signal: no checkpoint, no requeue. main() takes the stop signals first now."""
-    proc = _train_patched(tmp_path, "cpu", (
-        "import hybridsim.cli as cli\n"
-        "join = cli._join_mpi_job_early\n"
-        "def signalled_first(argv):\n"
-        "    os.kill(os.getpid(), signal.SIGTERM)\n"
-        "    join(argv)\n"
-        "cli._join_mpi_job_early = signalled_first\n"))
-    assert proc.returncode == 3, (proc.returncode, proc.stderr[-2000:])
-    assert "stopped by a signal" in proc.stdout
-    assert 0 < torch.load(tmp_path / "checkpoint.pt", weights_only=False)["frames"] < 100000
 
 
 def test_ctrl_c_says_how_to_go_on_instead_of_a_traceback(tmp_path):
