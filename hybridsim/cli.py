@@ -559,13 +559,16 @@ def _stall_timeout_in(argv) -> float:
     where it does not parse: the parser names that later)."""
     from hybridsim.train_config import TrainConfig
     for i, arg in enumerate(argv):
-        value = argv[i + 1] if arg == "--stall-timeout" and i + 1 < len(argv) else (
-            arg.split("=", 1)[1] if arg.startswith("--stall-timeout=") else None)
-        if value is not None:
-            try:
-                return float(value)
-            except ValueError:
-                break
+        if arg == "--stall-timeout" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--stall-timeout="):
+            value = arg.split("=", 1)[1]
+        else:
+            continue
+        try:
+            return float(value)
+        except ValueError:
+            break
     return TrainConfig.stall_timeout
 
 
