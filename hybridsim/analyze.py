@@ -51,8 +51,12 @@ def _scan_steps(f, num_actions: int, breaks=()) -> dict:
                 f"value(s) outside 0..{num_actions - 1} (e.g. {int(a[outside][0])}) in rows "
                 f"{start}..{stop - 1}")
         counts += np.bincount(a, minlength=num_actions)
-        times.append(when[start:stop, 0].astype(np.float64))
-        frames.append(frame[start:stop].max(axis=1).astype(np.int64))
+        # a row's time and frame from its first column: in a master file rank 0's, whose
+        # rows span the run (the row index is each rank's own step count: after a resume
+        # with more ranks, a new rank's row k is a later step than rank 0's)
+        first = env[start:stop, 0] >= 0  # where a master has a row of rank 0
+        times.append(when[start:stop, 0][first].astype(np.float64))
+        frames.append(frame[start:stop, 0][first].astype(np.int64))
     t = np.concatenate(times) if times else np.zeros(0)
     fr = np.concatenate(frames) if frames else np.zeros(0, np.int64)
     left_out = _frame_outliers(fr)

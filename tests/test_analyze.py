@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hybridsim import analyze, replay, trajlog
-from test_trajlog import damage_header, run_of_ranks, small_run, write_rank  # noqa: F401
+from test_trajlog import damage_header, fake_step, run_of_ranks, small_run, write_rank  # noqa: F401
 
 
 def test_summary_matches_the_written_data(tmp_path):
@@ -468,3 +468,32 @@ def test_the_run_s_rate_is_that_of_the_file_covering_most_of_it(tmp_path):
     rates = {name: r["frames_per_second"] for name, r in summary["per_rank"].items()}
     assert rates["traj_rank00001.h5"] == pytest.approx(4000, rel=1e-6)
     assert summary["overall"]["frames_per_second"] == rates["traj_rank00000.h5"] == pytest.approx(1000, rel=1e-6)
+
+
+def test_a_master_over_a_rank_added_on_resume_reads_as_the_run(tmp_path):
+    """One rank, then two after a resume: the new rank's row k is a later step than rank
+    0's row k, and a master file's row frame (the largest of its columns) jumped ahead
+    and back: a third of the rows left out as damage, with a warning, and another rate."""
+    rng = np.random.default_rng(3)
+    first = trajlog.rank_file(tmp_path, 0)
+    with trajlog.TrajectoryWriter(first, batch_size=2, num_actions=4) as w:
+        _timed_rows(w, rng, 100, 0, 1e9, 0.002)
+    with trajlog.TrajectoryWriter(first, batch_size=2, num_actions=4, resume_after_frame=99 * 4,
+                                  resume_expected_rows=100) as w:
+        _timed_rows(w, rng, 100, 100, 1e9 + 60, 0.004)
+    with trajlog.TrajectoryWriter(trajlog.rank_file(tmp_path, 1), batch_size=2, num_actions=4) as w:
+        for s in range(100, 200):  # from the resume on, at rank 0's frames and times
+            step = fake_step(rng, s, 2, 4, env_offset=2)
+            w.append_step(**step, unix_time=1e9 + 60 + (s - 100) * 0.004)
+    for rank in (0, 1):
+        with h5py.File(trajlog.rank_file(tmp_path, rank), "r+") as f:
+            f.attrs.update({"rank": rank, "world_size": 2, "run_id": "r" * 32})
+    master = trajlog.write_master(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no row is taken for damage
+        of_master = analyze.analyze(master, out_dir=tmp_path / "m", plots=False)
+        of_dir = analyze.analyze(tmp_path, out_dir=tmp_path / "d", plots=False)
+    rate = (99 * 4 + 99 * 4) / (99 * 0.002 + 99 * 0.004)  # the two stretches of rank 0
+    assert of_master["overall"]["frames_per_second"] == pytest.approx(rate, rel=1e-6)
+    assert of_dir["overall"]["frames_per_second"] == pytest.approx(rate, rel=1e-6)
+    assert of_master["per_rank"][master.name]["rows_left_out"] == 0
