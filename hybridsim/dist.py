@@ -25,8 +25,8 @@ import os
 import signal
 import sys
 import threading
+import sysconfig
 import time
-import traceback
 import zlib
 
 import numpy as np
@@ -87,7 +87,9 @@ class CollectiveTracker:
     def __init__(self, comm):
         from mpi4py import MPI
         self.current: str | None = None
-        self.report_comm = comm.Dup() if MPI.Query_thread() == MPI.THREAD_MULTIPLE else None
+        # Dup is collective: every rank takes it, or none (ranks may get different levels)
+        multiple = comm.allreduce(int(MPI.Query_thread() == MPI.THREAD_MULTIPLE), op=MPI.MIN)
+        self.report_comm = comm.Dup() if multiple else None
 
     @contextlib.contextmanager
     def inside(self, name: str):
@@ -224,12 +226,19 @@ class TorchDistComm(MPIComm):
     def _tensor_device(self) -> torch.device:
         return self.device if self.backend == "nccl" else torch.device("cpu")
 
+    def _wait_for_nccl(self) -> None:
+        """NCCL's collectives return before they are done: wait here, inside the tracked
+        collective, so that a wait for a missing rank is reported as one."""
+        if self.backend == "nccl":
+            torch.cuda.current_stream(self.device).synchronize()
+
     def broadcast_parameters(self, model):
         with torch.no_grad(), self.tracker.inside("the parameter broadcast"):
             for tensor in list(model.parameters()) + list(model.buffers()):
                 staged = tensor.detach().to(self._tensor_device()).contiguous()
                 self._tdist.broadcast(staged, src=0)
                 tensor.copy_(staged)
+            self._wait_for_nccl()
 
     def allreduce_gradients(self, model):
         """Average gradients: one flat buffer, one all_reduce on the backend's device."""
@@ -237,8 +246,7 @@ class TorchDistComm(MPIComm):
         flat = torch.cat([g.reshape(-1).float() for g in grads]).to(self._tensor_device())
         with self.tracker.inside("the gradient all-reduce"):
             self._tdist.all_reduce(flat, op=self._tdist.ReduceOp.SUM)
-            if flat.is_cuda:  # NCCL returns before the sum is done: a wait for a missing rank
-                torch.cuda.current_stream(flat.device).synchronize()  # is then reported as one
+            self._wait_for_nccl()
         flat /= self.size
         averaged = flat.to(grads[0].device) if grads else flat
         _scatter_gradients(model, grads, averaged)
@@ -398,18 +406,30 @@ REPORT_WAIT_SECONDS = 10.0  # rank 0 waits this long for the ranks' answers
 RANK0_GRACE_SECONDS = 20.0  # and another rank this much longer for rank 0 to end the job
 
 
+def _library_code(path: str) -> bool:
+    """A frame of Python's standard library or of an installed package other than hybridsim."""
+    return "/hybridsim/" not in path and (path.startswith(_STDLIB) or "-packages/" in path)
+
+
+_STDLIB = sysconfig.get_paths()["stdlib"].replace(os.sep, "/") + "/"
+
+
 def main_thread_location(depth: int = 3) -> str:
-    """Where the main thread is: its innermost Python frames, innermost first."""
+    """Where the main thread is: its innermost frame, then the next `depth` - 1 that are
+    not library code (torch's wrappers, contextlib), innermost first. From the frame
+    objects alone: no source file is read (traceback's linecache would, and block the
+    watchdog on the hung file system it is to report)."""
     frame = sys._current_frames().get(threading.main_thread().ident)
-    if frame is None:
-        return "unknown"
-    frames = [f for f in traceback.extract_stack(frame) if not f.filename.endswith("contextlib.py")]
     parts = []
-    for f in reversed(frames[-depth:]):
-        path = f.filename.replace(os.sep, "/")
-        at = path.rfind("/hybridsim/")
-        parts.append(f"{path[at + 1:] if at >= 0 else os.path.basename(path)}:{f.lineno} in {f.name}")
-    return " < ".join(parts)
+    while frame is not None and len(parts) < depth:
+        code = frame.f_code
+        path = code.co_filename.replace(os.sep, "/")
+        if not parts or not _library_code(path):
+            at = path.rfind("/hybridsim/")
+            parts.append(f"{path[at + 1:] if at >= 0 else os.path.basename(path)}:{frame.f_lineno} "
+                         f"in {code.co_name}")
+        frame = frame.f_back
+    return " < ".join(parts) or "unknown"
 
 
 def rank_ranges(ranks: list[int]) -> str:
@@ -543,12 +563,22 @@ class ProgressWatchdog:
             if (signalled_at is not None and not self.stop_handled
                     and now - max(signalled_at, self.last_beat) > self.grace_seconds + extra):
                 self._abort(f"a stop signal came {now - signalled_at:.0f} s ago and training has not "
-                            f"moved since (last: {self._last()})")
+                            f"moved since (last: {self._last()})",
+                            f"{self.grace_seconds:.0f} s after a stop signal is the limit")
             elif now - self.last_beat > limit:
                 self._abort(f"no training progress for {now - self.last_beat:.0f} s (last: {self._last()})")
 
     def _where(self) -> tuple:
         return self.tracker.current, main_thread_location()
+
+    def _here(self) -> str:
+        collective, where = self._where()
+        return f"this rank: {'waiting in ' + collective if collective else 'not in a collective'}, at {where}"
+
+    def _channel_failed(self, exc: Exception) -> str:
+        """The watchdogs' messages failed (an MPI error): from now on each rank speaks for itself."""
+        self.channel = None
+        return f"the watchdogs' messages failed ({type(exc).__name__}: {exc})"
 
     def _serve(self) -> None:
         """The other watchdogs' messages: on rank 0, a rank's word that it saw a stall ends
@@ -557,13 +587,18 @@ class ProgressWatchdog:
             return
         from mpi4py import MPI
         status = MPI.Status()
-        if self.rank == 0:
-            if self.channel.Iprobe(source=MPI.ANY_SOURCE, tag=_STALLED_TAG, status=status):
-                why = self.channel.recv(source=status.Get_source(), tag=_STALLED_TAG)
-                self._abort(f"rank {status.Get_source()} reports {why}")
-        elif self.channel.Iprobe(source=0, tag=_ASK_TAG):
-            self.channel.recv(source=0, tag=_ASK_TAG)
-            self.channel.send(self._where(), dest=0, tag=_REPORT_TAG)
+        stalled = None
+        try:
+            if self.rank == 0:
+                if self.channel.Iprobe(source=MPI.ANY_SOURCE, tag=_STALLED_TAG, status=status):
+                    stalled = (status.Get_source(), self.channel.recv(source=status.Get_source(), tag=_STALLED_TAG))
+            elif self.channel.Iprobe(source=0, tag=_ASK_TAG):
+                self.channel.recv(source=0, tag=_ASK_TAG)
+                self.channel.send(self._where(), dest=0, tag=_REPORT_TAG)
+        except Exception as exc:
+            print(f"warning: rank {self.rank}: {self._channel_failed(exc)}", file=sys.stderr, flush=True)
+        if stalled is not None:
+            self._abort(f"rank {stalled[0]} reports {stalled[1]}")
 
     def _gather_where(self) -> dict:
         """Every rank's answer to where it is (on rank 0), within REPORT_WAIT_SECONDS."""
@@ -573,37 +608,48 @@ class ProgressWatchdog:
         reports = {0: self._where()}
         status = MPI.Status()
         deadline = time.monotonic() + REPORT_WAIT_SECONDS
-        while len(reports) < self.size and time.monotonic() < deadline:
+        while len(reports) < self.size and time.monotonic() < deadline and not self._stop.is_set():
             if self.channel.Iprobe(source=MPI.ANY_SOURCE, tag=_REPORT_TAG, status=status):
                 reports[status.Get_source()] = self.channel.recv(source=status.Get_source(), tag=_REPORT_TAG)
             else:
                 time.sleep(0.05)
         return reports
 
-    def _abort(self, why: str) -> None:
+    def _rank0_did_not_end_the_job(self, why: str) -> bool:
+        """Tell rank 0's watchdog of the stall, answer its question, and wait for it to end
+        the job; True if it has not after REPORT_WAIT_SECONDS + RANK0_GRACE_SECONDS."""
+        self._sends.append(self.channel.isend(why, dest=0, tag=_STALLED_TAG))
+        deadline = time.monotonic() + REPORT_WAIT_SECONDS + RANK0_GRACE_SECONDS
+        while time.monotonic() < deadline and not self._stop.wait(0.2):
+            self._serve()
+        return time.monotonic() >= deadline
+
+    def _abort(self, why: str, limit: str = "--stall-timeout sets the limit") -> None:
         if self._stop.is_set():
             return
-        ending = "ending the job (--stall-timeout sets the limit)"
-        if self.channel is None:  # each rank can say only where it is itself
-            here, blame = "", "another rank is hung or gone; "
-            if self.tracker is not None:
-                collective, where = self._where()
-                here = f" (this rank: {'waiting in ' + collective if collective else 'not in a collective'}, at {where})"
-                blame = blame if collective else ""
-            print(f"rank {self.rank}: {why}{here}: {blame}{ending}", file=sys.stderr, flush=True)
-        elif self.rank == 0:
-            lines = describe_stall(self._gather_where(), self.size)
-            print("\n".join([f"rank 0: {why}: {ending}. Where each rank is:", *lines]),
-                  file=sys.stderr, flush=True)
-        else:  # rank 0 reports for all; this rank ends the job only if rank 0 does not
-            self._sends.append(self.channel.isend(why, dest=0, tag=_STALLED_TAG))
-            deadline = time.monotonic() + REPORT_WAIT_SECONDS + RANK0_GRACE_SECONDS
-            while time.monotonic() < deadline and not self._stop.wait(0.2):
-                self._serve()  # rank 0 asks this rank where it is before it ends the job
-            if self._stop.is_set():
-                return
-            print(f"rank {self.rank}: {why}: rank 0 did not end the job when told, so it is "
-                  f"likely the one hung; {ending}", file=sys.stderr, flush=True)
+        seen = time.monotonic()
+        ending = f"ending the job ({limit})"
+        message = None
+        try:
+            if self.channel is not None and self.rank == 0:
+                lines = describe_stall(self._gather_where(), self.size)
+                message = "\n".join([f"rank 0: {why}: {ending}. Where each rank is:", *lines])
+            elif self.channel is not None:  # rank 0 reports for all; this rank ends the job if it does not
+                if not self._rank0_did_not_end_the_job(why):
+                    return  # closed: the run went on to its end
+                message = (f"rank {self.rank}: {why} ({self._here()}); rank 0 did not end the job in the "
+                           f"{time.monotonic() - seen:.0f} s since it was told, so it is likely the one hung; "
+                           f"{ending}")
+        except Exception as exc:
+            why = f"{why}; {self._channel_failed(exc)}"
+        if self._stop.is_set():
+            return  # closed while the ranks were asked: the run went on to its end
+        if message is None:  # each rank can say only where it is itself
+            collective = self.tracker.current if self.tracker is not None else None
+            here = f" ({self._here()})" if self.tracker is not None else ""
+            blame = "another rank is hung or gone; " if collective or self.tracker is None else ""
+            message = f"rank {self.rank}: {why}{here}: {blame}{ending}"
+        print(message, file=sys.stderr, flush=True)
         abort_job(2)
         self._stop.set()  # not under MPI with other ranks: nothing to end
 

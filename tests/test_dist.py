@@ -455,7 +455,9 @@ def test_a_stalled_rank_ends_the_job_within_the_stall_timeout(tmp_path, mode):
         return
     if mode == "stop-rank0":
         assert "rank 1: no training progress" in output, output[-2000:]
-        assert "rank 0 did not end the job when told, so it is likely the one hung" in output, output[-2000:]
+        assert re.search(r"rank 1: no training progress for \d+ s \(last: [\d,]+ frames\) \(this rank: waiting "
+                         r"in an all-reduce, at .*\); rank 0 did not end the job in the \d+ s since it was told, "
+                         r"so it is likely the one hung", output), output[-2000:]
         return
     assert "Where each rank is:" in output and "the job waits on rank 1\n" in output, output[-2000:]
     assert re.search(r"rank 0: waiting in an all-reduce, at hybridsim/dist.py:\d+ in allreduce_sum", output), \
@@ -572,6 +574,56 @@ def test_a_stall_report_groups_the_ranks_and_names_those_waited_on():
     mismatched = {0: ("an all-reduce", at), 1: ("a broadcast from rank 0", "y.py:9 in g")}
     assert dist.describe_stall(mismatched, 2)[-1].startswith("  every rank is inside a collective")
     assert dist.rank_ranges([0]) == "0" and dist.rank_ranges([1, 3, 4, 5, 9, 10]) == "1, 3-5, 9-10"
+
+
+def test_where_the_main_thread_is_is_found_without_reading_source_files(monkeypatch):
+    """traceback's linecache stats and reads each frame's source file: on the hung file
+    system a stall report is about, the watchdog itself hung and never ended the job."""
+    import linecache
+    from hybridsim import dist
+
+    def no_file_access(*args, **kwargs):
+        raise AssertionError("the location read a source file")
+    for name in ("getline", "checkcache", "updatecache", "getlines"):
+        monkeypatch.setattr(linecache, name, no_file_access)
+    where = dist.main_thread_location()
+    assert where.startswith("hybridsim/dist.py:") and "in main_thread_location" in where, where
+    assert "test_dist.py:" in where and "in test_where_the_main_thread_is_is_found" in where, where
+    stdlib = dist._STDLIB
+    assert dist._library_code(stdlib + "contextlib.py")
+    assert dist._library_code("/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py")
+    assert not dist._library_code("/venv/lib/python3.12/site-packages/hybridsim/dist.py")
+    assert not dist._library_code("/home/me/stall.py")
+
+
+FAILING_CHANNEL_SCRIPT = textwrap.dedent("""
+    from hybridsim import dist
+    class Broken:
+        def __getattr__(self, name):
+            def fail(*args, **kwargs):
+                raise RuntimeError("MPI_ERR_COMM: the channel is gone")
+            return fail
+    class Comm:
+        size = 2
+        tracker = dist.CollectiveTracker.__new__(dist.CollectiveTracker)
+    Comm.tracker.current, Comm.tracker.report_comm = "an all-reduce", Broken()
+    for rank in (0, 1):
+        dog = dist.ProgressWatchdog(rank, stall_seconds=3600, comm=Comm())
+        dog._abort("no training progress for 9 s (last: 160 frames)")
+""")
+
+
+def test_a_failing_watchdog_channel_still_ends_the_job_with_a_report():
+    """An MPI error on the watchdogs' own communicator killed the watchdog thread, and
+    with it the abort; now each rank reports for itself, as without the channel."""
+    result = subprocess.run([sys.executable, "-c", FAILING_CHANNEL_SCRIPT], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    for rank in (0, 1):
+        assert (f"rank {rank}: no training progress for 9 s (last: 160 frames); the watchdogs' messages failed "
+                f"(RuntimeError: MPI_ERR_COMM: the channel is gone) (this rank: waiting in an all-reduce, at ") \
+            in result.stderr, result.stderr
+    assert result.stderr.count("another rank is hung or gone; ending the job") == 2, result.stderr
 
 
 WATCHDOG_SCRIPT = textwrap.dedent("""
