@@ -715,11 +715,13 @@ class Trainer:
         from hybridsim import trajlog
         trajlog.check_resumable(trajlog.rank_file(self.log_dir, self.rank), self.env_batch, self.num_actions,
                                 self._observation_logging(), self._resume_traj_rows, self._resume_traj_file_id,
-                                self.run_id, flush_seconds=self.cfg.log_flush_seconds)
+                                self.run_id, flush_seconds=self.cfg.log_flush_seconds, last_frame=self.frames,
+                                logged_until=self._resume_traj_logged_until)
         for path, rank_state in self._retired_rank_files:
             trajlog.check_resumable(path, self.env_batch, self.num_actions, None, rank_state.get("traj_rows"),
                                     rank_state.get("traj_file_id"), self.run_id,
-                                    flush_seconds=self.cfg.log_flush_seconds)
+                                    flush_seconds=self.cfg.log_flush_seconds, last_frame=self.frames,
+                                    logged_until=rank_state.get("traj_logged_until"))
 
     def _retire_rank_files(self) -> None:
         """Rank files of ranks this job lacks (a resume with fewer ranks): cut back to the

@@ -266,7 +266,8 @@ class TrajectoryWriter:
                 file_id: str | None, run_id: str | None, logged_until: int | None = None):
         # every check that can refuse the resume, before anything changes the file
         check_resumable(self.path, self.batch_size, self.num_actions, self.observations, expected_rows,
-                        file_id, run_id, flush_seconds=self.flush_seconds, wait=False)
+                        file_id, run_id, flush_seconds=self.flush_seconds, wait=False,
+                        last_frame=last_frame, logged_until=logged_until)
         # the writer of a killed or aborted job; it flushed at least every flush_seconds
         clear_stale_write_flags(self.path, idle_seconds=quiet_seconds(self.flush_seconds))
         try:
@@ -291,19 +292,13 @@ class TrajectoryWriter:
         obs = self.file["observations"] if "observations" in self.file else None
         gaps = json_list_attr(self.file, "gaps")
         restarts = json_list_attr(self.file, "restarts")
-        # the rows are the run's up to the last checkpoint a logging job wrote
-        cut = last_frame if logged_until is None else min(int(logged_until), last_frame)
-        frames = steps["global_frame"][:common_rows(steps)]
-        last_row_frames = frames.max(axis=1) if frames.shape[0] else np.empty(0, np.int64)
-        keep = int(np.searchsorted(last_row_frames, cut, "right"))
+        cut = _resume_cut(last_frame, logged_until)
+        last_row_frames, keep, keep_eps, keep_obs = _rows_kept(self.file, cut)
         episodes = self.file["episodes"]
-        keep_eps = int((episodes["end_frame"][:common_rows(episodes)] <= cut).sum())
-        keep_obs = 0
         if obs is not None:
-            index = obs["index"][:common_rows(obs)]
-            keep_obs = int((index[:, 2] <= cut).sum()) if index.shape[0] else 0
+            index = obs["index"][:keep_obs]
             stride = max(1, int(obs.attrs.get("stride", 1)))
-            last_block = {int(env): int(row) // stride for row, env, _ in index[:keep_obs]}
+            last_block = {int(env): int(row) // stride for row, env, _ in index}
         resumes = json_list_attr(self.file, "resumes")
         unlogged = None
         if cut < last_frame:  # known: the jobs since the checkpoint at `cut` did not log
@@ -938,7 +933,8 @@ SUPER_WRITE_ACCESS, SUPER_SWMR_WRITE_ACCESS = 0x01, 0x04  # superblock v3 consis
 
 def check_resumable(path, batch_size: int, num_actions: int, observations: ObservationLogging | None = None,
                     expected_rows: int | None = None, file_id: str | None = None, run_id: str | None = None,
-                    flush_seconds: float | None = None, wait: bool = True) -> None:
+                    flush_seconds: float | None = None, wait: bool = True, last_frame: int | None = None,
+                    logged_until: int | None = None) -> None:
     """Every check that can refuse resuming TrajectoryWriter logging into `path`, with
     nothing written: a multi-rank trainer runs them on all ranks and ends the job before
     any rank changes its file when one would refuse. A missing file passes (a new one is
@@ -958,6 +954,8 @@ def check_resumable(path, batch_size: int, num_actions: int, observations: Obser
     try:
         with _open_h5(path) as f:
             _resume_checks(f, path, batch_size, num_actions, observations, expected_rows, file_id, run_id)
+            if last_frame is not None:
+                _check_blocks_rewritten(f, path, _resume_cut(last_frame, logged_until))
     except TrajectoryLogError:
         raise
     except (OSError, RuntimeError, KeyError, ValueError) as exc:
@@ -1003,21 +1001,43 @@ def _resume_checks(f, path, batch_size, num_actions, observations, expected_rows
             if ds.chunks is None or ds.maxshape[0] is not None:
                 raise TrajectoryLogError(f"{path}: dataset {ds.name} cannot grow (not "
                                          f"written by hybridsim's TrajectoryWriter); use a new log_dir")
-    _check_blocks_appended_to(path, steps, f["episodes"], obs, expected_rows)
 
 
-def _check_blocks_appended_to(path, steps, episodes, obs, expected_rows) -> None:
-    """Each dataset's block (chunk) the resume writes its first rows into must read back:
-    HDF5 rewrites a partly filled block whole, so a damaged one (a checksum that fails, as
-    a kill during a write or disk damage leaves) would fail the first flush mid-run. The
-    steps are cut to the checkpoint's rows; episodes and observations keep their last."""
-    for group in (steps, episodes, obs):
-        for ds in ({} if group is None else group).values():
-            rows = ds.shape[0]
-            if group is steps and expected_rows:
-                rows = min(rows, expected_rows)
-            if rows == 0:
-                continue
+def _resume_cut(last_frame: int, logged_until: int | None) -> int:
+    """The frame a resume cuts a file back to: the rows are the run's up to the last
+    checkpoint a logging job wrote."""
+    return int(last_frame) if logged_until is None else min(int(logged_until), int(last_frame))
+
+
+def _rows_kept(f, cut: int) -> tuple:
+    """(each step row's frame, and the step, episode and observation rows a resume to frame
+    `cut` keeps)."""
+    steps, episodes = f["steps"], f["episodes"]
+    frames = steps["global_frame"][:common_rows(steps)]
+    last_row_frames = frames.max(axis=1) if frames.shape[0] else np.empty(0, np.int64)
+    keep = int(np.searchsorted(last_row_frames, cut, "right"))
+    keep_eps = int((episodes["end_frame"][:common_rows(episodes)] <= cut).sum())
+    keep_obs = 0
+    if "observations" in f:
+        index = f["observations"]["index"][:common_rows(f["observations"])]
+        keep_obs = int((index[:, 2] <= cut).sum()) if index.shape[0] else 0
+    return last_row_frames, keep, keep_eps, keep_obs
+
+
+def _check_blocks_rewritten(f, path, cut: int) -> None:
+    """The block (chunk) each dataset is cut inside must read back: HDF5 rewrites a partly
+    filled block whole, when the resume cuts the dataset and when it appends, so a damaged
+    one (a checksum that fails, as a kill during a write or disk damage leaves) failed the
+    resume halfway, or the first flush mid-run. Blocks wholly past the cut are dropped
+    unread; blocks before it are not rewritten."""
+    _, keep, keep_eps, keep_obs = _rows_kept(f, cut)
+    groups = [(f["steps"], keep), (f["episodes"], keep_eps)]
+    if "observations" in f:
+        groups.append((f["observations"], keep_obs))
+    for group, rows in groups:
+        for ds in group.values():
+            if rows == 0 or rows % ds.chunks[0] == 0 or rows > ds.shape[0]:
+                continue  # nothing kept, a cut on a block's edge, or rows the cut adds
             try:
                 ds[rows - 1]  # reads and checks the whole block holding that row
             except (OSError, RuntimeError) as exc:
@@ -1025,8 +1045,8 @@ def _check_blocks_appended_to(path, steps, episodes, obs, expected_rows) -> None
                 last = min(first + ds.chunks[0], ds.shape[0]) - 1
                 raise TrajectoryLogError(
                     f"{path}: damaged trajectory file: {ds.name} rows {first}-{last} do not read "
-                    f"back ({exc}), and the resume would write into that block. Move the file "
-                    f"away and resume: a new file then starts at the checkpoint") from None
+                    f"back ({exc}), and the resume would rewrite that block. Move the file away "
+                    f"and resume: a new file then starts at the checkpoint") from None
 
 
 def _lock_alone(fh, path) -> bool:

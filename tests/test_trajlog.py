@@ -583,26 +583,42 @@ def _flip_chunk_byte(path, dataset, row):
         fh.write(bytes([byte ^ 0xFF]))
 
 
-@pytest.mark.parametrize("dataset", ["steps/action", "steps/behavior_logits", "episodes/return"])
-def test_a_damaged_block_a_resume_would_write_into_is_refused(tmp_path, dataset):
-    """HDF5 rewrites a partly filled chunk whole: a resume into a file whose last chunk
-    failed its checksum (a kill during a write) passed every check, then its first flush
-    failed mid-run ("filter returned failure during read")."""
+@pytest.mark.parametrize("dataset, row, refused", [
+    ("steps/action", 992, True),  # the block the cut ends in: rewritten by the cut and the appends
+    ("steps/behavior_logits", 992, True),
+    ("episodes/return", 992, True),
+    ("steps/action", 0, False),  # a block before the cut: never rewritten
+    ("episodes/return", 1100, False),  # a block past the cut: dropped unread
+    ("observations/frames", 599, False),  # the last observation, past the cut (one per block)
+])
+def test_a_damaged_block_a_resume_would_rewrite_is_refused(tmp_path, dataset, row, refused):
+    """HDF5 rewrites a partly filled chunk whole: a resume into a file whose chunk at the
+    cut failed its checksum (a kill during a write) passed every check, then failed at the
+    cut (having changed the file) or at its first flush mid-run ("filter returned failure
+    during read"). A damaged block the resume does not rewrite must not refuse it."""
     path = tmp_path / "traj_rank00000.h5"
-    write_rank(path, steps=300, batch=2, actions=3, seed=4)
+    rng = np.random.default_rng(4)
+    obs = trajlog.ObservationLogging(shape=(2, 3), stride=2, env_ids=(0,))
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, observations=obs) as w:
+        for s in range(1200):  # frames 0, 4, ...; an episode ends at every step
+            w.append_step(**fake_step(rng, s, 2, 3), observation=np.full((2, 2, 3), s % 251, np.uint8))
+            w.append_episode(0, s, 1.0, 1, 4 * s, 4 * s)
     with h5py.File(path, "r") as f:
-        rows, chunk = f[dataset].shape[0], f[dataset].chunks[0]
-    keep = 280 if dataset.startswith("steps") else rows  # the checkpoint's rows
-    if rows > chunk:  # an earlier block is not read (a resume reads no more than it writes to)
-        _flip_chunk_byte(path, dataset, 0)
-        trajlog.check_resumable(path, 2, 3, expected_rows=keep)
-    _flip_chunk_byte(path, dataset, keep - 1)
+        assert f[dataset].shape[0] > row
+        chunk = f[dataset].chunks[0]
+    _flip_chunk_byte(path, dataset, row)
     before = path.read_bytes()
-    with pytest.raises(trajlog.TrajectoryLogError,
-                       match=f"damaged trajectory file: /{dataset} rows {(keep - 1) // chunk * chunk}-"):
-        trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, resume_after_frame=4 * (keep - 1),
-                                 resume_expected_rows=keep)
-    assert path.read_bytes() == before
+    resume = dict(batch_size=2, num_actions=3, observations=obs, resume_after_frame=4 * 992,
+                  resume_expected_rows=993)
+    if refused:
+        with pytest.raises(trajlog.TrajectoryLogError, match=f"damaged trajectory file: /{dataset} rows "
+                                                             f"{992 // chunk * chunk}-"):
+            trajlog.TrajectoryWriter(path, **resume)
+        assert path.read_bytes() == before
+    else:
+        trajlog.TrajectoryWriter(path, **resume).close()
+        with h5py.File(path, "r") as f:
+            assert f["steps/action"].shape[0] == 993 and f["episodes/return"].shape[0] == 993
 
 
 def test_a_failed_master_write_leaves_no_temporary_file(tmp_path, monkeypatch):
