@@ -421,8 +421,14 @@ def test_a_budget_file_that_cannot_be_read_ends_the_job_before_its_run_directory
 
 
 @pytest.mark.parametrize("template", ["single_node", "multi_node", "array"])
-@pytest.mark.parametrize("extra", ["--log-dir '/scratch/my run'", '--game "pong"', "--note a\\ b"])
-def test_quotes_in_extra_args_are_refused_before_the_run_directory(tmp_path, template, extra):
+@pytest.mark.parametrize("extra, why", [
+    ("--log-dir '/scratch/my run'", "has quotes, backslashes or line breaks"),
+    ('--game "pong"', "has quotes, backslashes or line breaks"),
+    ("--note a\\ b", "has quotes, backslashes or line breaks"),
+    ("--lr 1e-4\n--model impala", "has quotes, backslashes or line breaks"),  # read took the first line
+    ("--log-dir ~/runs/x", "has a word starting with ~, which is not expanded there"),
+])
+def test_quotes_in_extra_args_are_refused_before_the_run_directory(tmp_path, template, extra, why):
     """EXTRA_ARGS is split on spaces: quotes reached train as literal characters (a run
     directory named "'/scratch/my"), or split a value in two."""
     env = dict(os.environ, HYBRIDSIM_DIR=str(REPO), LOG_DIR=str(tmp_path / "run"), EXTRA_ARGS=extra,
@@ -430,8 +436,7 @@ def test_quotes_in_extra_args_are_refused_before_the_run_directory(tmp_path, tem
     proc = subprocess.run(["bash", str(LAUNCH / "slurm" / f"{template}.sbatch")], env=env,
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert f"error: EXTRA_ARGS='{extra}' has quotes or backslashes; it is split on spaces" in proc.stderr, \
-        proc.stdout + proc.stderr
+    assert f"error: EXTRA_ARGS='{extra}' {why}" in proc.stderr, proc.stdout + proc.stderr
     assert not (tmp_path / "run").exists()
 
 

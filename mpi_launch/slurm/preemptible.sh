@@ -76,11 +76,17 @@ hybridsim_budget() {
 # With CONFIG the recipe's settings stand: a template default would override them (the
 # command line beats the config file), so only the settings the job itself gives are passed.
 hybridsim_extra_args() {
-  # EXTRA_ARGS into the array `extra`, split on spaces: quotes and backslashes would reach
-  # train as literal characters (a --log-dir named "'/scratch/my"), so they are refused
+  # EXTRA_ARGS into the array `extra`, split on spaces. Refused: quotes and backslashes
+  # (they would reach train as literal characters: a --log-dir named "'/scratch/my"), line
+  # breaks (read takes the first line only) and a leading ~ (not expanded here)
   case "${EXTRA_ARGS:-}" in
-    *[\"\'\\]*)
-      echo "error: EXTRA_ARGS='$EXTRA_ARGS' has quotes or backslashes; it is split on spaces and not parsed as shell words: pass values without spaces, or settings with spaces in a --config file" >&2
+    *[\"\'\\]*|*$'\n'*)
+      echo "error: EXTRA_ARGS='$EXTRA_ARGS' has quotes, backslashes or line breaks; it is split on spaces and not parsed as shell words: pass values without spaces, or settings with spaces in a --config file" >&2
+      return 2 ;;
+  esac
+  case " ${EXTRA_ARGS:-}" in
+    *[[:space:]]~*)
+      echo "error: EXTRA_ARGS='$EXTRA_ARGS' has a word starting with ~, which is not expanded there: write the full path (\$HOME/...)" >&2
       return 2 ;;
   esac
   # shellcheck disable=SC2034  # the templates use it
