@@ -238,19 +238,20 @@ def _cmd_info(args) -> int:
 _early_stops: list[int] = []  # stop signals that came before the trainer could take them
 
 
-def _remember_early_stops() -> None:
+def _remember_early_stops() -> dict:
     """Slurm sends SIGUSR1 (--signal) before the time limit and SIGTERM on preemption:
     finish the iteration, write a checkpoint, exit with PREEMPTED_EXIT_CODE. One that
-    comes while the trainer is built (MPI start, environments, a GPU module compile)
+    comes while the trainer is built (arguments, environments, a GPU module compile)
     waits for it; by default it would end the rank with no checkpoint and no requeue.
-    A second one (a start that hangs) ends it as before."""
+    A second one (a start that hangs) ends it as before. Taken once MPI_Init has
+    returned: a handled signal waits for the interpreter, which MPI_Init holds, so no
+    signal could end a start hung there. Returns the handlers it replaced."""
     _early_stops.clear()
 
     def remember(signum, _frame):
         _early_stops.append(signum)
         signal.signal(signum, signal.SIG_DFL)
-    for sig in (signal.SIGUSR1, signal.SIGTERM):
-        signal.signal(sig, remember)
+    return {sig: signal.signal(sig, remember) for sig in (signal.SIGUSR1, signal.SIGTERM)}
 
 
 def _cmd_train(args) -> int:
@@ -452,10 +453,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     argv_seen = list(sys.argv[1:] if argv is None else argv)
-    if argv_seen[:1] == ["train"]:
-        _remember_early_stops()  # first: a stop from here on gets a checkpoint, not death by signal
-    openmp_note = _wait_passively_on_a_busy_machine() if argv_seen[:1] == ["train"] else None
+    training = argv_seen[:1] == ["train"]
+    openmp_note = _wait_passively_on_a_busy_machine() if training else None
     _join_mpi_job_early(argv_seen)
+    replaced = _remember_early_stops() if training else {}  # a stop from here on gets a checkpoint
+    try:
+        return _main(argv, openmp_note)
+    finally:  # called in-process (tests, notebooks): the caller's handlers again
+        for sig, handler in replaced.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def _main(argv, openmp_note) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # a bad argument seen by one rank only must end the job too
@@ -527,6 +536,7 @@ def _join_mpi_job_early(argv) -> None:
     edited config file) ends the whole job, where before MPI_Init it left the others
     waiting there forever (mpi4py aborts only once mpi4py.MPI is imported)."""
     import os
+    import subprocess
     if not argv or argv[0] != "train" or os.environ.get("HYBRIDSIM_SINGLE_PROCESS") == "1":
         return
     from hybridsim import dist
@@ -539,32 +549,44 @@ def _join_mpi_job_early(argv) -> None:
         finally:
             if watcher is not None:
                 watcher.stdin.close()  # MPI_Init returned: the watcher exits
-                watcher.wait()
+                try:
+                    watcher.wait(timeout=5)
+                except subprocess.TimeoutExpired:  # still starting (a slow file system)
+                    watcher.kill()
+                    watcher.wait()
 
 
 # Run beside a rank while it is in MPI_Init, which holds the interpreter lock (no thread of
 # ours runs there): ends the rank, and so the launcher's job, if it does not return in time.
 _MPI_INIT_WATCHER = """
-import os, select, signal, sys
+import os, select, signal, sys, threading
+for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_IGN)  # a job-wide signal is for the rank; EOF ends this
 parent, seconds, message = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 if not select.select([sys.stdin], [], [], seconds)[0]:  # no EOF: still inside MPI_Init
-    sys.stderr.write(message + "\\n")
-    sys.stderr.flush()
-    os.kill(parent, signal.SIGKILL)  # a stop signal would wait for MPI_Init (_remember_early_stops)
+    def say():
+        sys.stderr.write(message + "\\n")
+        sys.stderr.flush()
+    speaker = threading.Thread(target=say, daemon=True)
+    speaker.start()
+    speaker.join(5)  # stderr closed, full or on a hung file system: the rank ends all the same
+    os.kill(parent, signal.SIGKILL)
 """
 
 
 def _stall_timeout_in(argv) -> float:
-    """--stall-timeout as the command line gives it (TrainConfig's default otherwise, or
-    where it does not parse: the parser names that later)."""
+    """--stall-timeout as the command line gives it, argparse's abbreviations (--stall)
+    included (TrainConfig's default otherwise, or where it does not parse: the parser
+    names that later)."""
     from hybridsim.train_config import TrainConfig
     for i, arg in enumerate(argv):
-        if arg == "--stall-timeout" and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith("--stall-timeout="):
-            value = arg.split("=", 1)[1]
-        else:
+        name, equals, value = arg.partition("=")
+        if len(name) < len("--stall") or not "--stall-timeout".startswith(name):
             continue
+        if not equals:
+            if i + 1 == len(argv):
+                break
+            value = argv[i + 1]
         try:
             return float(value)
         except ValueError:

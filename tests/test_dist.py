@@ -549,11 +549,45 @@ def test_a_rank_that_never_reaches_mpi_init_ends_the_job(tmp_path):
         output[-2000:]
 
 
+def test_the_mpi_init_watcher_ends_the_rank_however_its_own_output_fares(tmp_path):
+    """The watcher's message went first: with stderr closed it crashed, and blocked on a
+    hung file system it never killed; a job-wide SIGTERM/SIGUSR1 ended the watcher itself."""
+    import signal
+    from hybridsim import cli
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # stands in for MPI_Init
+    try:
+        watcher = subprocess.Popen([sys.executable, "-I", "-S", "-c", cli._MPI_INIT_WATCHER, str(rank.pid),
+                                    "3", "rank 0: MPI_Init has not completed"], stdin=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
+        watcher.send_signal(signal.SIGTERM)  # as scancel signals every process of the step
+        watcher.send_signal(signal.SIGUSR1)
+        assert rank.wait(timeout=30) == -signal.SIGKILL
+        watcher.stdin.close()
+        assert watcher.wait(timeout=30) == 0
+    finally:
+        rank.kill()
+        rank.wait()
+    closed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:  # stderr closed: the message cannot go out, the rank ends all the same
+        watcher = subprocess.Popen(["/bin/sh", "-c", 'exec "$@" 2>&-', "sh", sys.executable, "-I", "-S", "-c",
+                                    cli._MPI_INIT_WATCHER, str(closed.pid), "1", "message"],
+                                   stdin=subprocess.PIPE)
+        assert closed.wait(timeout=30) == -signal.SIGKILL
+        watcher.stdin.close()
+        watcher.wait(timeout=30)
+    finally:
+        closed.kill()
+        closed.wait()
+
+
 def test_the_mpi_init_limit_follows_the_stall_timeout(monkeypatch):
     from hybridsim import cli
     from hybridsim.train_config import TrainConfig
     assert cli._stall_timeout_in(["train", "--stall-timeout", "30"]) == 30.0
     assert cli._stall_timeout_in(["train", "--stall-timeout=0"]) == 0.0
+    assert cli._stall_timeout_in(["train", "--stall", "45"]) == cli._stall_timeout_in(["train", "--stall-t=45"]) == 45
+    assert cli._stall_timeout_in(["train", "--seed", "7", "--stall-timeout"]) == TrainConfig.stall_timeout
     assert cli._stall_timeout_in(["train", "--stall-timeout", "soon"]) == TrainConfig.stall_timeout
     assert cli._stall_timeout_in(["train"]) == TrainConfig.stall_timeout
     monkeypatch.delenv(cli.MPI_INIT_TIMEOUT_VARIABLE, raising=False)

@@ -667,27 +667,39 @@ STOP_WHILE_BUILT = ("built = train.Trainer.__init__\n"
                     "    built(self, *a, **k)\n"
                     "    os.kill(os.getpid(), signal.SIGUSR1)\n"
                     "train.Trainer.__init__ = slow_start\n")
-STOP_BEFORE_MPI = ("import hybridsim.cli as cli\n"
-                   "join = cli._join_mpi_job_early\n"
-                   "def signalled_first(argv):\n"
-                   "    os.kill(os.getpid(), signal.SIGTERM)\n"
-                   "    join(argv)\n"
-                   "cli._join_mpi_job_early = signalled_first\n")
+STOP_AFTER_MPI = ("import hybridsim.cli as cli\n"
+                  "build = cli.build_parser\n"
+                  "def signalled_first():\n"
+                  "    os.kill(os.getpid(), signal.SIGTERM)\n"
+                  "    return build()\n"
+                  "cli.build_parser = signalled_first\n")
 
 
-@pytest.mark.parametrize("backend, patch", [("ale-py", STOP_WHILE_BUILT), ("cpu", STOP_BEFORE_MPI)],
-                         ids=["while-the-trainer-is-built", "before-mpi-starts"])
+@pytest.mark.parametrize("backend, patch", [("ale-py", STOP_WHILE_BUILT), ("cpu", STOP_AFTER_MPI)],
+                         ids=["while-the-trainer-is-built", "before-the-arguments-are-read"])
 def test_a_stop_signal_while_starting_stops_at_a_checkpoint(tmp_path, backend, patch):
     """Slurm's SIGUSR1 (or a preemption's SIGTERM) can come while the ranks still start
     (imports, MPI, environments, a GPU compile): the run then stops after its first
     iteration with a checkpoint and exit status 3, which a batch script requeues; the
     signal's default action ended the process (status -10) without either. main() takes
-    the stop signals before anything else (a SIGTERM before MPI_Init ended it too)."""
+    the stop signals once MPI has started, before it reads the arguments."""
     proc = _train_patched(tmp_path, backend, patch)
     assert proc.returncode == 3, (proc.returncode, proc.stderr[-2000:])
     assert "stopped by a signal" in proc.stdout
     frames = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["frames"]
     assert 0 < frames < 100000
+
+
+def test_train_called_in_process_leaves_the_callers_signal_handlers():
+    """cli.main(["train", ...]) ending early (--help, a bad argument) left its early-stop
+    handler installed: the caller's next SIGTERM was swallowed."""
+    import signal
+    from hybridsim import cli
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    for argv in (["train", "--help"], ["train", "--no-such-option"]):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        assert {sig: signal.getsignal(sig) for sig in before} == before, argv
 
 
 def test_ctrl_c_says_how_to_go_on_instead_of_a_traceback(tmp_path):
