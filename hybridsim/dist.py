@@ -406,12 +406,12 @@ REPORT_WAIT_SECONDS = 10.0  # rank 0 waits this long for the ranks' answers
 RANK0_GRACE_SECONDS = 20.0  # and another rank this much longer for rank 0 to end the job
 
 
+_STDLIB = sysconfig.get_paths()["stdlib"].replace(os.sep, "/") + "/"
+
+
 def _library_code(path: str) -> bool:
     """A frame of Python's standard library or of an installed package other than hybridsim."""
     return "/hybridsim/" not in path and (path.startswith(_STDLIB) or "-packages/" in path)
-
-
-_STDLIB = sysconfig.get_paths()["stdlib"].replace(os.sep, "/") + "/"
 
 
 def main_thread_location(depth: int = 3) -> str:
