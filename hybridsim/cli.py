@@ -258,7 +258,7 @@ def _cmd_train(args) -> int:
     from hybridsim import dist
     from hybridsim.config import build_config
     from hybridsim.train import BudgetReached, TrainConfig, Trainer
-    # (main() took the stop signals first: _remember_early_stops)
+    # (main() has taken the stop signals since MPI started: _remember_early_stops)
     # MPI first: a bad setting found on one rank then ends the whole job (main's
     # abort_job) instead of leaving the other ranks waiting for it in a collective.
     comm = dist.init_comm()

@@ -1037,7 +1037,7 @@ def _check_blocks_rewritten(f, path, cut: int) -> None:
     for group, rows in groups:
         for ds in group.values():
             if rows == 0 or rows % ds.chunks[0] == 0 or rows > ds.shape[0]:
-                continue  # nothing kept, a cut on a block's edge, or rows the cut adds
+                continue  # nothing kept, or a cut on a block's edge (no block is rewritten)
             try:
                 ds[rows - 1]  # reads and checks the whole block holding that row
             except (OSError, RuntimeError) as exc:
