@@ -549,6 +549,7 @@ class Trainer:
         self.storage_report: list[str] = []  # every rank's failed writes and notes, after a run
         self.storage_disk_full = True  # every failed write of the run was a full disk (or quota)
         self.storage_some_full = False  # at least one failed write of the run was
+        self._failed_writes_full: set[bool] = set()  # this rank's failed writes: full disk or not
         self.trajectories_closed: bool | None = None  # every rank file closed cleanly (None: no logs)
         self.reserve: storage.DiskReserve | None = None
         self.last_losses: dict[str, float] = {}
@@ -1183,6 +1184,7 @@ class Trainer:
 
     def _note_storage_failure(self, exc: StorageError):
         """Remember the first failed write; the loop stops at its next collective."""
+        self._failed_writes_full.add(exc.disk_full)  # the advice fits every failure, not the first
         if self.storage_failure is None:
             self.storage_failure = exc
             print(f"rank {self.rank}: {exc}; stopping after this iteration", file=sys.stderr,
@@ -1296,15 +1298,14 @@ class Trainer:
             self.reserve.release()
         # every rank learns of every rank's failed writes, so all report (and exit) alike
         mine = ([str(self.storage_failure)] if self.storage_failure is not None else []) + self.storage_notes
-        failure = self.storage_failure
-        reports = self.comm.bcast(self.comm.gather(
-            (self.rank, failure is not None, failure is not None and failure.disk_full, mine)))
+        reports = self.comm.bcast(self.comm.gather((self.rank, sorted(self._failed_writes_full), mine)))
         self.storage_report = [f"rank {r}: {line}" if self.world_size > 1 else line
-                               for r, _, _, lines in reports for line in lines]
+                               for r, _, lines in reports for line in lines]
         # a full disk wants room; another error (permissions, damaged data) its own cure
-        self.storage_disk_full = all(full for _, failed, full, _ in reports if failed)
-        self.storage_some_full = any(full for _, failed, full, _ in reports if failed)
-        if any(failed for _, failed, _, _ in reports):
+        kinds = {full for _, fulls, _ in reports for full in fulls}
+        self.storage_disk_full = kinds <= {True}
+        self.storage_some_full = True in kinds
+        if kinds:
             self.stop_reason = "storage"  # also when the budget was reached but the end failed
         return self.summary()
 

@@ -463,3 +463,26 @@ def test_the_advice_after_a_failed_write_fits_every_rank_s_failure(capsys, all_f
     err = capsys.readouterr().err
     assert advice in err, err
     assert err.count("--resume") == 1, err
+
+
+def test_the_advice_counts_every_failed_write_not_the_first(tmp_path, monkeypatch, capsys):
+    """An I/O error first, then a full disk (the final flush): the advice said only to cure
+    the cause, as the first failure alone decided."""
+    real_setitem = h5py.Dataset.__setitem__
+    calls = {"n": 0}
+
+    def eio_then_full(self, key, value):
+        calls["n"] += 1
+        if calls["n"] == 12 * 5 + 1:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        if calls["n"] > 12 * 5 + 1:
+            raise ENOSPC
+        real_setitem(self, key, value)
+
+    monkeypatch.setattr(h5py.Dataset, "__setitem__", eio_then_full)
+    code = cli.main([*TRAIN, "--total-frames", "100000", "--checkpoint-every", "2000", "--log-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == cli.STORAGE_EXIT_CODE, err
+    assert "Input/output error" in err and "No space left on device" in err, err
+    assert (f"some writes failed for want of space and others not: free space under {tmp_path} and cure the "
+            f"other cause (above)") in err, err
