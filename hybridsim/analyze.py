@@ -28,22 +28,37 @@ STOPPED_SECONDS = 600.0  # a pause between two rows this long is a stopped job, 
 PLOT_POINTS = 2000  # about this many points per file in the throughput plot
 
 
+def _first_columns(frame) -> list[int]:
+    """The step columns whose rows give each rank's time and frame: a rank file's first;
+    a master file's first column of each rank file it maps (the row index is each rank's
+    own step count: after a resume that changed the ranks, row k of two ranks are
+    different steps, and a rank file started anew at a resume holds only the later ones)."""
+    if not frame.is_virtual:
+        return [0]
+    starts = {m.vspace.get_select_bounds()[0][1] for m in frame.virtual_sources()}
+    return sorted(starts) or [0]
+
+
 def _scan_steps(f, num_actions: int, breaks=()) -> dict:
     """Action counts, the frames and seconds of running and the throughput plot's series.
-    Steps are read block by block; each row's time and frame (16 bytes a row) are kept.
-    Rows whose frame is damage (_frame_outliers) are left out, and the rows around them
-    paired across the gap. Two consecutive rows count toward the throughput unless a
-    resume, restart or gap lies between them (`breaks`, frames), their time goes back or
-    is not a number (damage), or STOPPED_SECONDS pass between them (a resume in a file
-    written before resumes were recorded): the time a job was stopped is no running time."""
+    Steps are read block by block; each row's time and frame (16 bytes a row, per rank in
+    a master file) are kept. Rows whose frame is damage (_frame_outliers) are left out,
+    and the rows around them paired across the gap. Two consecutive rows count toward the
+    throughput unless a resume, restart or gap lies between them (`breaks`, frames), their
+    time goes back or is not a number (damage), or STOPPED_SECONDS pass between them (a
+    resume in a file written before resumes were recorded): the time a job was stopped is
+    no running time. global_frame counts every rank's frames, so each rank's rows give the
+    run's rate over the time they cover: a master file's is that of the rank covering most."""
     steps = f["steps"]
     action, frame, when, env = steps["action"], steps["global_frame"], steps["unix_time"], steps["env_id"]
     counts = np.zeros(num_actions, dtype=np.int64)
-    times, frames = [], []
+    columns = _first_columns(frame)
+    times, frames = {c: [] for c in columns}, {c: [] for c in columns}
     rows = trajlog.common_rows(steps)
     for start in range(0, rows, BLOCK_ROWS):
         stop = min(rows, start + BLOCK_ROWS)
-        a = action[start:stop][env[start:stop] >= 0].astype(np.int64)
+        envs = env[start:stop]
+        a = action[start:stop][envs >= 0].astype(np.int64)
         outside = (a < 0) | (a >= num_actions)
         if outside.any():  # bincount would fail on them, or count them past the histogram
             raise trajlog.TrajectoryLogError(
@@ -51,22 +66,28 @@ def _scan_steps(f, num_actions: int, breaks=()) -> dict:
                 f"value(s) outside 0..{num_actions - 1} (e.g. {int(a[outside][0])}) in rows "
                 f"{start}..{stop - 1}")
         counts += np.bincount(a, minlength=num_actions)
-        # a row's time and frame from its first column: in a master file rank 0's, whose
-        # rows span the run (the row index is each rank's own step count: after a resume
-        # with more ranks, a new rank's row k is a later step than rank 0's)
-        first = env[start:stop, 0] >= 0  # where a master has a row of rank 0
-        times.append(when[start:stop, 0][first].astype(np.float64))
-        frames.append(frame[start:stop, 0][first].astype(np.int64))
-    t = np.concatenate(times) if times else np.zeros(0)
-    fr = np.concatenate(frames) if frames else np.zeros(0, np.int64)
+        for c in columns:
+            present = envs[:, c] >= 0  # a master's rows of that rank
+            times[c].append(when[start:stop, c][present].astype(np.float64))
+            frames[c].append(frame[start:stop, c][present].astype(np.int64))
+    scans = [_running(np.concatenate(times[c]) if times[c] else np.zeros(0),
+                      np.concatenate(frames[c]) if frames[c] else np.zeros(0, np.int64), breaks)
+             for c in columns]
+    scan = max(scans, key=lambda one: one["frames_run"])
+    scan.update(action_counts=counts, rows=rows, left_out=sum(one["left_out"] for one in scans))
+    return scan
+
+
+def _running(t: np.ndarray, fr: np.ndarray, breaks) -> dict:
+    """The frames and seconds of running of one series of rows (time, frame)."""
     left_out = _frame_outliers(fr)
     t, fr = t[~left_out], fr[~left_out]
     dt = np.diff(t)
     running = (np.isfinite(dt) & (dt >= 0) & (dt < STOPPED_SECONDS)
                & ~trajlog.crosses_breaks(fr[:-1], fr[1:], breaks))
-    return {"action_counts": counts, "rows": rows, "left_out": int(left_out.sum()),
-            "frames_run": int(np.diff(fr)[running].sum()), "seconds_run": float(dt[running].sum()),
-            "segments": len(_stretches(running)), "series": throughput_series(t, fr, running)}
+    return {"left_out": int(left_out.sum()), "frames_run": int(np.diff(fr)[running].sum()),
+            "seconds_run": float(dt[running].sum()), "segments": len(_stretches(running)),
+            "series": throughput_series(t, fr, running)}
 
 
 def _frame_outliers(fr: np.ndarray) -> np.ndarray:

@@ -497,3 +497,33 @@ def test_a_master_over_a_rank_added_on_resume_reads_as_the_run(tmp_path):
     assert of_master["overall"]["frames_per_second"] == pytest.approx(rate, rel=1e-6)
     assert of_dir["overall"]["frames_per_second"] == pytest.approx(rate, rel=1e-6)
     assert of_master["per_rank"][master.name]["rows_left_out"] == 0
+
+
+def test_a_master_whose_rank_0_file_started_anew_reads_as_the_run(tmp_path):
+    """Rank 0's file lost and started anew at a resume (its rows from there on, a gap
+    before): the master file's rate came from rank 0's column alone, the later stretch;
+    the run directory's from rank 1's file, which covers both."""
+    rng = np.random.default_rng(5)
+    second = trajlog.rank_file(tmp_path, 1)
+    with trajlog.TrajectoryWriter(second, batch_size=2, num_actions=4) as w:
+        for s in range(100):
+            w.append_step(**fake_step(rng, s, 2, 4, env_offset=2), unix_time=1e9 + s * 0.002)
+    with trajlog.TrajectoryWriter(second, batch_size=2, num_actions=4, resume_after_frame=99 * 4,
+                                  resume_expected_rows=100) as w:
+        for s in range(100, 200):
+            w.append_step(**fake_step(rng, s, 2, 4, env_offset=2), unix_time=1e9 + 60 + (s - 100) * 0.004)
+    with trajlog.TrajectoryWriter(trajlog.rank_file(tmp_path, 0), batch_size=2, num_actions=4) as w:
+        for s in range(100, 200):  # started anew at the resume
+            w.append_step(**fake_step(rng, s, 2, 4), unix_time=1e9 + 60 + (s - 100) * 0.004)
+    for rank in (0, 1):
+        with h5py.File(trajlog.rank_file(tmp_path, rank), "r+") as f:
+            f.attrs.update({"rank": rank, "world_size": 2, "run_id": "r" * 32})
+            if rank == 0:
+                f.attrs["gaps"] = json.dumps([[0, 396]])
+    master = trajlog.write_master(tmp_path)
+    of_master = analyze.analyze(master, out_dir=tmp_path / "m", plots=False)
+    of_dir = analyze.analyze(tmp_path, out_dir=tmp_path / "d", plots=False)
+    rate = (99 * 4 + 99 * 4) / (99 * 0.002 + 99 * 0.004)  # rank 1's two stretches
+    assert of_dir["overall"]["frames_per_second"] == pytest.approx(rate, rel=1e-6)
+    assert of_master["overall"]["frames_per_second"] == pytest.approx(rate, rel=1e-6)
+    assert of_master["per_rank"][master.name]["rows_left_out"] == 0
