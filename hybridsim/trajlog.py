@@ -265,9 +265,9 @@ class TrajectoryWriter:
     def _reopen(self, last_frame: int, expected_rows: int | None, restarts_envs: bool,
                 file_id: str | None, run_id: str | None, logged_until: int | None = None):
         # every check that can refuse the resume, before anything changes the file
-        check_resumable(self.path, self.batch_size, self.num_actions, self.observations, expected_rows,
-                        file_id, run_id, flush_seconds=self.flush_seconds, wait=False,
-                        last_frame=last_frame, logged_until=logged_until)
+        kept = check_resumable(self.path, self.batch_size, self.num_actions, self.observations, expected_rows,
+                               file_id, run_id, flush_seconds=self.flush_seconds, wait=False,
+                               last_frame=last_frame, logged_until=logged_until)
         # the writer of a killed or aborted job; it flushed at least every flush_seconds
         clear_stale_write_flags(self.path, idle_seconds=quiet_seconds(self.flush_seconds))
         try:
@@ -277,7 +277,7 @@ class TrajectoryWriter:
         try:
             # new datasets (observations logged from this resume on) as the file's others
             self._dataset_kw = _dataset_kwargs(str(self.file.attrs.get("compression", "lzf")))
-            self._truncate_for_resume(last_frame, expected_rows, restarts_envs, logged_until)
+            self._truncate_for_resume(last_frame, expected_rows, restarts_envs, kept, logged_until)
         except TrajectoryLogError:
             self.file.close()
             raise
@@ -286,14 +286,14 @@ class TrajectoryWriter:
             raise TrajectoryLogError(f"{self.path}: cannot resume logging into it: {exc}") from exc
 
     def _truncate_for_resume(self, last_frame: int, expected_rows: int | None, restarts_envs: bool,
-                             logged_until: int | None = None):
-        # check_resumable passed (_reopen): nothing below refuses the resume
+                             kept: tuple, logged_until: int | None = None):
+        # check_resumable passed (_reopen), and found the rows kept: nothing below refuses
         steps = self.file["steps"]
         obs = self.file["observations"] if "observations" in self.file else None
         gaps = json_list_attr(self.file, "gaps")
         restarts = json_list_attr(self.file, "restarts")
         cut = _resume_cut(last_frame, logged_until)
-        last_row_frames, keep, keep_eps, keep_obs = _rows_kept(self.file, cut)
+        last_row_frames, keep, keep_eps, keep_obs = kept
         episodes = self.file["episodes"]
         if obs is not None:
             index = obs["index"][:keep_obs]
@@ -934,15 +934,16 @@ SUPER_WRITE_ACCESS, SUPER_SWMR_WRITE_ACCESS = 0x01, 0x04  # superblock v3 consis
 def check_resumable(path, batch_size: int, num_actions: int, observations: ObservationLogging | None = None,
                     expected_rows: int | None = None, file_id: str | None = None, run_id: str | None = None,
                     flush_seconds: float | None = None, wait: bool = True, last_frame: int | None = None,
-                    logged_until: int | None = None) -> None:
+                    logged_until: int | None = None) -> tuple | None:
     """Every check that can refuse resuming TrajectoryWriter logging into `path`, with
     nothing written: a multi-rank trainer runs them on all ranks and ends the job before
     any rank changes its file when one would refuse. A missing file passes (a new one is
     started). wait: also wait, as clear_stale_write_flags does, for a killed writer's file
-    to go quiet (a live writer's is refused)."""
+    to go quiet (a live writer's is refused). With `last_frame`: also the blocks a resume
+    to it rewrites, and the rows it keeps are returned (_rows_kept), for the resume."""
     path = pathlib.Path(path)
     if not path.exists():
-        return
+        return None
     _check_superblock(path)
     if not os.access(path, os.R_OK | os.W_OK):
         raise TrajectoryLogError(f"{path}: cannot resume logging into it: not readable and writable by "
@@ -954,8 +955,11 @@ def check_resumable(path, batch_size: int, num_actions: int, observations: Obser
     try:
         with _open_h5(path) as f:
             _resume_checks(f, path, batch_size, num_actions, observations, expected_rows, file_id, run_id)
-            if last_frame is not None:
-                _check_blocks_rewritten(f, path, _resume_cut(last_frame, logged_until))
+            if last_frame is None:
+                return None
+            kept = _rows_kept(f, _resume_cut(last_frame, logged_until))
+            _check_blocks_rewritten(f, path, kept)
+            return kept
     except TrajectoryLogError:
         raise
     except (OSError, RuntimeError, KeyError, ValueError) as exc:
@@ -1024,13 +1028,13 @@ def _rows_kept(f, cut: int) -> tuple:
     return last_row_frames, keep, keep_eps, keep_obs
 
 
-def _check_blocks_rewritten(f, path, cut: int) -> None:
+def _check_blocks_rewritten(f, path, kept: tuple) -> None:
     """The block (chunk) each dataset is cut inside must read back: HDF5 rewrites a partly
     filled block whole, when the resume cuts the dataset and when it appends, so a damaged
     one (a checksum that fails, as a kill during a write or disk damage leaves) failed the
     resume halfway, or the first flush mid-run. Blocks wholly past the cut are dropped
-    unread; blocks before it are not rewritten."""
-    _, keep, keep_eps, keep_obs = _rows_kept(f, cut)
+    unread; blocks before it are not rewritten. kept: _rows_kept's."""
+    _, keep, keep_eps, keep_obs = kept
     groups = [(f["steps"], keep), (f["episodes"], keep_eps)]
     if "observations" in f:
         groups.append((f["observations"], keep_obs))
