@@ -343,7 +343,7 @@ def _report_storage_stop(summary: dict) -> None:
                      f"SWMR mode, as hybridsim analyze does, with every row up to their last flush")
     if summary["storage_disk_full"]:
         lines.append(f"free space under {log_dir}, then run the same command with --resume to continue")
-    elif summary.get("storage_some_full"):  # ranks that ran out of space, and others that failed otherwise
+    elif summary["storage_some_full"]:  # ranks that ran out of space, and others that failed otherwise
         lines.append(f"some writes failed for want of space and others not: free space under {log_dir} "
                      f"and cure the other cause (above), then run the same command with --resume to continue")
     else:  # a refused write (permissions) or an I/O error (a damaged file): room will not help

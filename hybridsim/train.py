@@ -547,9 +547,9 @@ class Trainer:
         self.storage_notes: list[str] = []  # what the stop after a failed write did and did not save
         self.final_checkpoint: pathlib.Path | None = None
         self.storage_report: list[str] = []  # every rank's failed writes and notes, after a run
-        self.storage_disk_full = True  # every failed write of the run was a full disk (or quota)
-        self.storage_some_full = False  # at least one failed write of the run was
-        self._failed_writes_full: set[bool] = set()  # this rank's failed writes: full disk or not
+        # whether failed writes were a full disk (or quota): this rank's, then (after a run) every rank's
+        self._failed_writes_full: set[bool] = set()
+        self.storage_failures_full: set[bool] = set()
         self.trajectories_closed: bool | None = None  # every rank file closed cleanly (None: no logs)
         self.reserve: storage.DiskReserve | None = None
         self.last_losses: dict[str, float] = {}
@@ -1301,11 +1301,8 @@ class Trainer:
         reports = self.comm.bcast(self.comm.gather((self.rank, sorted(self._failed_writes_full), mine)))
         self.storage_report = [f"rank {r}: {line}" if self.world_size > 1 else line
                                for r, _, lines in reports for line in lines]
-        # a full disk wants room; another error (permissions, damaged data) its own cure
-        kinds = {full for _, fulls, _ in reports for full in fulls}
-        self.storage_disk_full = kinds <= {True}
-        self.storage_some_full = True in kinds
-        if kinds:
+        self.storage_failures_full = {full for _, fulls, _ in reports for full in fulls}
+        if self.storage_failures_full:
             self.stop_reason = "storage"  # also when the budget was reached but the end failed
         return self.summary()
 
@@ -1547,8 +1544,10 @@ class Trainer:
                 "checkpoint": str(self.final_checkpoint or self.checkpoint_path()),
                 "final_checkpoint": str(self.final_checkpoint) if self.final_checkpoint else None,
                 "preempted": self.preempted, "stopped": self.stop_reason,
-                "storage_report": self.storage_report, "storage_disk_full": self.storage_disk_full,
-                "storage_some_full": self.storage_some_full,
+                # a full disk wants room; another error (permissions, damaged data) its own cure
+                "storage_report": self.storage_report,
+                "storage_disk_full": self.storage_failures_full <= {True},
+                "storage_some_full": True in self.storage_failures_full,
                 "trajectories_closed": self.trajectories_closed,
                 "log_dir": str(self.log_dir), "rank": self.rank,
                 "metrics": str(self.log_dir / "metrics.csv"),
