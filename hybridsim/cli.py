@@ -475,8 +475,7 @@ def _main(argv, openmp_note) -> int:
     try:
         return args.func(args)
     except (ValueError, RuntimeError, OSError, TypeError) as exc:
-        print(f"hybridsim {args.command}: error: {exc}", file=sys.stderr)
-        _abort_mpi_job(2)
+        _abort_mpi_job(2, f"hybridsim {args.command}: error: {exc}")
         return 2
     except SystemExit:
         raise
@@ -497,10 +496,10 @@ def _main(argv, openmp_note) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
         return 130
-    except BaseException:  # a bug, MemoryError: the traceback, and under MPI
-        import traceback          # the whole job ends (mpi4py's runner does this, mpiexec alone not)
-        traceback.print_exc()
-        _abort_mpi_job(1)
+    except BaseException:  # a bug, MemoryError: the traceback, and under MPI the whole job
+        if _in_mpi_job():   # ends (mpi4py's runner does this, mpiexec alone not)
+            import traceback  # printed here: the job ends before Python would print it
+            _abort_mpi_job(1, traceback.format_exc().rstrip("\n"))
         raise
 
 
@@ -574,24 +573,39 @@ if not select.select([sys.stdin], [], [], seconds)[0]:  # no EOF: still inside M
 """
 
 
-def _stall_timeout_in(argv) -> float:
-    """--stall-timeout as the command line gives it, argparse's abbreviations (--stall)
-    included (TrainConfig's default otherwise, or where it does not parse: the parser
-    names that later)."""
-    from hybridsim.train_config import TrainConfig
+def _option_in(argv, option: str, shortest: str):
+    """The value argv gives `option` (as `--opt V` or `--opt=V`, argparse's unambiguous
+    abbreviations down to `shortest` included), or None."""
     for i, arg in enumerate(argv):
-        name, equals, value = arg.partition("=")
-        if len(name) < len("--stall") or not "--stall-timeout".startswith(name):
-            continue
-        if not equals:
-            if i + 1 == len(argv):
-                break
-            value = argv[i + 1]
-        try:
-            return float(value)
-        except ValueError:
+        if arg == "--":
             break
-    return TrainConfig.stall_timeout
+        name, equals, value = arg.partition("=")
+        if len(name) < len(shortest) or not option.startswith(name):
+            continue
+        if equals:
+            return value
+        return argv[i + 1] if i + 1 < len(argv) else None
+    return None
+
+
+def _stall_timeout_in(argv) -> float:
+    """--stall-timeout as the command line gives it, else as its --config file (or recipe)
+    does, else TrainConfig's default; the default also where it does not parse (the
+    parser names that later)."""
+    from hybridsim.train_config import TrainConfig
+    given = _option_in(argv, "--stall-timeout", "--stall")
+    if given is None:
+        config = _option_in(argv, "--config", "--co")
+        if config:
+            from hybridsim.config import load_config_file
+            try:
+                given = load_config_file(config).get("stall_timeout")
+            except (OSError, ValueError):
+                given = None
+    try:
+        return float(given) if given is not None and not isinstance(given, bool) else TrainConfig.stall_timeout
+    except (TypeError, ValueError):
+        return TrainConfig.stall_timeout
 
 
 MPI_INIT_TIMEOUT_VARIABLE = "HYBRIDSIM_MPI_INIT_TIMEOUT"
@@ -633,11 +647,25 @@ def _watch_mpi_init(argv):
         return None
 
 
-def _abort_mpi_job(code: int) -> None:
-    """Under MPI with other ranks, end the job (they may wait for this rank in a collective)."""
-    if "mpi4py.MPI" in sys.modules:
-        from hybridsim import dist
-        dist.abort_job(code)
+def _in_mpi_job() -> bool:
+    """Whether this rank runs in an MPI job with others (dist, and so torch, only then)."""
+    if "mpi4py.MPI" not in sys.modules:
+        return False
+    from hybridsim import dist
+    return dist.in_job_of_several_ranks()
+
+
+def _abort_mpi_job(code: int, message: str | None = None) -> None:
+    """Print message to stderr; in an MPI job with other ranks, then end the job (they may
+    wait for this rank in a collective), waiting at most a few seconds for stderr: a log
+    on a hung file system must not keep the job from ending."""
+    if not _in_mpi_job():
+        if message is not None:
+            print(message, file=sys.stderr)
+        return
+    from hybridsim import dist
+    dist.say_within(message)
+    dist.abort_job(code)
 
 
 if __name__ == "__main__":

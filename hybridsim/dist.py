@@ -391,13 +391,35 @@ def abort_job(code: int) -> None:
     """End the whole MPI job (MPI_Abort) when this process runs in one with other ranks;
     return otherwise. A rank that stops on an error calls it so the others, which may be
     waiting for it in a collective, do not hang."""
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized() or mpi.COMM_WORLD.Get_size() < 2:
+    if not in_job_of_several_ranks():
         return
-    sys.stdout.flush()
-    sys.stderr.flush()
+    say_within(None)
     time.sleep(1.0)  # the launcher forwards output asynchronously: let the message reach it
-    mpi.COMM_WORLD.Abort(code)
+    sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
+
+
+def in_job_of_several_ranks() -> bool:
+    """Whether MPI runs, with other ranks (MPI_Abort would end them too)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    return (mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
+            and mpi.COMM_WORLD.Get_size() > 1)
+
+
+OUTPUT_WAIT_SECONDS = 5.0
+
+
+def say_within(message: str | None, seconds: float = OUTPUT_WAIT_SECONDS) -> None:
+    """Print message (if any) to stderr and flush stdout and stderr, waiting at most
+    `seconds`: a stream on a hung file system, or a pipe nobody reads, must not keep a
+    rank that is ending the job from ending it."""
+    def say():
+        if message is not None:
+            print(message, file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    speaker = threading.Thread(target=say, name="hybridsim-say", daemon=True)
+    speaker.start()
+    speaker.join(seconds)
 
 
 # the watchdogs' messages on CollectiveTracker.report_comm
@@ -649,7 +671,7 @@ class ProgressWatchdog:
             here = f" ({self._here()})" if self.tracker is not None else ""
             blame = "another rank is hung or gone; " if collective or self.tracker is None else ""
             message = f"rank {self.rank}: {why}{here}: {blame}{ending}"
-        print(message, file=sys.stderr, flush=True)
+        say_within(message)
         abort_job(2)
         self._stop.set()  # not under MPI with other ranks: nothing to end
 

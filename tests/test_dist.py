@@ -594,6 +594,45 @@ def test_the_mpi_init_limit_follows_the_stall_timeout(monkeypatch):
     assert cli._watch_mpi_init(["train", "--stall-timeout", "0"]) is None  # the watchdogs are off
 
 
+def test_the_mpi_init_limit_reads_a_config_files_stall_timeout(tmp_path, monkeypatch):
+    from hybridsim import cli
+    from hybridsim.train_config import TrainConfig
+    config = tmp_path / "run.toml"
+    config.write_text("game = 'pong'\nstall_timeout = 40\n")
+    assert cli._stall_timeout_in(["train", "--config", str(config)]) == 40.0
+    assert cli._stall_timeout_in(["train", f"--conf={config}"]) == 40.0
+    assert cli._stall_timeout_in(["train", "--config", str(config), "--stall-timeout", "9"]) == 9.0
+    assert cli._stall_timeout_in(["train", "--", "--config", str(config)]) == TrainConfig.stall_timeout
+    (tmp_path / "bad.toml").write_text("stall_timeout = [")
+    (tmp_path / "word.json").write_text('{"stall_timeout": "soon"}')
+    for unusable in ("bad.toml", "word.json", "missing.toml"):  # the parser names these later
+        assert cli._stall_timeout_in(["train", "--config", str(tmp_path / unusable)]) == TrainConfig.stall_timeout
+    config.write_text("stall_timeout = 0\n")
+    monkeypatch.delenv(cli.MPI_INIT_TIMEOUT_VARIABLE, raising=False)
+    assert cli._watch_mpi_init(["train", "--config", str(config)]) is None
+
+
+def test_ending_the_job_waits_only_a_little_for_a_hung_stderr(monkeypatch, capsys):
+    """The watchdog's report and an error's message go to stderr before MPI_Abort: stderr
+    on a hung file system (a write that never returns) must not keep the job alive."""
+    import io
+    import threading
+    dist.say_within("rank 0: a message")
+    assert capsys.readouterr().err == "rank 0: a message\n"
+    hung = threading.Event()
+
+    class HungStream(io.TextIOBase):
+        def write(self, text):
+            hung.wait()  # never set while the test runs
+            return len(text)
+
+    monkeypatch.setattr(sys, "stderr", HungStream())
+    start = time.monotonic()
+    dist.say_within("rank 0: no training progress", seconds=0.5)
+    assert time.monotonic() - start < 3
+    hung.set()
+
+
 def test_a_stall_report_groups_the_ranks_and_names_those_waited_on():
     from hybridsim import dist
     at = "hybridsim/dist.py:139 in allreduce_sum"
