@@ -120,7 +120,7 @@ class TrainConfig:
     allreduce: str = "mpi"
     """Gradient averaging across ranks: mpi (mpi4py, staged through host memory), nccl or gloo (torch.distributed bootstrapped from the MPI ranks; MPI if it cannot start), auto (nccl for a CUDA learner, else mpi)."""
     disk_reserve: bool = True
-    """Hold a file the size of a checkpoint in log_dir and delete it when the disk fills, so the final checkpoint and the last trajectory rows still fit."""
+    """Hold a file in log_dir (room for two trajectory flushes, and on rank 0 a checkpoint besides) and delete it when the disk fills, so the final checkpoint and the last trajectory rows still fit."""
     fallback_dir: str = ""
     """Where the final checkpoint goes when log_dir's file system is full (default: the system temporary directory, if it is on another file system)."""
 

@@ -17,6 +17,25 @@ def test_ids_mirror_ale_py():
     assert spec.kwargs == gymnasium.spec("ALE/Pong-v5").kwargs
 
 
+def test_ids_load_with_the_module_named_in_the_id():
+    """gymnasium 1.x loads no plugins: in a fresh interpreter the ids exist after `import
+    hybridsim`, or with gymnasium's `module:id` form (as the docs say), not before."""
+    import subprocess
+    import sys
+    script = """
+import gymnasium
+try:
+    gymnasium.make("hybridsim/Pong-v5")
+except gymnasium.error.NamespaceNotFound:
+    print("not registered before the import")
+env = gymnasium.make("hybridsim:hybridsim/Pong-v5")
+print(type(env.unwrapped).__module__)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["not", "registered", "before", "the", "import", "hybridsim.env"]
+
+
 @pytest.mark.parametrize("env_id", ["Pong-v5", "BreakoutNoFrameskip-v4"])
 def test_single_env_matches_ale_py(env_id):
     """Same seeds (one of them a negative ALE seed after ale-py's SeedSequence), sticky
