@@ -155,11 +155,11 @@ def _cmd_analyze(args) -> int:
 
 def _cmd_replay(args) -> int:
     from hybridsim import replay
-    _given_paths(args, "file", "gif", "png_dir")
-    _refuse_unused(args, {"gif": ("overwrite",)})
+    _given_paths(args, "file", "gif", "png_dir", "npz")
+    _refuse_unused(args, {"gif or npz": ("overwrite",)})
     replay.check_outputs(gif=args.gif or None, png_dir=args.png_dir or None,
-                         overwrite=args.overwrite)
-    result = replay.replay(args.file, args.episode, env=args.env)
+                         overwrite=args.overwrite, npz=args.npz or None)
+    result = replay.replay(args.file, args.episode, env=args.env, keep_transitions=bool(args.npz))
     print(f"env {result.env_id} episode {result.episode_id}: {result.steps} steps, "
           f"return {result.episode_return:g}, replayed on {result.backend}")
     if not result.reproduced:
@@ -171,6 +171,10 @@ def _cmd_replay(args) -> int:
     for path in replay.save_frames(result.frames, gif=args.gif or None, png_dir=args.png_dir or None,
                                    overwrite=args.overwrite):
         print(f"wrote {path}")
+    if args.npz:
+        replay.save_transitions(result, args.npz, args.file, overwrite=args.overwrite)
+        print(f"wrote {args.npz} ({result.steps} transitions: observations, actions, rewards, "
+              f"terminated, truncated, behavior_logits, global_frame, final_observation)")
     return 0
 
 
@@ -403,8 +407,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="whose emulator replays: the run's backend (default), hybridsim's CPU "
                         "engine, or ale-py (checks the log against ALE itself)")
     p.add_argument("--gif", default=None, help="write the episode as an animated GIF (a new file)")
-    p.add_argument("--overwrite", action="store_true", help="let --gif replace an existing file")
+    p.add_argument("--overwrite", action="store_true", help="let --gif or --npz replace an existing file")
     p.add_argument("--png-dir", default=None, help="write the episode's frames as PNGs")
+    p.add_argument("--npz", default=None,
+                   help="write the episode's transitions as a new .npz for offline use: each step's "
+                        "observation as the agent saw it (re-emulated), action, unclipped reward, "
+                        "terminated, truncated, behavior logits, frame; and the final observation")
     p.set_defaults(func=_cmd_replay, default_of=p.get_default)
     p = sub.add_parser("eval", help="score a checkpoint on hybridsim's or ale-py's environment",
                        description="Score a checkpoint's policy. The environment takes the "

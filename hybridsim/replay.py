@@ -35,6 +35,8 @@ class ReplayResult:
     mismatches: list
     frames: list
     backend: str = ""  # the backend that replayed it
+    game: str = ""
+    transitions: dict | None = None  # replay(..., keep_transitions=True): see there
 
     @property
     def reproduced(self) -> bool:
@@ -65,16 +67,34 @@ def _env_history(f, env_id: int) -> dict:
     rows, cols = rows[order], cols[order]
     take = {name: steps[name][:n][rows, cols] for name in
             ("action", "reward_raw", "terminated", "truncated", "episode_id", "global_frame")}
-    take["step_index"] = rows
+    take["step_index"], take["column"] = rows, cols
     return take
+
+
+def _behavior_logits(f, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """steps/behavior_logits at (rows[k], cols[k]): one read of the rows' span (an episode's
+    rows are a short stretch of the file; the whole dataset may be gigabytes)."""
+    if rows.size == 0:
+        return np.zeros((0, f["steps/behavior_logits"].shape[2]), np.float32)
+    first = int(rows.min())
+    block = f["steps/behavior_logits"][first:int(rows.max()) + 1]
+    return block[rows - first, cols]
 
 
 REPLAY_ENVS = {"run": None, "hybridsim": "cpu", "ale-py": "ale-py"}  # --env: backend to use
 
 
-def replay(path, episode: int, *, env: str = "run", make_env=None) -> ReplayResult:
+def replay(path, episode: int, *, env: str = "run", make_env=None,
+           keep_transitions: bool = False) -> ReplayResult:
     """Replay row `episode` of the file's episodes table (0 = the first episode that ended)
-    on `env`: "run" (the backend the run used), "hybridsim" or "ale-py"."""
+    on `env`: "run" (the backend the run used), "hybridsim" or "ale-py".
+
+    With keep_transitions, `result.transitions` holds the episode as the agent lived it,
+    one entry per step t: `observations[t]` (what the policy saw when it chose
+    `actions[t]`, re-emulated: the run logs few or no observations), `actions`,
+    `rewards` (unclipped), `terminated`, `truncated`, `behavior_logits` (the acting
+    policy's, from the log), `global_frame`; and `final_observation`, the one after the
+    last step (what a truncated episode bootstraps from)."""
     if env not in REPLAY_ENVS:
         raise ValueError(f"env {env!r}: expected one of {', '.join(REPLAY_ENVS)}")
     path = pathlib.Path(path)
@@ -91,6 +111,9 @@ def replay(path, episode: int, *, env: str = "run", make_env=None) -> ReplayResu
         cfg = _config(f)
         num_actions = f["steps/behavior_logits"].shape[2]
         history = _env_history(f, env_id)
+        own_rows = history["episode_id"] == episode_id
+        logits = (_behavior_logits(f, history["step_index"][own_rows], history["column"][own_rows])
+                  if keep_transitions else None)
         logged_obs = {}
         if "observations" in f:
             index = f["observations/index"][()]
@@ -141,10 +164,16 @@ def replay(path, episode: int, *, env: str = "run", make_env=None) -> ReplayResu
                                              f"environment ({exc}); cannot replay") from exc
         raise
     mismatches, frames, total = [], [], 0.0
+    seen, final_observation = [], None
     for k in range(begin, last + 1):
         if k > begin and any(frame_of[k - 1] <= r < frame_of[k] for r in restarts):
             obs, _ = vec.reset(seed=seed)  # the run's environments restarted here
-        obs, reward, terminated, truncated, _ = vec.step(np.array([history["action"][k]], np.int64))
+        if keep_transitions and history["episode_id"][k] == episode_id:
+            seen.append(np.array(_host(obs[0])))
+        obs, reward, terminated, truncated, info = vec.step(np.array([history["action"][k]], np.int64))
+        if keep_transitions and k == own[-1]:  # SameStep: obs already starts the next episode
+            ended = bool(terminated[0]) or bool(truncated[0])
+            final_observation = np.array(_host(info["final_obs"][0] if ended else obs[0]))
         step = history["step_index"][k]
         if float(reward[0]) != float(history["reward_raw"][k]):
             mismatches.append(f"step {step}: reward {float(reward[0])} replayed, {history['reward_raw'][k]} logged")
@@ -168,8 +197,24 @@ def replay(path, episode: int, *, env: str = "run", make_env=None) -> ReplayResu
                               f"{float(episodes['return'][episode])}")
         if not (history["terminated"][own[-1]] or history["truncated"][own[-1]]):
             mismatches.append(f"episode {episode_id}: its last logged step does not end it")
+    transitions = None
+    if keep_transitions and not mismatches:  # never an unverified record
+        transitions = {"observations": np.stack(seen) if seen else np.zeros((0,), np.uint8),
+                       "final_observation": final_observation, "behavior_logits": logits}
+        transitions.update({name: history[source][own] for name, source in
+                            (("actions", "action"), ("rewards", "reward_raw"), ("terminated", "terminated"),
+                             ("truncated", "truncated"), ("global_frame", "global_frame"))})
     return ReplayResult(env_id, episode_id, int(own.size), total, mismatches, frames,
-                        backend=str(cfg["backend"]))
+                        backend=str(cfg["backend"]), game=str(cfg["game"]), transitions=transitions)
+
+
+def _host(array):
+    """A numpy array of a backend's observation (the GPU backends give device arrays)."""
+    if hasattr(array, "get"):  # CuPy
+        return array.get()
+    if hasattr(array, "cpu"):  # torch
+        return array.cpu().numpy()
+    return np.asarray(array)
 
 
 def _check_env_config(path, cfg: dict, env_id: int) -> None:
@@ -211,22 +256,31 @@ def _make_env(cfg: dict, seed: int):
     return make_vector_env(train_cfg, seed)
 
 
-def check_outputs(gif: str | None = None, png_dir: str | None = None, overwrite: bool = False) -> None:
-    """Refuse, before a replay that can take minutes, outputs save_frames could not write,
-    would overwrite (unless `overwrite`) or would mix with older frames."""
+def _check_new_file(name: str, option: str, what: str, overwrite: bool) -> None:
+    path = pathlib.Path(name)
+    if path.is_dir():
+        raise IsADirectoryError(f"{option} {name}: is a directory; name the {what} file to write")
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{option} {name}: already exists; name a new file, or pass "
+                              f"--overwrite to replace it")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise NotADirectoryError(f"{option} {name}: {path.parent} is a file, not a directory")
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"{option} {name}: directory {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK):
+        raise PermissionError(f"{option} {name}: cannot write into {path.parent}")
+
+
+def check_outputs(gif: str | None = None, png_dir: str | None = None, overwrite: bool = False,
+                  npz: str | None = None) -> None:
+    """Refuse, before a replay that can take minutes, outputs save_frames or save_transitions
+    could not write, would overwrite (unless `overwrite`) or would mix with older frames."""
     if gif:
-        path = pathlib.Path(gif)
-        if path.is_dir():
-            raise IsADirectoryError(f"--gif {gif}: is a directory; name the GIF file to write")
-        if path.exists() and not overwrite:
-            raise FileExistsError(f"--gif {gif}: already exists; name a new file, or pass "
-                                  f"--overwrite to replace it")
-        if path.parent.exists() and not path.parent.is_dir():
-            raise NotADirectoryError(f"--gif {gif}: {path.parent} is a file, not a directory")
-        if not path.parent.is_dir():
-            raise FileNotFoundError(f"--gif {gif}: directory {path.parent} does not exist")
-        if not os.access(path.parent, os.W_OK):
-            raise PermissionError(f"--gif {gif}: cannot write into {path.parent}")
+        _check_new_file(gif, "--gif", "GIF", overwrite)
+    if npz:
+        _check_new_file(npz, "--npz", ".npz", overwrite)
+        if not npz.endswith(".npz"):  # numpy would add the suffix to a name without it
+            raise ValueError(f"--npz {npz}: name a file ending in .npz")
     if png_dir:
         storage.check_output_directory(png_dir, "--png-dir")
         if any(pathlib.Path(png_dir).glob("frame_*.png")):
@@ -254,3 +308,20 @@ def save_frames(frames, gif: str | None = None, png_dir: str | None = None, scal
             image.save(out / f"frame_{k:05d}.png")
         written.append(str(out))
     return written
+
+
+def save_transitions(result: ReplayResult, npz: str, source, overwrite: bool = False) -> str:
+    """Write a reproduced episode's transitions (replay(..., keep_transitions=True)) as a
+    compressed .npz, with what identifies them: `game`, `env_id`, `episode_id`,
+    `episode_return`, `backend` (that replayed it) and `source` (the trajectory file)."""
+    check_outputs(npz=npz, overwrite=overwrite)
+    if result.transitions is None:
+        raise ValueError("no transitions to write: replay with keep_transitions=True, and only "
+                         "an episode the replay reproduced")
+    arrays = dict(result.transitions, env_id=np.int64(result.env_id),
+                  episode_id=np.int64(result.episode_id),
+                  episode_return=np.float64(result.episode_return),
+                  backend=np.str_(result.backend), source=np.str_(str(source)),
+                  game=np.str_(result.game))
+    storage.atomic_write(npz, lambda fh: np.savez_compressed(fh, **arrays))
+    return npz

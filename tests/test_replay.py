@@ -52,6 +52,66 @@ def test_tampered_log_is_caught(short_episode_run, tmp_path):
     assert "reward" in result.mismatches[0]
 
 
+def test_transitions_are_what_the_agent_saw_and_did(short_episode_run):
+    """keep_transitions: one entry per step of the episode. Checked against the log (its
+    actions, rewards, flags, behavior logits, and every logged observation, which is what
+    the step before returned) and against ale-py replaying the same actions (the run used
+    ale-py; hybridsim's engine replays it here)."""
+    path = trajlog.rank_file(short_episode_run, 0)
+    with h5py.File(path, "r") as f:
+        steps = {k: f["steps"][k][()] for k in ("env_id", "episode_id", "action", "reward_raw",
+                                                "terminated", "truncated", "behavior_logits")}
+        logged = dict(zip((int(r) for r, e, _ in f["observations/index"][()] if e == 0),
+                          f["observations/frames"][()]))
+    episodes = trajlog.read_episodes(path)
+    episode = int(np.nonzero(episodes["env_id"] == 0)[0][0])
+    ours = replay.replay(path, episode, env="hybridsim", keep_transitions=True)
+    theirs = replay.replay(path, episode, env="ale-py", keep_transitions=True)
+    assert ours.reproduced and theirs.reproduced and ours.backend == "cpu"
+    t = ours.transitions
+    rows = np.nonzero((steps["env_id"] == 0) & (steps["episode_id"] == ours.episode_id))[0]
+    cols = np.nonzero(steps["env_id"][rows] == 0)[1]
+    assert t["observations"].shape == (ours.steps, 4, 84, 84) == (rows.size, 4, 84, 84)
+    for name, field in (("actions", "action"), ("rewards", "reward_raw"), ("terminated", "terminated"),
+                        ("truncated", "truncated"), ("behavior_logits", "behavior_logits")):
+        assert np.array_equal(t[name], steps[field][rows, cols]), name
+    assert t["terminated"][-1] or t["truncated"][-1]
+    assert not (t["terminated"][:-1] | t["truncated"][:-1]).any()
+    compared = [k for k in range(1, rows.size) if int(rows[k - 1]) in logged]
+    assert len(compared) >= 5
+    for k in compared:
+        assert np.array_equal(t["observations"][k], logged[int(rows[k - 1])]), k
+    assert t["final_observation"].shape == (4, 84, 84)
+    assert not np.array_equal(t["final_observation"], t["observations"][-1])
+    assert set(t) == set(theirs.transitions)
+    for name in t:
+        assert np.array_equal(t[name], theirs.transitions[name]), name
+
+
+def test_npz_holds_the_transitions(short_episode_run, tmp_path):
+    path = trajlog.rank_file(short_episode_run, 0)
+    npz = tmp_path / "episode.npz"
+    out = subprocess.run([sys.executable, "-m", "hybridsim", "replay", str(path), "--episode", "0",
+                          "--npz", str(npz)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert f"wrote {npz}" in out.stdout
+    expected = replay.replay(path, 0, keep_transitions=True)
+    with np.load(npz) as data:
+        for name, value in expected.transitions.items():
+            assert np.array_equal(data[name], value), name
+        assert str(data["game"]) == "breakout" and int(data["env_id"]) == expected.env_id
+        assert float(data["episode_return"]) == expected.episode_return
+        assert str(data["source"]) == str(path)
+    tampered = tmp_path / path.name
+    tampered.write_bytes(path.read_bytes())
+    with h5py.File(tampered, "r+") as f:
+        f["steps/reward_raw"][0, :] += 7.0
+    result = replay.replay(tampered, 0, keep_transitions=True)
+    assert not result.reproduced and result.transitions is None
+    with pytest.raises(ValueError, match="only an episode the replay reproduced"):
+        replay.save_transitions(result, str(tmp_path / "bad.npz"), tampered)
+
+
 def test_episode_out_of_range_is_named(short_episode_run):
     with pytest.raises(ValueError, match="episode 999 out of range"):
         replay.replay(trajlog.rank_file(short_episode_run, 0), 999)
@@ -219,7 +279,7 @@ def _a_file(d):
 
 def test_overwrite_without_gif_is_refused(short_episode_run):
     from hybridsim import cli
-    with pytest.raises(ValueError, match="--overwrite applies to --gif, which is not given"):
+    with pytest.raises(ValueError, match="--overwrite applies to --gif or --npz, which is not given"):
         cli._cmd_replay(cli.build_parser().parse_args(
             ["replay", str(trajlog.rank_file(short_episode_run, 0)), "--episode", "0", "--overwrite"]))
 
@@ -231,6 +291,9 @@ def test_overwrite_without_gif_is_refused(short_episode_run):
     ("--png-dir", lambda d: _a_file(d) / "x" / "y", "--png-dir .*file/x/y: .*file is a file, not a directory"),
     ("--gif", lambda d: _a_file(d) / "ep.gif", "--gif .*file/ep.gif: .*file is a file, not a directory"),
     ("--gif", _a_file, "--gif .*file: already exists; .*--overwrite"),
+    ("--npz", _a_file, "--npz .*file: already exists; .*--overwrite"),
+    ("--npz", lambda d: d / "episode.h5", "--npz .*episode.h5: name a file ending in .npz"),
+    ("--npz", lambda d: d / "missing" / "ep.npz", "directory .*missing does not exist"),
 ])
 def test_replay_refuses_outputs_it_cannot_write_before_replaying(short_episode_run, tmp_path,
                                                                    monkeypatch, option, make, message):
