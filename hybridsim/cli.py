@@ -136,7 +136,7 @@ def _given_paths(args, *names) -> None:
     '', eval '') or "not given" (--gif '')."""
     for name in names:
         if getattr(args, name, None) == "":
-            flag = name if name in ("target", "checkpoint", "file") else f"--{name.replace('_', '-')}"
+            flag = name if name in ("target", "checkpoint", "file", "output") else f"--{name.replace('_', '-')}"
             raise ValueError(f"{flag}: an empty path; name a file or directory")
 
 
@@ -175,6 +175,19 @@ def _cmd_replay(args) -> int:
         replay.save_transitions(result, args.npz, args.file, overwrite=args.overwrite)
         print(f"wrote {args.npz} ({result.steps} transitions: observations, actions, rewards, "
               f"terminated, truncated, behavior_logits, global_frame, final_observation)")
+    return 0
+
+
+def _cmd_export(args) -> int:
+    from hybridsim import export
+    _given_paths(args, "file", "output")
+    summary = export.export_dataset(args.file, args.output, env=args.env, compression=args.compression,
+                                    overwrite=args.overwrite,
+                                    report=lambda text: print(f"export: {text}", file=sys.stderr, flush=True))
+    print(f"re-emulated {summary['rows']:,} steps of {summary['environments']} environments "
+          f"({summary['episodes_ended']} episode ends) in {summary['seconds']:.1f} s; every reward "
+          f"and episode end matches the log")
+    print(f"wrote {args.output}")
     return 0
 
 
@@ -414,6 +427,24 @@ def build_parser() -> argparse.ArgumentParser:
                         "observation as the agent saw it (re-emulated), action, unclipped reward, "
                         "terminated, truncated, behavior logits, frame; and the final observation")
     p.set_defaults(func=_cmd_replay, default_of=p.get_default)
+    p = sub.add_parser("export", help="re-emulate a rank's whole trajectory log into an offline "
+                                      "dataset with every step's observation",
+                       description="Re-emulate every environment of a traj_rankNNNNN.h5 file as one "
+                       "batch and write OUTPUT: /observations [steps, envs, *obs_shape] (what the policy "
+                       "saw at each step), the logged action, reward_raw, terminated, truncated, "
+                       "episode_id, global_frame and behavior_logits, and /final_observations with "
+                       "/final_index (row, column) for each step that ended an episode. Each reward, "
+                       "episode end and logged observation is checked against the file; on a "
+                       "difference nothing is written. Synchronous logs without gaps only.")
+    p.add_argument("file", help="a traj_rank*.h5 file")
+    p.add_argument("output", help="the dataset to write (a new .h5 file)")
+    p.add_argument("--env", default="run", choices=["run", "hybridsim", "ale-py"],
+                   help="whose emulator re-emulates: the run's backend (default), hybridsim's CPU "
+                        "engine, or ale-py")
+    p.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
+                   help="of OUTPUT's datasets (gzip: readable by any HDF5 tool; lzf: faster, h5py)")
+    p.add_argument("--overwrite", action="store_true", help="let OUTPUT replace an existing file")
+    p.set_defaults(func=_cmd_export)
     p = sub.add_parser("eval", help="score a checkpoint on hybridsim's or ale-py's environment",
                        description="Score a checkpoint's policy. The environment takes the "
                        "checkpoint's settings (frame skip, sticky actions, no-op starts, episode "

@@ -43,7 +43,8 @@ class ReplayResult:
         return not self.mismatches
 
 
-def _config(f) -> dict:
+def run_config(f) -> dict:
+    """The run's settings, from a trajectory file's `config` attribute."""
     raw = f.attrs.get("config")
     if raw is None:
         raise trajlog.TrajectoryLogError(f"{f.filename}: no run config attribute; cannot replay")
@@ -108,7 +109,7 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
                              f"{episodes['env_id'].size} finished episodes")
         env_id = int(episodes["env_id"][episode])
         episode_id = int(episodes["episode_id"][episode])
-        cfg = _config(f)
+        cfg = run_config(f)
         num_actions = f["steps/behavior_logits"].shape[2]
         history = _env_history(f, env_id)
         own_rows = history["episode_id"] == episode_id
@@ -139,7 +140,7 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
                 f"the file, then resumed; the file's `gaps` attribute), and the replay needs their actions")
     if REPLAY_ENVS[env] is not None:
         cfg = {**cfg, "backend": REPLAY_ENVS[env]}
-    _check_env_config(path, cfg, env_id)
+    check_env_config(path, cfg, env_id)
     actions = history["action"][begin:last + 1]
     outside = (actions < 0) | (actions >= num_actions)
     if outside.any():  # the emulator's own message named neither the file nor the field
@@ -148,32 +149,19 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
             f"outside the action set 0..{num_actions - 1} (e.g. {int(actions[outside][0])}) for "
             f"env {env_id}; cannot replay")
     seed = int(cfg["seed"]) + env_id
-    try:
-        vec = (make_env or _make_env)(cfg, seed=seed)
-        obs, _ = vec.reset(seed=seed)
-    except RuntimeError as exc:
-        if cfg.get("backend") in ("gpu", "hybrid") and not cfg.get("gpu_emulate"):
-            raise RuntimeError(
-                f"{path}: the run used --backend {cfg['backend']}, which cannot start here ({exc}); "
-                f"replay it on the CPU with --env hybridsim (hybridsim's CPU engine is bit-exact "
-                f"with the GPU backends) or --env ale-py") from exc
-        raise
-    except Exception as exc:
-        if type(exc).__module__.startswith("gymnasium"):  # ale-py's refusal of a setting
-            raise trajlog.TrajectoryLogError(f"{path}: its run config attribute does not make an "
-                                             f"environment ({exc}); cannot replay") from exc
-        raise
+    vec = make_replay_env(path, cfg, seed, make_env=make_env)
+    obs, _ = vec.reset(seed=seed)
     mismatches, frames, total = [], [], 0.0
     seen, final_observation = [], None
     for k in range(begin, last + 1):
         if k > begin and any(frame_of[k - 1] <= r < frame_of[k] for r in restarts):
             obs, _ = vec.reset(seed=seed)  # the run's environments restarted here
         if keep_transitions and history["episode_id"][k] == episode_id:
-            seen.append(np.array(_host(obs[0])))
+            seen.append(np.array(obs[0]))
         obs, reward, terminated, truncated, info = vec.step(np.array([history["action"][k]], np.int64))
         if keep_transitions and k == own[-1]:  # SameStep: obs already starts the next episode
             ended = bool(terminated[0]) or bool(truncated[0])
-            final_observation = np.array(_host(info["final_obs"][0] if ended else obs[0]))
+            final_observation = np.array(info["final_obs"][0] if ended else obs[0])
         step = history["step_index"][k]
         if float(reward[0]) != float(history["reward_raw"][k]):
             mismatches.append(f"step {step}: reward {float(reward[0])} replayed, {history['reward_raw'][k]} logged")
@@ -208,16 +196,7 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
                         backend=str(cfg["backend"]), game=str(cfg["game"]), transitions=transitions)
 
 
-def _host(array):
-    """A numpy array of a backend's observation (the GPU backends give device arrays)."""
-    if hasattr(array, "get"):  # CuPy
-        return array.get()
-    if hasattr(array, "cpu"):  # torch
-        return array.cpu().numpy()
-    return np.asarray(array)
-
-
-def _check_env_config(path, cfg: dict, env_id: int) -> None:
+def check_env_config(path, cfg: dict, env_id: int) -> None:
     """Refuse a run config attribute that cannot rebuild the run's environment (a setting
     of the wrong type or out of range), naming the file and the setting: these failed as a
     traceback deep in the emulator (frame_skip 0), or without the file (seed "x")."""
@@ -247,16 +226,35 @@ def _check_env_config(path, cfg: dict, env_id: int) -> None:
         raise damaged(f"game {train_cfg.game!r}: {exc}") from None
 
 
-def _make_env(cfg: dict, seed: int):
+def _make_env(cfg: dict, seed: int, num_envs: int = 1):
     from hybridsim.train_config import TrainConfig, make_vector_env
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     train_cfg = TrainConfig(**{k: v for k, v in cfg.items() if k in fields})
-    train_cfg.num_envs = 1
+    train_cfg.num_envs = num_envs
     train_cfg.num_minibatches = 1
     return make_vector_env(train_cfg, seed)
 
 
-def _check_new_file(name: str, option: str, what: str, overwrite: bool) -> None:
+def make_replay_env(path, cfg: dict, seed: int, num_envs: int = 1, make_env=None):
+    """The run's vector environment of num_envs, the first seeded `seed` (not yet reset),
+    with the errors a log's config can cause named."""
+    try:
+        return (make_env or _make_env)(cfg, seed=seed, num_envs=num_envs)
+    except RuntimeError as exc:
+        if cfg.get("backend") in ("gpu", "hybrid") and not cfg.get("gpu_emulate"):
+            raise RuntimeError(
+                f"{path}: the run used --backend {cfg['backend']}, which cannot start here ({exc}); "
+                f"replay it on the CPU with --env hybridsim (hybridsim's CPU engine is bit-exact "
+                f"with the GPU backends) or --env ale-py") from exc
+        raise
+    except Exception as exc:
+        if type(exc).__module__.startswith("gymnasium"):  # ale-py's refusal of a setting
+            raise trajlog.TrajectoryLogError(f"{path}: its run config attribute does not make an "
+                                             f"environment ({exc}); cannot replay") from exc
+        raise
+
+
+def check_new_file(name: str, option: str, what: str, overwrite: bool) -> None:
     path = pathlib.Path(name)
     if path.is_dir():
         raise IsADirectoryError(f"{option} {name}: is a directory; name the {what} file to write")
@@ -276,9 +274,9 @@ def check_outputs(gif: str | None = None, png_dir: str | None = None, overwrite:
     """Refuse, before a replay that can take minutes, outputs save_frames or save_transitions
     could not write, would overwrite (unless `overwrite`) or would mix with older frames."""
     if gif:
-        _check_new_file(gif, "--gif", "GIF", overwrite)
+        check_new_file(gif, "--gif", "GIF", overwrite)
     if npz:
-        _check_new_file(npz, "--npz", ".npz", overwrite)
+        check_new_file(npz, "--npz", ".npz", overwrite)
         if not npz.endswith(".npz"):  # numpy would add the suffix to a name without it
             raise ValueError(f"--npz {npz}: name a file ending in .npz")
     if png_dir:

@@ -75,7 +75,7 @@ class MissingRankFilesError(TrajectoryLogError):
     """A run directory lacks some of its ranks' files (check_one_run with all_ranks)."""
 
 
-def _dataset_kwargs(compression: str | None):
+def dataset_kwargs(compression: str | None):
     # fletcher32: a checksum per chunk, so a damaged block fails to read instead of
     # decompressing to plausible numbers (HDF5 checks only metadata by itself)
     if compression in (None, "none"):
@@ -173,7 +173,7 @@ class TrajectoryWriter:
         self._pending_episodes: list[tuple] = []
         self._pending_obs: list[tuple] = []
         self._obs_last_block: dict[int, int] = {}  # env id -> row // stride of its last observation
-        kw = self._dataset_kw = _dataset_kwargs(compression)
+        kw = self._dataset_kw = dataset_kwargs(compression)
         self._alive = None  # a shared lock on the file while this writer lives (see _hold_alive)
         if resume_after_frame is not None and self.path.exists():
             self._reopen(resume_after_frame, resume_expected_rows, resume_restarts_envs, resume_file_id,
@@ -276,7 +276,7 @@ class TrajectoryWriter:
             raise TrajectoryLogError(f"{self.path}: cannot reopen trajectory file to resume: {exc}") from exc
         try:
             # new datasets (observations logged from this resume on) as the file's others
-            self._dataset_kw = _dataset_kwargs(str(self.file.attrs.get("compression", "lzf")))
+            self._dataset_kw = dataset_kwargs(str(self.file.attrs.get("compression", "lzf")))
             self._truncate_for_resume(last_frame, expected_rows, restarts_envs, kept, logged_until)
         except TrajectoryLogError:
             self.file.close()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("ale_py")
-from hybridsim import replay, trajlog  # noqa: E402
+from hybridsim import export, replay, trajlog  # noqa: E402
 from hybridsim.train import TrainConfig, Trainer  # noqa: E402
 import torch  # noqa: E402
 
@@ -209,6 +209,27 @@ def test_replay_across_a_resume_that_restarted_the_environments(tmp_path):
     for k in (before[-1], after[0], after[-1]):
         result = replay.replay(path, int(k))
         assert result.reproduced, (k, result.mismatches)
+    out = tmp_path / "dataset.h5"
+    export.export_dataset(path, out, env="hybridsim")  # resets at the restart too
+    _assert_export_holds_every_replayed_episode(path, out)
+
+
+def _assert_export_holds_every_replayed_episode(path, out):
+    """Each finished episode of the log, replayed alone (replay --npz), is the export's
+    stretch of that environment's column: observations, actions, final observation."""
+    episodes = trajlog.read_episodes(path)
+    with h5py.File(out, "r") as g:
+        data = {name: g[name][()] for name in ("episode_id", "action", "final_index")}
+        env_ids = g.attrs["env_ids"]
+        for k in range(episodes["env_id"].size):
+            result = replay.replay(path, k, env="hybridsim", keep_transitions=True)
+            col = int(np.nonzero(env_ids == result.env_id)[0][0])
+            rows = np.nonzero(data["episode_id"][:, col] == result.episode_id)[0]
+            t = result.transitions
+            assert np.array_equal(g["observations"][rows, col], t["observations"]), k
+            assert np.array_equal(data["action"][rows, col], t["actions"]), k
+            end = [i for i, (r, c) in enumerate(data["final_index"]) if (r, c) == (rows[-1], col)]
+            assert len(end) == 1 and np.array_equal(g["final_observations"][end[0]], t["final_observation"]), k
 
 
 @pytest.mark.parametrize("checkpoint_edit", ["two_ranks", "no_tracker"])
@@ -444,3 +465,66 @@ def test_a_resume_with_trajectories_off_leaves_a_recorded_gap(tmp_path):
     assert replay.replay(path, 0).reproduced  # before the gap
     summary = analyze.analyze(tmp_path, plots=False)
     assert "no steps logged after frame 1600 up to frame 3200" in analyze.format_summary(summary)
+
+
+def test_export_is_the_log_with_every_observation(short_episode_run, tmp_path):
+    """The run used ale-py; hybridsim's engine re-emulates it. The logged columns are copied,
+    every logged observation is among the exported ones (the step after its row), and every
+    episode equals its own replay."""
+    path = trajlog.rank_file(short_episode_run, 0)
+    out = tmp_path / "dataset.h5"
+    summary = export.export_dataset(path, out, env="hybridsim", compression="gzip")
+    steps = trajlog.read_steps(path)
+    with h5py.File(out, "r") as g, h5py.File(path, "r") as f:
+        rows, width = steps["action"].shape
+        assert summary["rows"] == rows and g["observations"].shape == (rows, width, 4, 84, 84)
+        for name in export.COPIED:
+            assert np.array_equal(g[name][()], steps[name]), name
+        assert np.array_equal(g["behavior_logits"][()], f["steps/behavior_logits"][:rows])
+        index = f["observations/index"][()]
+        assert index.shape[0] >= 5
+        for k, (row, env_id, _) in enumerate(index):
+            if row + 1 < rows:
+                assert np.array_equal(g["observations"][row + 1, env_id], f["observations/frames"][k])
+        assert g["final_index"].shape[0] == summary["episodes_ended"] == int(
+            (steps["terminated"] | steps["truncated"]).sum())
+        assert g.attrs["game"] == "breakout" and g.attrs["backend"] == "cpu"
+    _assert_export_holds_every_replayed_episode(path, out)
+
+
+def test_export_refuses_what_it_cannot_reproduce(short_episode_run, impala_run, tmp_path):
+    path = trajlog.rank_file(short_episode_run, 0)
+    tampered = tmp_path / path.name
+    tampered.write_bytes(path.read_bytes())
+    with h5py.File(tampered, "r+") as f:
+        f["steps/reward_raw"][40, 1] += 7.0
+    out = tmp_path / "dataset.h5"
+    with pytest.raises(export.ExportMismatch, match="step row 40: the re-emulated rewards differ"):
+        export.export_dataset(tampered, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no output, no temporary file
+    with h5py.File(tampered, "r+") as f:
+        f["steps/reward_raw"][40, 1] -= 7.0
+        f.attrs["gaps"] = '[[800, 1600]]'
+    with pytest.raises(ValueError, match=r"lacks the step rows of frames \[\[800, 1600\]\]"):
+        export.export_dataset(tampered, out)
+    with pytest.raises(ValueError, match="an asynchronous \\(IMPALA\\) log"):
+        export.export_dataset(trajlog.rank_file(impala_run[0], 0), out)
+    with pytest.raises(ValueError, match="a master file"):
+        export.export_dataset(short_episode_run / "trajectories.h5", out)
+    out.write_bytes(b"")
+    with pytest.raises(FileExistsError, match="already exists; .*--overwrite"):
+        export.export_dataset(path, out)
+    with pytest.raises(ValueError, match="ending in .h5"):
+        export.export_dataset(path, tmp_path / "dataset.npz")
+
+
+def test_export_cli(short_episode_run, tmp_path):
+    path = trajlog.rank_file(short_episode_run, 0)
+    out = tmp_path / "dataset.h5"
+    done = subprocess.run([sys.executable, "-m", "hybridsim", "export", str(path), str(out)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "every reward and episode end matches the log" in done.stdout and out.stat().st_size > 0
+    again = subprocess.run([sys.executable, "-m", "hybridsim", "export", str(path), str(out)],
+                           capture_output=True, text=True)
+    assert again.returncode == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr

@@ -1,0 +1,187 @@
+"""`hybridsim export FILE OUTPUT.h5`: a rank's whole trajectory log as an offline dataset.
+
+Training logs actions, rewards and flags for every step but observations for few (they
+are most of the bytes). Every environment's history follows from its seed and its
+actions, so export re-emulates the rank's environments as one batch, row by row, and
+writes each step's observation beside the logged columns, checking every reward and
+episode end (and every logged observation) against the file on the way, as replay does
+for one episode. Synchronous logs only: in an asynchronous (IMPALA) log a row holds
+whichever environments answered, so `replay --episode K --npz` takes those an episode at
+a time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import time
+
+import h5py
+import numpy as np
+
+from hybridsim import replay, trajlog
+
+COPIED = ("action", "reward_raw", "terminated", "truncated", "episode_id", "global_frame")
+BLOCK_ROWS = 256  # rows written at once (and the chunk's rows of the step columns)
+OBS_CHUNK_ROWS = 32  # an observation chunk: 32 steps of one environment (~0.9 MB at 4x84x84)
+
+
+class ExportMismatch(trajlog.TrajectoryLogError):
+    """The re-emulation disagrees with the log: it is not this run's (or is damaged)."""
+
+
+def check_output(out: str, overwrite: bool = False) -> None:
+    replay.check_new_file(out, "output", "HDF5", overwrite)
+    if not out.endswith((".h5", ".hdf5")):
+        raise ValueError(f"output {out}: name a file ending in .h5 or .hdf5")
+
+
+def _synchronous_columns(path, env_id, rows: int) -> np.ndarray:
+    """The rank's environment ids, one per column, if each of the rows of dataset `env_id`
+    holds all of them in that order (the synchronous schedule)."""
+    first = env_id[0]
+    if not all(_same_row(env_id[start:min(rows, start + 65536)], first) for start in range(0, rows, 65536)):
+        raise ValueError(f"{path}: an asynchronous (IMPALA) log: its rows hold whichever "
+                         f"environments answered, so it cannot be re-emulated as one batch; "
+                         f"export its episodes one at a time with `hybridsim replay FILE "
+                         f"--episode K --npz OUT.npz`")
+    if not np.array_equal(first, first[0] + np.arange(first.size)):
+        raise trajlog.TrajectoryLogError(f"{path}: damaged trajectory file: steps/env_id's "
+                                         f"columns are not consecutive environments ({first.tolist()})")
+    return first
+
+
+def _same_row(block: np.ndarray, first: np.ndarray) -> bool:
+    return bool((block >= 0).all() and (block == first).all())
+
+
+def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", overwrite: bool = False,
+                   report=None) -> dict:
+    """Write `out` (through a temporary file: nothing is left behind on an error, and an
+    existing file is replaced only with overwrite) and return a summary. `report(text)` is
+    called every few seconds with the progress."""
+    if env not in replay.REPLAY_ENVS:
+        raise ValueError(f"env {env!r}: expected one of {', '.join(replay.REPLAY_ENVS)}")
+    path, out = pathlib.Path(path), str(out)
+    check_output(out, overwrite)
+    dataset_kw = trajlog.dataset_kwargs(compression)
+    with trajlog.open_trajectory_file(path) as f:
+        if f.attrs.get("virtual"):
+            raise ValueError(f"{path}: a master file; export a rank file (traj_rankNNNNN.h5) "
+                             f"beside it, one per rank")
+        cfg = replay.run_config(f)
+        gaps = trajlog.json_list_attr(f, "gaps")
+        if gaps:
+            raise ValueError(f"{path}: the file lacks the step rows of frames {gaps} (its `gaps` "
+                             f"attribute): the environments' states after them are unknown, so the "
+                             f"file cannot be re-emulated as a whole; `hybridsim replay FILE "
+                             f"--episode K --npz OUT.npz` takes the episodes outside them")
+        restarts = sorted(int(r) for r in trajlog.json_list_attr(f, "restarts"))
+        steps = f["steps"]
+        rows = trajlog.common_rows(steps)
+        if rows == 0:
+            raise ValueError(f"{path}: no step rows to export")
+        columns = _synchronous_columns(path, steps["env_id"], rows)
+        logged_obs = {}
+        if "observations" in f:
+            index = f["observations/index"][()]
+            for k, (row, env_id, _) in enumerate(index):
+                logged_obs.setdefault(int(row), []).append((int(env_id) - int(columns[0]), k))
+        if env != "run":
+            cfg = {**cfg, "backend": replay.REPLAY_ENVS[env]}
+        replay.check_env_config(path, cfg, int(columns[-1]))
+        seed = int(cfg["seed"]) + int(columns[0])
+        # a resume that could not restore the environments restarted them all from their
+        # seeds at a recorded frame: reset before the first row past it
+        frame = steps["global_frame"][:rows, 0]
+        restart_rows = {int(np.searchsorted(frame, r, "right")) for r in restarts} - {0}
+        vec = replay.make_replay_env(path, cfg, seed, columns.size)
+        tmp = f"{out}.{os.getpid()}.tmp"
+        try:
+            summary = _write(f, path, tmp, vec, seed, rows, columns, logged_obs, restart_rows,
+                             dataset_kw, cfg, report)
+            os.replace(tmp, out)
+        except BaseException:
+            pathlib.Path(tmp).unlink(missing_ok=True)
+            raise
+        finally:
+            vec.close()
+    return summary
+
+
+def _write(f, path, tmp, vec, seed, rows, columns, logged_obs, restart_rows, dataset_kw, cfg, report):
+    width = columns.size
+    steps = f["steps"]
+    num_actions = steps["behavior_logits"].shape[2]
+    obs, _ = vec.reset(seed=seed)
+    obs_shape = tuple(np.shape(obs))[1:]
+    episode_ends = 0
+    started = last_report = time.monotonic()
+    with h5py.File(tmp, "w") as g:
+        observations = g.create_dataset(
+            "observations", (rows, width) + obs_shape, np.uint8,
+            chunks=(min(OBS_CHUNK_ROWS, rows), 1) + obs_shape, **dataset_kw)
+        copies = {name: g.create_dataset(name, (rows,) + steps[name].shape[1:], steps[name].dtype,
+                                         chunks=(min(BLOCK_ROWS, rows),) + steps[name].shape[1:],
+                                         **dataset_kw) for name in COPIED + ("behavior_logits",)}
+        finals = g.create_dataset("final_observations", (0,) + obs_shape, np.uint8,
+                                  maxshape=(None,) + obs_shape, chunks=(1,) + obs_shape, **dataset_kw)
+        final_index = g.create_dataset("final_index", (0, 2), np.int64, maxshape=(None, 2),
+                                       chunks=(BLOCK_ROWS, 2))
+        for start in range(0, rows, BLOCK_ROWS):
+            stop = min(rows, start + BLOCK_ROWS)
+            log = {name: steps[name][start:stop] for name in copies}
+            for name, dataset in copies.items():
+                dataset[start:stop] = log[name]
+            actions = log["action"]
+            if ((actions < 0) | (actions >= num_actions)).any():
+                raise trajlog.TrajectoryLogError(f"{path}: damaged trajectory file: steps/action rows "
+                                                 f"{start}-{stop - 1} hold values outside the action "
+                                                 f"set 0..{num_actions - 1}")
+            block = np.empty((stop - start, width) + obs_shape, np.uint8)
+            ends, ended_at = [], []
+            for r in range(start, stop):
+                if r in restart_rows:
+                    obs, _ = vec.reset(seed=seed)
+                block[r - start] = np.asarray(obs)
+                obs, reward, terminated, truncated, info = vec.step(actions[r - start].astype(np.int64))
+                _check_row(path, r, log, r - start, reward, terminated, truncated)
+                ended = np.nonzero(np.asarray(terminated) | np.asarray(truncated))[0]
+                if ended.size:
+                    ends.append(np.asarray(info["final_obs"])[ended])
+                    ended_at.extend((r, int(c)) for c in ended)
+                after = np.asarray(obs)
+                for col, k in logged_obs.get(r, ()):
+                    if not np.array_equal(after[col], f["observations/frames"][k]):
+                        raise ExportMismatch(f"{path}: step row {r}, env {int(columns[col])}: the "
+                                             f"re-emulated observation differs from the logged one; "
+                                             f"nothing was written")
+            observations[start:stop] = block
+            if ended_at:
+                finals.resize(episode_ends + len(ended_at), axis=0)
+                finals[episode_ends:] = np.concatenate(ends)
+                final_index.resize(episode_ends + len(ended_at), axis=0)
+                final_index[episode_ends:] = np.asarray(ended_at, np.int64)
+                episode_ends += len(ended_at)
+            if report is not None and time.monotonic() - last_report >= 10:
+                last_report = time.monotonic()
+                report(f"{stop:,} of {rows:,} rows ({stop / (last_report - started):,.0f} rows/s)")
+        g.attrs.update({"source": str(path), "game": str(cfg["game"]), "backend": str(cfg["backend"]),
+                        "env_ids": columns.astype(np.int64), "seed": int(cfg["seed"]),
+                        "config": json.dumps(cfg), "compression": dataset_kw.get("compression") or "none"})
+    return {"rows": rows, "environments": width, "episodes_ended": episode_ends,
+            "observation_shape": obs_shape, "seconds": time.monotonic() - started}
+
+
+def _check_row(path, r, log, i, reward, terminated, truncated) -> None:
+    """Row r (row i of the block `log`) as re-emulated against the file's."""
+    problems = []
+    if not np.array_equal(np.asarray(reward, np.float64), log["reward_raw"][i].astype(np.float64)):
+        problems.append("rewards")
+    if not (np.array_equal(np.asarray(terminated, bool), log["terminated"][i].astype(bool))
+            and np.array_equal(np.asarray(truncated, bool), log["truncated"][i].astype(bool))):
+        problems.append("episode ends")
+    if problems:
+        raise ExportMismatch(f"{path}: step row {r}: the re-emulated {' and '.join(problems)} differ "
+                             f"from the logged ones (not this run's log, or a damaged one); nothing "
+                             f"was written")
