@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import pathlib
 import signal
 import sys
@@ -520,24 +521,25 @@ def _main(argv, openmp_note) -> int:
         raise
     except KeyboardInterrupt as exc:  # Ctrl-C: what to do next, not a traceback per rank
         from hybridsim import dist
+        lines = []
         if exc.__context__ is not None:  # an error was on its way out when Ctrl-C came
-            print(f"hybridsim {args.command}: (while handling {type(exc.__context__).__name__}: "
-                  f"{exc.__context__})", file=sys.stderr)
+            lines.append(f"hybridsim {args.command}: (while handling {type(exc.__context__).__name__}: "
+                         f"{exc.__context__})")
         if args.command == "train" and dist.launcher_rank() in (None, 0):
             where = getattr(args, "log_dir", None) or "the run directory"
-            print(f"hybridsim train: interrupted (Ctrl-C); the same command with --resume continues "
-                  f"from the last checkpoint in {where}, if one was written", file=sys.stderr, flush=True)
+            lines.append(f"hybridsim train: interrupted (Ctrl-C); the same command with --resume "
+                         f"continues from the last checkpoint in {where}, if one was written")
         elif args.command != "train":
-            print(f"hybridsim {args.command}: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
-        _abort_mpi_job(130)
+            lines.append(f"hybridsim {args.command}: interrupted (Ctrl-C)")
+        _abort_mpi_job(130, "\n".join(lines) if lines else None)
         # end as killed by SIGINT, as Python does: a shell loop around this command stops too
         import os
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
         return 130
     except BaseException:  # a bug, MemoryError: the traceback, and under MPI the whole job
-        if _in_mpi_job():   # ends (mpi4py's runner does this, mpiexec alone not)
-            import traceback  # printed here: the job ends before Python would print it
+        if _in_mpi_job():   # ends (mpi4py's runner does this, mpiexec alone not) and this
+            import traceback  # rank with it: printed here, as Python would on the way out
             _abort_mpi_job(1, traceback.format_exc().rstrip("\n"))
         raise
 
@@ -612,35 +614,57 @@ if not select.select([sys.stdin], [], [], seconds)[0]:  # no EOF: still inside M
 """
 
 
-def _option_in(argv, option: str, shortest: str):
-    """The value argv gives `option` (as `--opt V` or `--opt=V`, argparse's unambiguous
-    abbreviations down to `shortest` included), or None."""
+def _train_options() -> list[str]:
+    """`hybridsim train`'s long options (the parser makes one per TrainConfig field)."""
+    import dataclasses
+
+    from hybridsim.train_config import TrainConfig
+    return ["--help"] + ["--" + f.name.replace("_", "-") for f in dataclasses.fields(TrainConfig)]
+
+
+def _option_in(argv, option: str, options: list[str]):
+    """The value argv gives `option` as argparse reads it: `--opt V` or `--opt=V`, an
+    abbreviation that no other of `options` starts with, the last one given; or None."""
+    value = None
     for i, arg in enumerate(argv):
         if arg == "--":
             break
-        name, equals, value = arg.partition("=")
-        if len(name) < len(shortest) or not option.startswith(name):
+        name, equals, given = arg.partition("=")
+        if not (len(name) > 2 and option.startswith(name)):
             continue
-        if equals:
-            return value
-        return argv[i + 1] if i + 1 < len(argv) else None
-    return None
+        if name != option and any(o != option and o.startswith(name) for o in options):
+            continue  # ambiguous: the parser refuses it
+        value = given if equals else (argv[i + 1] if i + 1 < len(argv) else None)
+    return value
+
+
+CONFIG_READ_SECONDS = 5.0  # for --config's stall_timeout, before the MPI_Init watcher starts
 
 
 def _stall_timeout_in(argv) -> float:
     """--stall-timeout as the command line gives it, else as its --config file (or recipe)
     does, else TrainConfig's default; the default also where it does not parse (the
-    parser names that later)."""
+    parser names that later), or where the file cannot be read within a few seconds (a
+    hung file system: the watcher must start all the same)."""
+    import threading
+
     from hybridsim.train_config import TrainConfig
-    given = _option_in(argv, "--stall-timeout", "--stall")
-    if given is None:
-        config = _option_in(argv, "--config", "--co")
-        if config:
-            from hybridsim.config import load_config_file
+    options = _train_options()
+    given = _option_in(argv, "--stall-timeout", options)
+    config = _option_in(argv, "--config", options)
+    if given is None and config:
+        from hybridsim.config import load_config_file
+        found = []
+
+        def read():
             try:
-                given = load_config_file(config).get("stall_timeout")
+                found.append(load_config_file(config).get("stall_timeout"))
             except (OSError, ValueError):
-                given = None
+                pass
+        reader = threading.Thread(target=read, name="hybridsim-config-read", daemon=True)
+        reader.start()
+        reader.join(CONFIG_READ_SECONDS)
+        given = found[0] if found else None
     try:
         return float(given) if given is not None and not isinstance(given, bool) else TrainConfig.stall_timeout
     except (TypeError, ValueError):
@@ -670,7 +694,7 @@ def _watch_mpi_init(argv):
     if seconds is None:
         stall = _stall_timeout_in(argv)
         seconds = max(60.0, 3 * stall) if stall > 0 else 0.0
-    if not seconds > 0:
+    if not (seconds > 0 and math.isfinite(seconds)):  # 0 or inf: no limit
         return None
     rank = dist.launcher_rank()
     limit = MPI_INIT_TIMEOUT_VARIABLE if given else "3 x --stall-timeout, at least 60 s,"
@@ -696,15 +720,20 @@ def _in_mpi_job() -> bool:
 
 def _abort_mpi_job(code: int, message: str | None = None) -> None:
     """Print message to stderr; in an MPI job with other ranks, then end the job (they may
-    wait for this rank in a collective), waiting at most a few seconds for stderr: a log
-    on a hung file system must not keep the job from ending."""
+    wait for this rank in a collective), waiting at most a few seconds for stderr (a log
+    on a hung file system must not keep the job from ending), and this rank: MPI_Abort
+    may return before the launcher ends it (MPICH's hydra), and what followed printed
+    the message again."""
     if not _in_mpi_job():
         if message is not None:
-            print(message, file=sys.stderr)
+            print(message, file=sys.stderr, flush=True)
         return
+    import os
+
     from hybridsim import dist
     dist.say_within(message)
     dist.abort_job(code)
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -408,10 +408,16 @@ def in_job_of_several_ranks() -> bool:
 OUTPUT_WAIT_SECONDS = 5.0
 
 
+_output_hung = threading.Event()  # a say_within did not finish: later ones do not wait again
+
+
 def say_within(message: str | None, seconds: float = OUTPUT_WAIT_SECONDS) -> None:
     """Print message (if any) to stderr and flush stdout and stderr, waiting at most
-    `seconds`: a stream on a hung file system, or a pipe nobody reads, must not keep a
-    rank that is ending the job from ending it."""
+    `seconds` in all: a stream on a hung file system, or a pipe nobody reads, must not
+    keep a rank that is ending the job from ending it."""
+    if _output_hung.is_set():
+        return  # the streams' locks are held by the writer still waiting
+
     def say():
         if message is not None:
             print(message, file=sys.stderr)
@@ -420,6 +426,8 @@ def say_within(message: str | None, seconds: float = OUTPUT_WAIT_SECONDS) -> Non
     speaker = threading.Thread(target=say, name="hybridsim-say", daemon=True)
     speaker.start()
     speaker.join(seconds)
+    if speaker.is_alive():
+        _output_hung.set()
 
 
 # the watchdogs' messages on CollectiveTracker.report_comm

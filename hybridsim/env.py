@@ -7,8 +7,8 @@
 The single environment is ale-py's own AtariEnv (its seeding, frame skip, continuous
 actions, observation types) with hybridsim.ALEInterface in place of ale_py.ALEInterface.
 Registration (hybridsim/registration.py) runs on `import hybridsim` when gymnasium is
-installed, and through the "gymnasium.envs" entry point (setup.cfg) for gymnasium versions
-that load plugins.
+installed (gymnasium 1.x loads no plugins; `gymnasium.make("hybridsim:hybridsim/Pong-v5")`
+imports it first).
 """
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ class ExportMismatch(trajlog.TrajectoryLogError):
 
 def check_output(out: str, overwrite: bool = False) -> None:
     replay.check_new_file(out, "output", "HDF5", overwrite)
-    if not out.endswith((".h5", ".hdf5")):
+    if not str(out).endswith((".h5", ".hdf5")):
         raise ValueError(f"output {out}: name a file ending in .h5 or .hdf5")
 
 

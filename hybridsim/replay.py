@@ -277,8 +277,10 @@ def check_outputs(gif: str | None = None, png_dir: str | None = None, overwrite:
         check_new_file(gif, "--gif", "GIF", overwrite)
     if npz:
         check_new_file(npz, "--npz", ".npz", overwrite)
-        if not npz.endswith(".npz"):  # numpy would add the suffix to a name without it
+        if not str(npz).endswith(".npz"):  # numpy would add the suffix to a name without it
             raise ValueError(f"--npz {npz}: name a file ending in .npz")
+        if gif and os.path.abspath(gif) == os.path.abspath(npz):
+            raise ValueError(f"--gif and --npz name the same file, {npz}")
     if png_dir:
         storage.check_output_directory(png_dir, "--png-dir")
         if any(pathlib.Path(png_dir).glob("frame_*.png")):

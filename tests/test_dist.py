@@ -587,11 +587,29 @@ def test_the_mpi_init_limit_follows_the_stall_timeout(monkeypatch):
     assert cli._stall_timeout_in(["train", "--stall-timeout", "30"]) == 30.0
     assert cli._stall_timeout_in(["train", "--stall-timeout=0"]) == 0.0
     assert cli._stall_timeout_in(["train", "--stall", "45"]) == cli._stall_timeout_in(["train", "--stall-t=45"]) == 45
+    assert cli._stall_timeout_in(["train", "--st", "5"]) == 5  # unambiguous, as argparse takes it
+    assert cli._stall_timeout_in(["train", "--stall-timeout", "5", "--stall=7"]) == 7  # the last one
+    assert cli._stall_timeout_in(["train", "--s", "5"]) == TrainConfig.stall_timeout  # --seed too
     assert cli._stall_timeout_in(["train", "--seed", "7", "--stall-timeout"]) == TrainConfig.stall_timeout
     assert cli._stall_timeout_in(["train", "--stall-timeout", "soon"]) == TrainConfig.stall_timeout
     assert cli._stall_timeout_in(["train"]) == TrainConfig.stall_timeout
     monkeypatch.delenv(cli.MPI_INIT_TIMEOUT_VARIABLE, raising=False)
     assert cli._watch_mpi_init(["train", "--stall-timeout", "0"]) is None  # the watchdogs are off
+    assert cli._watch_mpi_init(["train", "--stall-timeout", "inf"]) is None  # no limit
+    monkeypatch.setenv(cli.MPI_INIT_TIMEOUT_VARIABLE, "inf")
+    assert cli._watch_mpi_init(["train"]) is None
+
+
+def test_the_train_options_the_watcher_knows_are_the_parsers():
+    """_option_in resolves abbreviations against this list as argparse does against the
+    parser's; they must be the same."""
+    import argparse
+
+    from hybridsim import cli
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    train = sub.choices["train"]
+    assert sorted(cli._train_options()) == sorted(o for o in train._option_string_actions if o.startswith("--"))
 
 
 def test_the_mpi_init_limit_reads_a_config_files_stall_timeout(tmp_path, monkeypatch):
@@ -610,6 +628,16 @@ def test_the_mpi_init_limit_reads_a_config_files_stall_timeout(tmp_path, monkeyp
     config.write_text("stall_timeout = 0\n")
     monkeypatch.delenv(cli.MPI_INIT_TIMEOUT_VARIABLE, raising=False)
     assert cli._watch_mpi_init(["train", "--config", str(config)]) is None
+    fifo = tmp_path / "hung.toml"  # reading it blocks, as a file on a hung file system does
+    os.mkfifo(fifo)
+    from hybridsim import config as config_module  # (the real one refuses a FIFO at once)
+    monkeypatch.setattr(config_module, "resolve_config_path", lambda name: fifo)
+    monkeypatch.setattr(cli, "CONFIG_READ_SECONDS", 0.5)
+    start = time.monotonic()
+    assert cli._stall_timeout_in(["train", "--config", str(fifo)]) == TrainConfig.stall_timeout
+    assert time.monotonic() - start < 3
+    with open(fifo, "w"):  # lets the reader thread finish
+        pass
 
 
 def test_ending_the_job_waits_only_a_little_for_a_hung_stderr(monkeypatch, capsys):
@@ -617,19 +645,21 @@ def test_ending_the_job_waits_only_a_little_for_a_hung_stderr(monkeypatch, capsy
     on a hung file system (a write that never returns) must not keep the job alive."""
     import io
     import threading
+    monkeypatch.setattr(dist, "_output_hung", threading.Event())
     dist.say_within("rank 0: a message")
     assert capsys.readouterr().err == "rank 0: a message\n"
     hung = threading.Event()
 
     class HungStream(io.TextIOBase):
         def write(self, text):
-            hung.wait()  # never set while the test runs
+            hung.wait(30)  # set when the test ends; a say_within that waits fails the timing
             return len(text)
 
     monkeypatch.setattr(sys, "stderr", HungStream())
     start = time.monotonic()
     dist.say_within("rank 0: no training progress", seconds=0.5)
-    assert time.monotonic() - start < 3
+    dist.say_within(None, seconds=0.5)  # abort_job's flush: no second wait on the hung stream
+    assert time.monotonic() - start < 1.5
     hung.set()
 
 

@@ -82,6 +82,9 @@ def test_transitions_are_what_the_agent_saw_and_did(short_episode_run):
     for k in compared:
         assert np.array_equal(t["observations"][k], logged[int(rows[k - 1])]), k
     assert t["final_observation"].shape == (4, 84, 84)
+    # the stack after the last step: the last one's three newest frames and the final screen
+    # (the next episode's first observation would not hold them)
+    assert np.array_equal(t["final_observation"][:3], t["observations"][-1][1:])
     assert not np.array_equal(t["final_observation"], t["observations"][-1])
     assert set(t) == set(theirs.transitions)
     for name in t:
@@ -109,7 +112,10 @@ def test_npz_holds_the_transitions(short_episode_run, tmp_path):
     result = replay.replay(tampered, 0, keep_transitions=True)
     assert not result.reproduced and result.transitions is None
     with pytest.raises(ValueError, match="only an episode the replay reproduced"):
-        replay.save_transitions(result, str(tmp_path / "bad.npz"), tampered)
+        replay.save_transitions(result, tmp_path / "bad.npz", tampered)
+    same = tmp_path / "both.npz"
+    with pytest.raises(ValueError, match="--gif and --npz name the same file"):
+        replay.check_outputs(gif=str(same), npz=str(same))
 
 
 def test_episode_out_of_range_is_named(short_episode_run):
