@@ -64,6 +64,8 @@ def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", ove
         raise ValueError(f"env {env!r}: expected one of {', '.join(replay.REPLAY_ENVS)}")
     path, out = pathlib.Path(path), str(out)
     check_output(out, overwrite)
+    if path.exists() and os.path.exists(out) and os.path.samefile(path, out):
+        raise ValueError(f"output {out}: is the trajectory file itself; name a new file")
     dataset_kw = trajlog.dataset_kwargs(compression)
     with trajlog.open_trajectory_file(path) as f:
         if f.attrs.get("virtual"):

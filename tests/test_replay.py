@@ -522,6 +522,9 @@ def test_export_refuses_what_it_cannot_reproduce(short_episode_run, impala_run, 
         export.export_dataset(path, out)
     with pytest.raises(ValueError, match="ending in .h5"):
         export.export_dataset(path, tmp_path / "dataset.npz")
+    with pytest.raises(ValueError, match="is the trajectory file itself"):
+        export.export_dataset(tampered, tampered, overwrite=True)
+    assert tampered.stat().st_size > 0
 
 
 def test_export_cli(short_episode_run, tmp_path):
