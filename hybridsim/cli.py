@@ -182,9 +182,14 @@ def _cmd_replay(args) -> int:
 def _cmd_export(args) -> int:
     from hybridsim import export
     _given_paths(args, "file", "output")
-    summary = export.export_dataset(args.file, args.output, env=args.env, compression=args.compression,
-                                    overwrite=args.overwrite,
-                                    report=lambda text: print(f"export: {text}", file=sys.stderr, flush=True))
+    try:
+        summary = export.export_dataset(args.file, args.output, env=args.env, compression=args.compression,
+                                        overwrite=args.overwrite,
+                                        report=lambda text: print(f"export: {text}", file=sys.stderr, flush=True))
+    except export.ExportMismatch as exc:  # as replay: 1 for a log the emulator does not reproduce
+        print(f"MISMATCH {exc}")
+        print("the re-emulation does NOT reproduce the log")
+        return 1
     print(f"re-emulated {summary['rows']:,} steps of {summary['environments']} environments "
           f"({summary['episodes_ended']} episode ends) in {summary['seconds']:.1f} s; every reward "
           f"and episode end matches the log")

@@ -11,9 +11,12 @@ a time.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
+import signal
+import threading
 import time
 
 import h5py
@@ -22,7 +25,8 @@ import numpy as np
 from hybridsim import replay, trajlog
 
 COPIED = ("action", "reward_raw", "terminated", "truncated", "episode_id", "global_frame")
-BLOCK_ROWS = 256  # rows written at once (and the chunk's rows of the step columns)
+BLOCK_ROWS = 256  # rows written at once at most (and the chunk's rows of the step columns)
+BLOCK_BYTES = 64 << 20  # observations held before they are written: fewer rows for wide ranks
 OBS_CHUNK_ROWS = 32  # an observation chunk: 32 steps of one environment (~0.9 MB at 4x84x84)
 
 
@@ -30,17 +34,50 @@ class ExportMismatch(trajlog.TrajectoryLogError):
     """The re-emulation disagrees with the log: it is not this run's (or is damaged)."""
 
 
+class ExportStopped(RuntimeError):
+    """A SIGTERM or SIGHUP ended the export; nothing was written."""
+
+
 def check_output(out: str, overwrite: bool = False) -> None:
     replay.check_new_file(out, "output", "HDF5", overwrite)
-    if not str(out).endswith((".h5", ".hdf5")):
+    if not str(out).lower().endswith((".h5", ".hdf5")):
         raise ValueError(f"output {out}: name a file ending in .h5 or .hdf5")
+
+
+@contextlib.contextmanager
+def _stop_signals():
+    """SIGINT, SIGTERM and SIGHUP as a flag the row loop reads: raised from anywhere, a
+    KeyboardInterrupt could land in one of h5py's callbacks, where Python drops it and the
+    export went on to write its file."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    caught = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.getsignal(sig) for sig in caught}
+    for sig in caught:
+        signal.signal(sig, lambda signum, frame: setattr(stop, "signum", signum) or stop.set())
+    try:
+        yield stop
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _check_stop(stop) -> None:
+    if not stop.is_set():
+        return
+    if stop.signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise ExportStopped(f"stopped by {signal.Signals(stop.signum).name}; nothing was written")
 
 
 def _synchronous_columns(path, env_id, rows: int) -> np.ndarray:
     """The rank's environment ids, one per column, if each of the rows of dataset `env_id`
     holds all of them in that order (the synchronous schedule)."""
     first = env_id[0]
-    if not all(_same_row(env_id[start:min(rows, start + 65536)], first) for start in range(0, rows, 65536)):
+    step = max(1, (16 << 20) // max(1, env_id.shape[1] * env_id.dtype.itemsize))
+    if not all(_same_row(env_id[start:min(rows, start + step)], first) for start in range(0, rows, step)):
         raise ValueError(f"{path}: an asynchronous (IMPALA) log: its rows hold whichever "
                          f"environments answered, so it cannot be re-emulated as one batch; "
                          f"export its episodes one at a time with `hybridsim replay FILE "
@@ -66,6 +103,8 @@ def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", ove
     check_output(out, overwrite)
     if path.exists() and os.path.exists(out) and os.path.samefile(path, out):
         raise ValueError(f"output {out}: is the trajectory file itself; name a new file")
+    if path.exists() and os.path.exists(out) and _master_reads(path, out):
+        raise ValueError(f"output {out}: is the run's master file; name a new file")
     dataset_kw = trajlog.dataset_kwargs(compression)
     with trajlog.open_trajectory_file(path) as f:
         if f.attrs.get("virtual"):
@@ -75,20 +114,16 @@ def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", ove
         gaps = trajlog.json_list_attr(f, "gaps")
         if gaps:
             raise ValueError(f"{path}: the file lacks the step rows of frames {gaps} (its `gaps` "
-                             f"attribute): the environments' states after them are unknown, so the "
-                             f"file cannot be re-emulated as a whole; `hybridsim replay FILE "
-                             f"--episode K --npz OUT.npz` takes the episodes outside them")
+                             f"attribute), which a re-emulation of the whole file needs; `hybridsim "
+                             f"replay FILE --episode K --npz OUT.npz` takes the episodes outside them")
         restarts = sorted(int(r) for r in trajlog.json_list_attr(f, "restarts"))
         steps = f["steps"]
         rows = trajlog.common_rows(steps)
         if rows == 0:
             raise ValueError(f"{path}: no step rows to export")
         columns = _synchronous_columns(path, steps["env_id"], rows)
-        logged_obs = {}
-        if "observations" in f:
-            index = f["observations/index"][()]
-            for k, (row, env_id, _) in enumerate(index):
-                logged_obs.setdefault(int(row), []).append((int(env_id) - int(columns[0]), k))
+        logged_obs = _logged_observations(f, path, columns)
+        run_cfg = cfg
         if env != "run":
             cfg = {**cfg, "backend": replay.REPLAY_ENVS[env]}
         replay.check_env_config(path, cfg, int(columns[-1]))
@@ -96,13 +131,17 @@ def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", ove
         # a resume that could not restore the environments restarted them all from their
         # seeds at a recorded frame: reset before the first row past it
         frame = steps["global_frame"][:rows, 0]
-        restart_rows = {int(np.searchsorted(frame, r, "right")) for r in restarts} - {0}
+        restart_rows = {int(np.searchsorted(frame, r, "right")) for r in restarts} - {0, rows}
         vec = replay.make_replay_env(path, cfg, seed, columns.size)
         tmp = f"{out}.{os.getpid()}.tmp"
         try:
-            summary = _write(f, path, tmp, vec, seed, rows, columns, logged_obs, restart_rows,
-                             dataset_kw, cfg, report)
-            os.replace(tmp, out)
+            with _stop_signals() as stop:
+                summary = _write(f, path, tmp, vec, seed, rows, columns, logged_obs, restart_rows,
+                                 dataset_kw, cfg, run_cfg, report, stop)
+                with open(tmp, "rb+") as fh:  # on disk before it takes the name
+                    os.fsync(fh.fileno())
+                _check_stop(stop)
+                os.replace(tmp, out)
         except BaseException:
             pathlib.Path(tmp).unlink(missing_ok=True)
             raise
@@ -111,12 +150,42 @@ def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", ove
     return summary
 
 
-def _write(f, path, tmp, vec, seed, rows, columns, logged_obs, restart_rows, dataset_kw, cfg, report):
+def _master_reads(path: pathlib.Path, out: str) -> bool:
+    """Whether `out` is a master file that reads `path` (writing it would lose the run's view)."""
+    try:
+        with h5py.File(out, "r") as g:
+            names = json.loads(g.attrs.get("ranks", "[]"))
+    except (OSError, ValueError, TypeError):
+        return False
+    folder = pathlib.Path(out).parent
+    return any(os.path.exists(folder / n) and os.path.samefile(folder / n, path) for n in names
+               if isinstance(n, str))
+
+
+def _logged_observations(f, path, columns) -> dict:
+    """row -> [(column, index in /observations)] for the logged observations."""
+    logged = {}
+    if "observations" not in f:
+        return logged
+    for k, (row, env_id, _) in enumerate(f["observations/index"][()]):
+        col = int(env_id) - int(columns[0])
+        if not 0 <= col < columns.size:
+            raise trajlog.TrajectoryLogError(f"{path}: damaged trajectory file: observations/index "
+                                             f"entry {k} names env {int(env_id)}, not one of the "
+                                             f"file's {columns[0]}-{columns[-1]}")
+        logged.setdefault(int(row), []).append((col, k))
+    return logged
+
+
+def _write(f, path, tmp, vec, seed, rows, columns, logged_obs, restart_rows, dataset_kw, cfg, run_cfg,
+           report, stop):
     width = columns.size
     steps = f["steps"]
+    frames = f["observations/frames"] if logged_obs else None
     num_actions = steps["behavior_logits"].shape[2]
     obs, _ = vec.reset(seed=seed)
     obs_shape = tuple(np.shape(obs))[1:]
+    block_rows = int(max(1, min(BLOCK_ROWS, BLOCK_BYTES // (width * int(np.prod(obs_shape))))))
     episode_ends = 0
     started = last_report = time.monotonic()
     with h5py.File(tmp, "w") as g:
@@ -126,39 +195,47 @@ def _write(f, path, tmp, vec, seed, rows, columns, logged_obs, restart_rows, dat
         copies = {name: g.create_dataset(name, (rows,) + steps[name].shape[1:], steps[name].dtype,
                                          chunks=(min(BLOCK_ROWS, rows),) + steps[name].shape[1:],
                                          **dataset_kw) for name in COPIED + ("behavior_logits",)}
+        cut_short = g.create_dataset("cut_short", (rows, width), bool,
+                                     chunks=(min(BLOCK_ROWS, rows), width), **dataset_kw)
         finals = g.create_dataset("final_observations", (0,) + obs_shape, np.uint8,
                                   maxshape=(None,) + obs_shape, chunks=(1,) + obs_shape, **dataset_kw)
         final_index = g.create_dataset("final_index", (0, 2), np.int64, maxshape=(None, 2),
                                        chunks=(BLOCK_ROWS, 2))
-        for start in range(0, rows, BLOCK_ROWS):
-            stop = min(rows, start + BLOCK_ROWS)
-            log = {name: steps[name][start:stop] for name in copies}
+        ended = np.zeros(width, bool)  # which environments the previous row's step ended
+        for start in range(0, rows, block_rows):
+            stop_row = min(rows, start + block_rows)
+            log = {name: steps[name][start:stop_row] for name in copies}
             for name, dataset in copies.items():
-                dataset[start:stop] = log[name]
+                dataset[start:stop_row] = log[name]
             actions = log["action"]
             if ((actions < 0) | (actions >= num_actions)).any():
                 raise trajlog.TrajectoryLogError(f"{path}: damaged trajectory file: steps/action rows "
-                                                 f"{start}-{stop - 1} hold values outside the action "
+                                                 f"{start}-{stop_row - 1} hold values outside the action "
                                                  f"set 0..{num_actions - 1}")
-            block = np.empty((stop - start, width) + obs_shape, np.uint8)
+            block = np.empty((stop_row - start, width) + obs_shape, np.uint8)
             ends, ended_at = [], []
-            for r in range(start, stop):
-                if r in restart_rows:
+            for r in range(start, stop_row):
+                _check_stop(stop)
+                if r in restart_rows:  # the episodes in progress end here without a last step
+                    cut = ~ended
+                    cut_short[r - 1] = cut
+                    ends.append(np.asarray(obs)[cut])
+                    ended_at.extend((r - 1, int(c)) for c in np.nonzero(cut)[0])
                     obs, _ = vec.reset(seed=seed)
                 block[r - start] = np.asarray(obs)
                 obs, reward, terminated, truncated, info = vec.step(actions[r - start].astype(np.int64))
                 _check_row(path, r, log, r - start, reward, terminated, truncated)
-                ended = np.nonzero(np.asarray(terminated) | np.asarray(truncated))[0]
-                if ended.size:
+                ended = np.asarray(terminated, bool) | np.asarray(truncated, bool)
+                if ended.any():
                     ends.append(np.asarray(info["final_obs"])[ended])
-                    ended_at.extend((r, int(c)) for c in ended)
+                    ended_at.extend((r, int(c)) for c in np.nonzero(ended)[0])
                 after = np.asarray(obs)
                 for col, k in logged_obs.get(r, ()):
-                    if not np.array_equal(after[col], f["observations/frames"][k]):
+                    if not np.array_equal(after[col], frames[k]):
                         raise ExportMismatch(f"{path}: step row {r}, env {int(columns[col])}: the "
                                              f"re-emulated observation differs from the logged one; "
                                              f"nothing was written")
-            observations[start:stop] = block
+            observations[start:stop_row] = block
             if ended_at:
                 finals.resize(episode_ends + len(ended_at), axis=0)
                 finals[episode_ends:] = np.concatenate(ends)
@@ -167,10 +244,11 @@ def _write(f, path, tmp, vec, seed, rows, columns, logged_obs, restart_rows, dat
                 episode_ends += len(ended_at)
             if report is not None and time.monotonic() - last_report >= 10:
                 last_report = time.monotonic()
-                report(f"{stop:,} of {rows:,} rows ({stop / (last_report - started):,.0f} rows/s)")
-        g.attrs.update({"source": str(path), "game": str(cfg["game"]), "backend": str(cfg["backend"]),
-                        "env_ids": columns.astype(np.int64), "seed": int(cfg["seed"]),
-                        "config": json.dumps(cfg), "compression": dataset_kw.get("compression") or "none"})
+                report(f"{stop_row:,} of {rows:,} rows ({stop_row / (last_report - started):,.0f} rows/s)")
+        g.attrs.update({"source": str(path), "game": str(run_cfg["game"]), "backend": str(cfg["backend"]),
+                        "env_ids": columns.astype(np.int64), "seed": int(run_cfg["seed"]),
+                        "restart_rows": json.dumps(sorted(restart_rows)),
+                        "config": json.dumps(run_cfg), "compression": dataset_kw.get("compression") or "none"})
     return {"rows": rows, "environments": width, "episodes_ended": episode_ends,
             "observation_shape": obs_shape, "seconds": time.monotonic() - started}
 

@@ -1,4 +1,7 @@
 """`hybridsim replay` reproduces logged episodes, and notices a tampered log."""
+import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -218,6 +221,16 @@ def test_replay_across_a_resume_that_restarted_the_environments(tmp_path):
     out = tmp_path / "dataset.h5"
     export.export_dataset(path, out, env="hybridsim")  # resets at the restart too
     _assert_export_holds_every_replayed_episode(path, out)
+    with h5py.File(out, "r") as g:  # the episodes the restart cut short end at the row before it
+        frames = g["global_frame"][:, 0]
+        restart = int(np.searchsorted(frames, resumed_at, "right"))
+        assert json.loads(g.attrs["restart_rows"]) == [restart]
+        cut = g["cut_short"][()]
+        assert cut[restart - 1].all() and cut.sum() == cut.shape[1]  # both were mid-episode
+        index = [tuple(x) for x in g["final_index"][()]]
+        for col in range(cut.shape[1]):
+            final = g["final_observations"][index.index((restart - 1, col))]
+            assert np.array_equal(final[:3], g["observations"][restart - 1, col][1:])
 
 
 def _assert_export_holds_every_replayed_episode(path, out):
@@ -498,18 +511,31 @@ def test_export_is_the_log_with_every_observation(short_episode_run, tmp_path):
     _assert_export_holds_every_replayed_episode(path, out)
 
 
-def test_export_refuses_what_it_cannot_reproduce(short_episode_run, impala_run, tmp_path):
+@pytest.mark.parametrize("field,message", [
+    ("steps/reward_raw", "step row 40: the re-emulated rewards differ"),
+    ("steps/terminated", "step row 40: the re-emulated episode ends differ"),
+    ("observations/frames", "step row .*, env 0: the re-emulated observation differs"),
+])
+def test_export_checks_each_row_against_the_log(short_episode_run, tmp_path, field, message):
     path = trajlog.rank_file(short_episode_run, 0)
     tampered = tmp_path / path.name
     tampered.write_bytes(path.read_bytes())
     with h5py.File(tampered, "r+") as f:
-        f["steps/reward_raw"][40, 1] += 7.0
-    out = tmp_path / "dataset.h5"
-    with pytest.raises(export.ExportMismatch, match="step row 40: the re-emulated rewards differ"):
-        export.export_dataset(tampered, out)
+        if field == "observations/frames":
+            f[field][3, 0, 40, 40] ^= 0xFF
+        else:
+            f[field][40, 1] = (f[field][40, 1] + 7) if field.endswith("raw") else not f[field][40, 1]
+    with pytest.raises(export.ExportMismatch, match=message):
+        export.export_dataset(tampered, tmp_path / "dataset.h5")
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no output, no temporary file
+
+
+def test_export_refuses_what_it_cannot_reproduce(short_episode_run, impala_run, tmp_path):
+    path = trajlog.rank_file(short_episode_run, 0)
+    tampered = tmp_path / path.name
+    tampered.write_bytes(path.read_bytes())
+    out = tmp_path / "dataset.h5"
     with h5py.File(tampered, "r+") as f:
-        f["steps/reward_raw"][40, 1] -= 7.0
         f.attrs["gaps"] = '[[800, 1600]]'
     with pytest.raises(ValueError, match=r"lacks the step rows of frames \[\[800, 1600\]\]"):
         export.export_dataset(tampered, out)
@@ -543,3 +569,56 @@ def test_export_cli(short_episode_run, tmp_path):
     again = subprocess.run([sys.executable, "-m", "hybridsim", "export", str(path), str(out)],
                            capture_output=True, text=True)
     assert again.returncode == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr
+    tampered = tmp_path / path.name
+    tampered.write_bytes(path.read_bytes())
+    with h5py.File(tampered, "r+") as f:
+        f["steps/reward_raw"][7, 0] += 1.0
+    differs = subprocess.run([sys.executable, "-m", "hybridsim", "export", str(tampered),
+                              str(tmp_path / "other.h5")], capture_output=True, text=True)
+    assert differs.returncode == 1 and "MISMATCH" in differs.stdout and "step row 7" in differs.stdout
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopped_export_leaves_nothing_and_keeps_the_old_output(short_episode_run, tmp_path,
+                                                                  monkeypatch, signum):
+    """The signal arrives mid-export (here from the row check of row 5): the export ends at
+    the next row, removes its temporary file and leaves an existing output as it was."""
+    path = trajlog.rank_file(short_episode_run, 0)
+    out = tmp_path / "dataset.h5"
+    out.write_bytes(b"the previous export")
+    check_row = export._check_row
+
+    def signalled(path, r, *args):
+        if r == 5:
+            os.kill(os.getpid(), signum)
+        return check_row(path, r, *args)
+    monkeypatch.setattr(export, "_check_row", signalled)
+    before = signal.getsignal(signum)
+    expected = KeyboardInterrupt if signum == signal.SIGINT else export.ExportStopped
+    with pytest.raises(expected):
+        export.export_dataset(path, out, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset.h5"]
+    assert out.read_bytes() == b"the previous export"
+    assert signal.getsignal(signum) == before
+
+
+def test_export_of_another_ranks_file(tmp_path):
+    """Rank 1's environments are 2 and 3: their seeds and columns, and its logged
+    observations, follow from the file's env ids."""
+    from mpi_util import mpiexec_or_skip
+    mpiexec = mpiexec_or_skip()
+    run = tmp_path / "run"
+    done = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "hybridsim", "train", "--game", "pong",
+                           "--backend", "cpu", "--num-envs", "2", "--total-frames", "3200",
+                           "--log-dir", str(run), "--num-threads", "1", "--torch-threads", "1",
+                           "--max-episode-frames", "400", "--log-every", "1000",
+                           "--log-observations", "true", "--obs-stride", "5"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    path = trajlog.rank_file(run, 1)
+    out = tmp_path / "rank1.h5"
+    export.export_dataset(path, out)
+    with h5py.File(out, "r") as g, h5py.File(path, "r") as f:
+        assert list(g.attrs["env_ids"]) == [2, 3]
+        assert set(f["observations/index"][:, 1]) == {2}  # the rank's first environment's
+    _assert_export_holds_every_replayed_episode(path, out)
