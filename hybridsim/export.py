@@ -132,11 +132,11 @@ def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", ove
         # seeds at a recorded frame: reset before the first row past it
         frame = steps["global_frame"][:rows, 0]
         restart_rows = {int(np.searchsorted(frame, r, "right")) for r in restarts} - {0, rows}
-        vec = replay.make_replay_env(path, cfg, seed, columns.size)
+        vec, obs = replay.make_replay_env(path, cfg, seed, columns.size)
         tmp = f"{out}.{os.getpid()}.tmp"
         try:
             with _stop_signals() as stop:
-                summary = _write(f, path, tmp, vec, seed, rows, columns, logged_obs, restart_rows,
+                summary = _write(f, path, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows,
                                  dataset_kw, cfg, run_cfg, report, stop)
                 with open(tmp, "rb+") as fh:  # on disk before it takes the name
                     os.fsync(fh.fileno())
@@ -177,13 +177,12 @@ def _logged_observations(f, path, columns) -> dict:
     return logged
 
 
-def _write(f, path, tmp, vec, seed, rows, columns, logged_obs, restart_rows, dataset_kw, cfg, run_cfg,
-           report, stop):
+def _write(f, path, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows, dataset_kw, cfg,
+           run_cfg, report, stop):
     width = columns.size
     steps = f["steps"]
     frames = f["observations/frames"] if logged_obs else None
     num_actions = steps["behavior_logits"].shape[2]
-    obs, _ = vec.reset(seed=seed)
     obs_shape = tuple(np.shape(obs))[1:]
     block_rows = int(max(1, min(BLOCK_ROWS, BLOCK_BYTES // (width * int(np.prod(obs_shape))))))
     episode_ends = 0

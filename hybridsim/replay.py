@@ -149,8 +149,7 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
             f"outside the action set 0..{num_actions - 1} (e.g. {int(actions[outside][0])}) for "
             f"env {env_id}; cannot replay")
     seed = int(cfg["seed"]) + env_id
-    vec = make_replay_env(path, cfg, seed, make_env=make_env)
-    obs, _ = vec.reset(seed=seed)
+    vec, obs = make_replay_env(path, cfg, seed, make_env=make_env)
     mismatches, frames, total = [], [], 0.0
     seen, final_observation = [], None
     for k in range(begin, last + 1):
@@ -236,11 +235,16 @@ def _make_env(cfg: dict, seed: int, num_envs: int = 1):
 
 
 def make_replay_env(path, cfg: dict, seed: int, num_envs: int = 1, make_env=None):
-    """The run's vector environment of num_envs, the first seeded `seed` (not yet reset),
-    with the errors a log's config can cause named."""
+    """The run's vector environment of num_envs and its first observation, reset with the
+    first seeded `seed`, with the errors a log's config can cause named."""
+    vec = None
     try:
-        return (make_env or _make_env)(cfg, seed=seed, num_envs=num_envs)
+        vec = (make_env or _make_env)(cfg, seed=seed, num_envs=num_envs)
+        obs, _ = vec.reset(seed=seed)
+        return vec, obs
     except RuntimeError as exc:
+        if vec is not None:
+            vec.close()
         if cfg.get("backend") in ("gpu", "hybrid") and not cfg.get("gpu_emulate"):
             raise RuntimeError(
                 f"{path}: the run used --backend {cfg['backend']}, which cannot start here ({exc}); "
@@ -248,6 +252,8 @@ def make_replay_env(path, cfg: dict, seed: int, num_envs: int = 1, make_env=None
                 f"with the GPU backends) or --env ale-py") from exc
         raise
     except Exception as exc:
+        if vec is not None:
+            vec.close()
         if type(exc).__module__.startswith("gymnasium"):  # ale-py's refusal of a setting
             raise trajlog.TrajectoryLogError(f"{path}: its run config attribute does not make an "
                                              f"environment ({exc}); cannot replay") from exc
