@@ -651,13 +651,12 @@ def _stall_timeout_in(argv) -> float:
     does, else TrainConfig's default; the default also where it does not parse (the
     parser names that later), or where the file cannot be read within a few seconds (a
     hung file system: the watcher must start all the same)."""
-    import threading
-
     from hybridsim.train_config import TrainConfig
     options = _train_options()
     given = _option_in(argv, "--stall-timeout", options)
     config = _option_in(argv, "--config", options)
     if given is None and config:
+        from hybridsim import dist
         from hybridsim.config import load_config_file
         found = []
 
@@ -666,9 +665,7 @@ def _stall_timeout_in(argv) -> float:
                 found.append(load_config_file(config).get("stall_timeout"))
             except (OSError, ValueError):
                 pass
-        reader = threading.Thread(target=read, name="hybridsim-config-read", daemon=True)
-        reader.start()
-        reader.join(CONFIG_READ_SECONDS)
+        dist.run_within(read, CONFIG_READ_SECONDS, "hybridsim-config-read")
         given = found[0] if found else None
     try:
         return float(given) if given is not None and not isinstance(given, bool) else TrainConfig.stall_timeout
@@ -736,8 +733,7 @@ def _abort_mpi_job(code: int, message: str | None = None) -> None:
     import os
 
     from hybridsim import dist
-    dist.say_within(message)
-    dist.abort_job(code)
+    dist.abort_job(code, message)
     os._exit(code)
 
 

@@ -24,8 +24,8 @@ import contextlib
 import os
 import signal
 import sys
-import threading
 import sysconfig
+import threading
 import time
 import zlib
 
@@ -387,13 +387,13 @@ def init_comm():
     return MPIComm(comm)
 
 
-def abort_job(code: int) -> None:
-    """End the whole MPI job (MPI_Abort) when this process runs in one with other ranks;
-    return otherwise. A rank that stops on an error calls it so the others, which may be
-    waiting for it in a collective, do not hang."""
+def abort_job(code: int, message: str | None = None) -> None:
+    """Say `message` on stderr (say_within), then end the whole MPI job (MPI_Abort) when
+    this process runs in one with other ranks; return otherwise. A rank that stops on an
+    error calls it so the others, which may be waiting for it in a collective, do not hang."""
+    say_within(message)
     if not in_job_of_several_ranks():
         return
-    say_within(None)
     time.sleep(1.0)  # the launcher forwards output asynchronously: let the message reach it
     sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
 
@@ -405,9 +405,16 @@ def in_job_of_several_ranks() -> bool:
             and mpi.COMM_WORLD.Get_size() > 1)
 
 
+def run_within(work, seconds: float, name: str) -> bool:
+    """Run work() on a daemon thread and wait for it at most `seconds`: whether it
+    finished. For I/O that a hung file system can block for ever."""
+    worker = threading.Thread(target=work, name=name, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return not worker.is_alive()
+
+
 OUTPUT_WAIT_SECONDS = 5.0
-
-
 _output_hung = threading.Event()  # a say_within did not finish: later ones do not wait again
 
 
@@ -423,10 +430,7 @@ def say_within(message: str | None, seconds: float = OUTPUT_WAIT_SECONDS) -> Non
             print(message, file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
-    speaker = threading.Thread(target=say, name="hybridsim-say", daemon=True)
-    speaker.start()
-    speaker.join(seconds)
-    if speaker.is_alive():
+    if not run_within(say, seconds, "hybridsim-say"):
         _output_hung.set()
 
 
@@ -679,8 +683,7 @@ class ProgressWatchdog:
             here = f" ({self._here()})" if self.tracker is not None else ""
             blame = "another rank is hung or gone; " if collective or self.tracker is None else ""
             message = f"rank {self.rank}: {why}{here}: {blame}{ending}"
-        say_within(message)
-        abort_job(2)
+        abort_job(2, message)
         self._stop.set()  # not under MPI with other ranks: nothing to end
 
 

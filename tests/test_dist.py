@@ -658,7 +658,7 @@ def test_ending_the_job_waits_only_a_little_for_a_hung_stderr(monkeypatch, capsy
     monkeypatch.setattr(sys, "stderr", HungStream())
     start = time.monotonic()
     dist.say_within("rank 0: no training progress", seconds=0.5)
-    dist.say_within(None, seconds=0.5)  # abort_job's flush: no second wait on the hung stream
+    dist.say_within(None, seconds=0.5)  # a second say on the hung stream does not wait again
     assert time.monotonic() - start < 1.5
     hung.set()
 

@@ -73,8 +73,6 @@ hybridsim_budget() {
   echo "$frames"
 }
 
-# With CONFIG the recipe's settings stand: a template default would override them (the
-# command line beats the config file), so only the settings the job itself gives are passed.
 hybridsim_extra_args() {
   # EXTRA_ARGS into the array `extra`, split on spaces. Refused: quotes and backslashes
   # (they would reach train as literal characters: a --log-dir named "'/scratch/my"), line
@@ -93,6 +91,8 @@ hybridsim_extra_args() {
   read -r -a extra <<< "${EXTRA_ARGS:-}"
 }
 
+# With CONFIG the recipe's settings stand: a template default would override them (the
+# command line beats the config file), so only the settings the job itself gives are passed.
 hybridsim_setting() {
   if [ -z "${CONFIG:-}" ] || [[ "${HYBRIDSIM_JOB_SETS:-}" == *" $2 "* ]]; then
     train_args+=("$1" "$3")
