@@ -13,7 +13,7 @@ import pathlib
 import numpy as np
 import torch
 
-from hybridsim.models import build_model
+from hybridsim.models import build_model, note_step
 from hybridsim.train import TrainConfig, has_nonfinite_weights, make_vector_env, read_checkpoint
 
 ENVS = {"hybridsim": "cpu", "ale-py": "ale-py"}
@@ -64,7 +64,8 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
         raise ValueError(f"{checkpoint}: its network takes observations {tuple(state['obs_shape'])} "
                          f"and picks among {state['num_actions']} actions, but {cfg.game} on {env} "
                          f"gives {env_shape[0]} and {env_shape[1]} (another ROM or action set?)")
-    model = build_model(cfg.model, state["obs_shape"], state["num_actions"], cfg.obs_normalization)
+    model = build_model(cfg.model, state["obs_shape"], state["num_actions"], cfg.obs_normalization,
+                        cfg.use_lstm)
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as exc:
@@ -79,17 +80,25 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
     quota = np.full(num_envs, episodes // num_envs)
     quota[:episodes % num_envs] += 1
     returns, running = [], np.zeros(num_envs)
+    memory = model.initial_memory(num_envs)  # a recurrent policy's, reset at each episode start
     for _ in range(max_steps):
         if random_policy:  # uniform logits; the network is not consulted
             logits = torch.zeros(num_envs, state["num_actions"])
-        else:
+        elif memory is None:
             with torch.no_grad():
                 logits, _ = model(torch.from_numpy(obs))
+        else:
+            with torch.no_grad():
+                logits, _, core_state = model.unroll(torch.from_numpy(obs)[None], memory)
+            logits = logits[0]
+            memory[:, :core_state.shape[1]] = core_state
         if greedy and not random_policy:
             actions = logits.argmax(-1)
         else:
             actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1)
         obs, reward, terminated, truncated, _ = vec.step(actions.numpy().astype(np.int64))
+        if memory is not None:
+            note_step(memory, slice(None), actions, reward, np.logical_or(terminated, truncated))
         running += reward
         for k in np.nonzero(np.logical_or(terminated, truncated))[0]:
             if quota[k] > 0:

@@ -1,12 +1,21 @@
-"""Actor-critic networks for Atari frames: the Nature CNN and the IMPALA ResNet.
+"""Actor-critic networks for Atari frames: the Nature CNN and the IMPALA ResNet, each
+optionally with IMPALA's recurrent core (an LSTM).
 
 Inputs are uint8 frame stacks [N, C, H, W] (C = stack x channels); they are converted to
 float and scaled to [0, 1] (or standardised by running statistics) on whatever device the
 model lives on, so observations can stay uint8 until they reach the GPU.
+
+A recurrent network carries a memory per environment between steps: one float32 row
+[h, c, previous action, previous reward, first] (`RecurrentCore.memory_size`). The
+trainer keeps these rows (the [h, c] that `unroll` returns when an action is chosen, then
+`note_step` after the environment's step), and the learner unrolls the network over a
+trajectory from the row its first step saw, recomputing what the actor computed.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from hybridsim.train_config import OBS_NORMALIZATIONS
@@ -75,11 +84,108 @@ def _conv_output_size(module: nn.Module, in_shape) -> int:
         return int(module(torch.zeros(1, *in_shape)).numel())
 
 
-class NatureCNN(nn.Module):
+class RecurrentCore(nn.Module):
+    """IMPALA's recurrent core (Espeholt et al. 2018, fig. 3; torchbeast's --use_lstm): one
+    LSTM layer fed the trunk's features, the previous action (one-hot) and the previous
+    reward clipped to [-1, 1]. At the first step of an episode the LSTM state and those two
+    inputs are zero, so nothing carries over from the episode before."""
+
+    def __init__(self, feature_size: int, num_actions: int, hidden_size: int):
+        super().__init__()
+        self.num_actions, self.hidden_size = num_actions, hidden_size
+        self.cell = nn.LSTMCell(feature_size + num_actions + 1, hidden_size)
+
+    @property
+    def memory_size(self) -> int:
+        return 2 * self.hidden_size + 3
+
+    def forward(self, features, memory, prev_actions, prev_rewards, firsts):
+        """features [S, B, F]; memory [B, memory_size] as the first step saw it; for the steps
+        after the first, prev_actions/prev_rewards/firsts [S - 1, B] (the actions taken, their
+        rewards and whether an episode ended there). Returns outputs [S, B, H] and [h, c]
+        [B, 2H] after the last step."""
+        H = self.hidden_size
+        h, c = memory[:, :H], memory[:, H:2 * H]
+        actions = torch.cat([memory[None, :, 2 * H].long(), prev_actions.long()])
+        rewards = torch.cat([memory[None, :, 2 * H + 1], prev_rewards.float()])
+        keep = 1.0 - torch.cat([memory[None, :, 2 * H + 2], firsts.float()])  # [S, B]
+        previous = torch.cat([F.one_hot(actions, self.num_actions).float(),
+                              rewards.clamp(-1.0, 1.0).unsqueeze(-1)], dim=-1) * keep.unsqueeze(-1)
+        inputs = torch.cat([features, previous], dim=-1)
+        outputs = []
+        for t in range(features.shape[0]):
+            h, c = self.cell(inputs[t], (h * keep[t, :, None], c * keep[t, :, None]))
+            outputs.append(h)
+        return torch.stack(outputs), torch.cat([h, c], dim=-1)
+
+
+# IMPALA's LSTM has 256 units after both of its networks (Espeholt et al. 2018, fig. 3)
+LSTM_SIZE = 256
+
+
+class _ActorCritic(nn.Module):
+    """A trunk (self.normalize, self.features, self.fc) with a policy and a value head,
+    directly or through a RecurrentCore."""
+
+    def _add_heads(self, trunk_size: int, num_actions: int, use_lstm: bool):
+        self.core = RecurrentCore(trunk_size, num_actions, LSTM_SIZE) if use_lstm else None
+        head_size = LSTM_SIZE if use_lstm else trunk_size
+        self.policy = nn.Linear(head_size, num_actions)
+        self.value = nn.Linear(head_size, 1)
+
+    @property
+    def memory_size(self) -> int:
+        """Floats of memory per environment (0: a feed-forward network)."""
+        return 0 if self.core is None else self.core.memory_size
+
+    def initial_memory(self, n: int, device=None) -> torch.Tensor | None:
+        """The memory of n environments at the first step of an episode (None: feed-forward)."""
+        if self.core is None:
+            return None
+        memory = torch.zeros(n, self.memory_size, device=device)
+        memory[:, -1] = 1.0
+        return memory
+
+    def _trunk(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(self.normalize(obs)))
+
+    def forward(self, obs: torch.Tensor):
+        """A feed-forward network's logits [N, A] and values [N] for a batch [N, ...]."""
+        if self.core is not None:
+            raise TypeError("a recurrent network needs its memory: call unroll")
+        x = self._trunk(obs)
+        return self.policy(x), self.value(x).squeeze(-1)
+
+    def unroll(self, obs, memory=None, prev_actions=None, prev_rewards=None, firsts=None):
+        """obs [S, B, ...] -> logits [S, B, A], values [S, B] and the [h, c] rows [B, 2H] after
+        the last step (None for a feed-forward network, which ignores the rest). See
+        RecurrentCore.forward for the other arguments; with S = 1 they may be None."""
+        S, B = obs.shape[:2]
+        x = self._trunk(obs.reshape(S * B, *obs.shape[2:]))
+        state = None
+        if self.core is not None:
+            if prev_actions is None:
+                prev_actions = prev_rewards = firsts = torch.zeros(0, B, device=x.device)
+            x, state = self.core(x.reshape(S, B, -1), memory, prev_actions, prev_rewards, firsts)
+            x = x.reshape(S * B, -1)
+        return (self.policy(x).reshape(S, B, -1), self.value(x).reshape(S, B), state)
+
+
+def note_step(memory: torch.Tensor, index, actions, rewards, dones) -> None:
+    """After an environment step, memory rows `index` take the action taken, its raw reward
+    and whether the episode ended (then the next step is an episode's first); their [h, c]
+    columns were set when the action was chosen (`memory[index, :2H] = unroll(...)[2]`)."""
+    step = torch.stack([torch.as_tensor(np.asarray(x), dtype=torch.float32)
+                        for x in (actions, rewards, dones)], dim=-1)
+    memory[index, -3:] = step.to(memory.device)
+
+
+class NatureCNN(_ActorCritic):
     """Mnih et al., "Human-level control through deep reinforcement learning", Nature 2015:
     conv 32x8x8/4, 64x4x4/2, 64x3x3/1, fc 512; here with a policy and a value head."""
 
-    def __init__(self, obs_shape, num_actions: int, obs_normalization: str = "scale"):
+    def __init__(self, obs_shape, num_actions: int, obs_normalization: str = "scale",
+                 use_lstm: bool = False):
         super().__init__()
         self.normalize = make_obs_normalizer(obs_normalization, obs_shape)
         channels = obs_shape[0]
@@ -91,12 +197,7 @@ class NatureCNN(nn.Module):
         )
         hidden = _conv_output_size(self.features, obs_shape)
         self.fc = nn.Sequential(nn.Linear(hidden, 512), nn.ReLU())
-        self.policy = nn.Linear(512, num_actions)
-        self.value = nn.Linear(512, 1)
-
-    def forward(self, obs: torch.Tensor):
-        x = self.fc(self.features(self.normalize(obs)))
-        return self.policy(x), self.value(x).squeeze(-1)
+        self._add_heads(512, num_actions, use_lstm)
 
 
 class _ResidualBlock(nn.Module):
@@ -111,12 +212,12 @@ class _ResidualBlock(nn.Module):
         return x + out
 
 
-class ImpalaResNet(nn.Module):
+class ImpalaResNet(_ActorCritic):
     """Espeholt et al. (2018), fig. 3 (right): three stages of conv 3x3, max-pool 3x3/2 and
-    two residual blocks, with 16, 32, 32 channels, then fc 256 (no LSTM here)."""
+    two residual blocks, with 16, 32, 32 channels, then fc 256 (and with use_lstm the LSTM)."""
 
     def __init__(self, obs_shape, num_actions: int, stage_channels=(16, 32, 32),
-                 obs_normalization: str = "scale"):
+                 obs_normalization: str = "scale", use_lstm: bool = False):
         super().__init__()
         self.normalize = make_obs_normalizer(obs_normalization, obs_shape)
         layers = []
@@ -130,12 +231,7 @@ class ImpalaResNet(nn.Module):
         self.features = nn.Sequential(*layers)
         hidden = _conv_output_size(self.features, obs_shape)
         self.fc = nn.Sequential(nn.Linear(hidden, 256), nn.ReLU())
-        self.policy = nn.Linear(256, num_actions)
-        self.value = nn.Linear(256, 1)
-
-    def forward(self, obs: torch.Tensor):
-        x = self.fc(self.features(self.normalize(obs)))
-        return self.policy(x), self.value(x).squeeze(-1)
+        self._add_heads(256, num_actions, use_lstm)
 
 
 MODELS = {"nature": NatureCNN, "impala": ImpalaResNet}
@@ -161,10 +257,12 @@ def init_actor_critic(model: nn.Module, trunk: bool) -> nn.Module:
     return model
 
 
-def build_model(name: str, obs_shape, num_actions: int, obs_normalization: str = "scale") -> nn.Module:
+def build_model(name: str, obs_shape, num_actions: int, obs_normalization: str = "scale",
+                use_lstm: bool = False) -> nn.Module:
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {sorted(MODELS)}")
-    model = MODELS[name](tuple(obs_shape), num_actions, obs_normalization=obs_normalization)
+    model = MODELS[name](tuple(obs_shape), num_actions, obs_normalization=obs_normalization,
+                         use_lstm=use_lstm)
     # orthogonal_ runs a QR whose rounding depends on torch's thread count: on one thread
     # the same seed gives the same network on every machine (differences of 4e-7 with 2)
     threads = torch.get_num_threads()

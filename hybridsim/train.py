@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from hybridsim import dist, storage, sysinfo, vtrace
-from hybridsim.models import RunningObservationNorm, build_model
+from hybridsim.models import RunningObservationNorm, build_model, note_step
 from hybridsim.optim import RMSpropTF
 from hybridsim.runlock import LOCK_NAME, RunDirectoryBusy, RunLock, sees_holder
 from hybridsim.storage import StorageError
@@ -44,7 +44,7 @@ from hybridsim.train_config import TrainConfig, make_vector_env
 CHECKPOINT_KEYS = ("model", "optimizer", "frames", "updates", "config", "num_actions", "obs_shape")
 # Settings that define what is learned: a resumed run must keep the checkpoint's values
 # (the budget, logging, threads, devices and backends may change; the backends are exact).
-RESUME_MUST_MATCH = ("game", "model", "obs_normalization", "optimizer", "schedule", "num_steps",
+RESUME_MUST_MATCH = ("game", "model", "use_lstm", "obs_normalization", "optimizer", "schedule", "num_steps",
                      "frame_skip", "repeat_action_probability", "noop_max", "episodic_life",
                      "max_episode_frames", "reward_clip", "seed", "lr", "lr_decay", "rmsprop_alpha",
                      "eps", "max_grad_norm", "entropy_coef", "value_coef", "gamma", "clip_rho",
@@ -525,7 +525,10 @@ class Trainer:
         self.num_actions = int(self.env.single_action_space.n)
         self.obs_shape = tuple(self.env.single_observation_space.shape)
         self.model = build_model(cfg.model, self.obs_shape, self.num_actions,
-                                 cfg.obs_normalization).to(self.device)
+                                 cfg.obs_normalization, cfg.use_lstm).to(self.device)
+        # a recurrent network's memory of each environment (models.py; None: feed-forward)
+        self.memory = self.model.initial_memory(cfg.num_envs, self.device)
+        self._resume_memory = None  # the checkpoint's, restored with the environments
         self.comm.broadcast_parameters(self.model)
         if cfg.optimizer == "rmsprop_tf":
             self.optimizer = RMSpropTF(self.model.parameters(), lr=cfg.lr, alpha=cfg.rmsprop_alpha,
@@ -575,7 +578,13 @@ class Trainer:
     def act(self, obs: np.ndarray, local_ids=None):
         """Sample actions for the environments `local_ids` (default: all, in order)."""
         local_ids = np.arange(len(obs)) if local_ids is None else np.asarray(local_ids)
-        logits, values = self.model(self._on_device(obs))
+        if self.memory is None:
+            logits, values = self.model(self._on_device(obs))
+        else:  # one step of the core from each environment's memory; its new [h, c] kept
+            logits, values, core_state = self.model.unroll(self._on_device(obs)[None],
+                                                           self.memory[local_ids])
+            logits, values = logits[0], values[0]
+            self.memory[local_ids, :core_state.shape[1]] = core_state
         logits = logits.float().cpu().numpy()
         probs = np.exp(logits - logits.max(-1, keepdims=True))
         cdf = np.cumsum(probs / probs.sum(-1, keepdims=True), axis=-1)
@@ -599,24 +608,29 @@ class Trainer:
             moments = torch.from_numpy(self.comm.allreduce_sum(moments.cpu().numpy()))
         self.model.normalize.update(moments)
 
-    def learn(self, obs, actions, behavior_logits, rewards, dones):
-        """One update on a [T(+1), B] batch: obs [T+1, B, ...], the rest [T, B]."""
+    def learn(self, obs, actions, behavior_logits, rewards, dones, memory=None):
+        """One update on a [T(+1), B] batch: obs [T+1, B, ...], the rest [T, B]; a recurrent
+        network's memory [B, M] is each trajectory's at its first step."""
         cfg = self.cfg
         T, B = actions.shape
         obs_t = self._on_device(obs)
         flat = obs_t.reshape(-1, *obs_t.shape[2:])  # [(T + 1) * B, ...], time-major
         if isinstance(self.model.normalize, RunningObservationNorm):
             self._update_obs_statistics(flat[:T * B])  # the T transitions' observations
-        logits, values = self.model(flat)
-        logits = logits.reshape(T + 1, B, -1)
-        values = values.reshape(T + 1, B)
-        rewards_t = torch.from_numpy(rewards).float().to(self.device)
-        if cfg.reward_clip:
-            rewards_t = rewards_t.clamp(-1.0, 1.0)
-        discounts = cfg.gamma * (1.0 - torch.from_numpy(dones).float().to(self.device))
+        raw_rewards = torch.from_numpy(rewards).float().to(self.device)
+        dones_t = torch.from_numpy(dones).float().to(self.device)
+        actions_t = torch.from_numpy(actions).to(self.device)
+        if memory is None:
+            logits, values = self.model(flat)
+            logits = logits.reshape(T + 1, B, -1)
+            values = values.reshape(T + 1, B)
+        else:
+            logits, values, _ = self.model.unroll(obs_t, memory, actions_t, raw_rewards, dones_t)
+        rewards_t = raw_rewards.clamp(-1.0, 1.0) if cfg.reward_clip else raw_rewards
+        discounts = cfg.gamma * (1.0 - dones_t)
         out = vtrace.from_logits(
             behavior_policy_logits=torch.from_numpy(behavior_logits).to(self.device),
-            target_policy_logits=logits[:T], actions=torch.from_numpy(actions).to(self.device),
+            target_policy_logits=logits[:T], actions=actions_t,
             discounts=discounts, rewards=rewards_t, values=values[:T].detach(),
             bootstrap_value=values[T].detach(), clip_rho_threshold=cfg.clip_rho,
             clip_pg_rho_threshold=cfg.clip_pg_rho, lambda_=cfg.vtrace_lambda)
@@ -885,6 +899,7 @@ class Trainer:
                 "episode_tracker": self.episodes.state(),
                 **self._trajectory_resume_state(),
                 "torch_threads": torch.get_num_threads(),  # a CPU learner's sums depend on it
+                "core_memory": None if self.memory is None else _host(self.memory).copy(),
                 "impala_in_flight": self._impala_resume_state()}
 
     def _trajectory_resume_state(self) -> dict:
@@ -1019,6 +1034,8 @@ class Trainer:
                      if r >= self.world_size]
             self._retired_rank_files = [(path, rs) for path, rs in files if path.exists()]
         env_state = _decoded_env_state(mine, path, self.rank)
+        if self.memory is not None and env_state is not None:
+            self._resume_memory = field("core_memory", lambda: self._checked_memory(mine["core_memory"]))
         impala = mine.get("impala_in_flight")
         if env_state is not None and self.cfg.schedule == "impala":
             if impala is not None:
@@ -1031,6 +1048,14 @@ class Trainer:
                       f"(an older checkpoint); environments restart", file=sys.stderr)
                 return None
         return env_state
+
+    def _checked_memory(self, saved) -> np.ndarray:
+        """A checkpoint's recurrent memory of this rank's environments, checked for this run."""
+        memory = np.asarray(saved, dtype=np.float32)
+        expected = tuple(self.memory.shape)
+        if memory.shape != expected or not np.isfinite(memory).all():
+            raise ValueError(f"shape {memory.shape}, expected {expected} of finite values")
+        return memory
 
     def _skip_unknown_episode_starts(self, rank_states=(), saved_num_envs=None):
         """Episodes running at a checkpoint that lacks their start (older checkpoints, or a
@@ -1086,6 +1111,8 @@ class Trainer:
             restore = env_state is not None and hasattr(self.env, "set_state")
             if restore:
                 obs, state_info = self.env.set_state(env_state)
+                if self._resume_memory is not None:  # (environments that restart start from none)
+                    self.memory.copy_(torch.from_numpy(self._resume_memory))
             self._check_trajectory_resume()
         except BudgetReached:
             raise  # every rank reads the same checkpoint: all end there
@@ -1319,6 +1346,7 @@ class Trainer:
         values = np.empty((T, N), dtype=np.float32)
         env_ids = np.arange(N)
         obs = state["obs"]
+        start_memory = None if self.memory is None else self.memory.clone()
         for t in range(T):
             obs_buf[t].copy_(self._on_device(obs))
             actions[t], logits[t], values[t] = self.act(obs_buf[t])
@@ -1326,6 +1354,8 @@ class Trainer:
             reward, terminated, truncated = _host(reward), _host(terminated), _host(truncated)
             done = np.logical_or(terminated, truncated)
             rewards[t], dones[t] = reward, done
+            if self.memory is not None:
+                note_step(self.memory, env_ids, actions[t], reward, done)
             self.local_frames += self.frames_per_agent_step(N)
             episode_ids = self.episodes.episode_ids.copy()  # the ids of the steps just taken
             self.episodes.update(env_ids, reward, done, self.frames + self.local_frames)
@@ -1339,7 +1369,8 @@ class Trainer:
         # data collected by an older policy; V-trace corrects for it.
         for m in range(cfg.num_minibatches):
             idx = slice(m, None, cfg.num_minibatches)
-            self.learn(obs_buf[:, idx], actions[:, idx], logits[:, idx], rewards[:, idx], dones[:, idx])
+            self.learn(obs_buf[:, idx], actions[:, idx], logits[:, idx], rewards[:, idx], dones[:, idx],
+                       None if start_memory is None else start_memory[idx])
 
     def _impala_iteration(self, state):
         """Collect until `learner_batch` trajectories of num_steps transitions are ready, then learn."""
@@ -1352,6 +1383,8 @@ class Trainer:
         obs, info = state["obs"], state["info"]
         while len(ready) < cfg.learner_batch:
             env_ids = np.asarray(info["env_id"])
+            # a trajectory starts from the memory its first step is chosen with
+            memory = None if self.memory is None else _host(self.memory[env_ids])
             actions, logits, values = self.act(obs, env_ids)
             for k, e in enumerate(env_ids):
                 buf = traj[int(e)]
@@ -1360,6 +1393,8 @@ class Trainer:
                     ready.append(buf)  # per-step arrays, stacked once into the learner's batch
                     traj[int(e)] = buf = self._empty_trajectory()
                     buf["obs"].append(obs[k])
+                if memory is not None and not buf["core"]:
+                    buf["core"].append(memory[k])
                 buf["act"].append(actions[k])
                 buf["logit"].append(logits[k])
             last_action[env_ids], last_logits[env_ids], last_value[env_ids] = actions, logits, values
@@ -1383,6 +1418,8 @@ class Trainer:
             if not answered.any():
                 continue
             stepped = ids[answered]
+            if self.memory is not None:
+                note_step(self.memory, stepped, last_action[stepped], reward[answered], done[answered])
             self.local_frames += self.frames_per_agent_step(len(stepped))
             frame = self.frames + self.local_frames
             episode_ids = self.episodes.episode_ids[ids].copy()
@@ -1401,8 +1438,11 @@ class Trainer:
                     out[t, j] = x
             return out
 
+        memory = None
+        if self.memory is not None:
+            memory = torch.from_numpy(np.stack([b["core"][0] for b in batch])).to(self.device)
         self.learn(stack("obs"), stack("act"), stack("logit").astype(np.float32),
-                   stack("rew").astype(np.float32), stack("done").astype(np.float32))
+                   stack("rew").astype(np.float32), stack("done").astype(np.float32), memory)
 
     def _init_impala_state(self, state):
         n = self.cfg.num_envs
@@ -1416,13 +1456,18 @@ class Trainer:
         """_impala_resume_state's record, checked against this run before anything is written:
         a damaged one is an error naming the checkpoint, never a misaligned trajectory."""
         n, a, T = self.cfg.num_envs, self.num_actions, self.cfg.num_steps
-        fields = ("obs", "act", "logit", "rew", "done")
+        fields = self._trajectory_fields()
+        memory_shape = (self.model.memory_size,)
+
+        def core_ok(buf):  # a recurrent network's memory at the first step, once there is one
+            return "core" not in buf or (len(buf["core"]) == min(1, len(buf["obs"]))
+                                         and all(np.shape(x) == memory_shape for x in buf["core"]))
 
         def ready_ok(item):  # T transitions and the next observation
             return (isinstance(item, dict) and set(item) == set(fields)
                     and np.shape(item["obs"]) == (T + 1, *self.obs_shape)
                     and np.shape(item["act"]) == np.shape(item["rew"]) == np.shape(item["done"]) == (T,)
-                    and np.shape(item["logit"]) == (T, a))
+                    and np.shape(item["logit"]) == (T, a) and core_ok(item))
 
         def in_progress_ok(buf, in_flight):  # an observation and an action per step; the
             # rewards of the answered ones (the one in flight has none yet)
@@ -1433,7 +1478,8 @@ class Trainer:
                     and len(buf["rew"]) == len(buf["done"]) == steps - int(bool(in_flight and steps))
                     and all(np.shape(o) == self.obs_shape for o in buf["obs"])
                     and all(np.shape(x) == (a,) for x in buf["logit"])
-                    and all(np.shape(x) == () for k in ("act", "rew", "done") for x in buf[k]))
+                    and all(np.shape(x) == () for k in ("act", "rew", "done") for x in buf[k])
+                    and core_ok(buf))
         try:
             out = {"outstanding": np.asarray(saved["outstanding"], bool),
                    "last": (np.asarray(saved["action"], np.int64), np.asarray(saved["logits"], np.float32),
@@ -1466,9 +1512,12 @@ class Trainer:
                              for e in range(self.cfg.num_envs)}
             state["ready"] = saved["ready"]
 
-    @staticmethod
-    def _empty_trajectory():
-        return {"obs": [], "act": [], "logit": [], "rew": [], "done": []}
+    def _trajectory_fields(self) -> tuple:
+        """An impala trajectory's per-step lists, and a recurrent network's memory at its start."""
+        return ("obs", "act", "logit", "rew", "done") + (() if self.memory is None else ("core",))
+
+    def _empty_trajectory(self):
+        return {k: [] for k in self._trajectory_fields()}
 
     def _close_tensorboard(self):
         tb, self.tb = self.tb, None

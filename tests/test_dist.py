@@ -49,10 +49,12 @@ def final_parameters(run_dir):
     return torch.cat([v.flatten().float() for v in state["model"].values()]), state
 
 
-def test_two_ranks_match_one_rank_with_all_environments(tmp_path):
-    """Also with running input statistics, which every rank updates from all ranks' frames."""
+@pytest.mark.parametrize("network", [[], ["--use-lstm"]], ids=["feed-forward", "lstm"])
+def test_two_ranks_match_one_rank_with_all_environments(tmp_path, network):
+    """Also with running input statistics, which every rank updates from all ranks' frames,
+    and with a recurrent network, whose memories each rank keeps for its environments."""
     exe = mpiexec()
-    args = [*TRAIN_ARGS, "--obs-normalization", "running"]
+    args = [*TRAIN_ARGS, "--obs-normalization", "running", *network]
     one = subprocess.run([sys.executable, "-m", "hybridsim", "train", *args, "--num-envs", "8",
                           "--log-dir", str(tmp_path / "one")], capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -34,6 +35,25 @@ def test_the_same_episodes_on_hybridsim_and_ale_py_under_the_settings_asked_for(
     default = evaluate.evaluate(run_dir, episodes=1, num_envs=1, greedy=True, max_episode_frames=400)
     assert default["settings"]["repeat_action_probability"] == 0.0  # the checkpoint's
     assert default["settings"]["noop_max"] == 30 and default["settings"]["actions"] == "greedy"
+
+
+def test_a_recurrent_policy_plays_the_same_episodes_on_both_engines(tmp_path, monkeypatch):
+    """An LSTM policy keeps a memory per environment, reset at each episode's start: the
+    memory it acts from is the one the model's own step-by-step path gives (checked in
+    test_models), so both engines see the same actions."""
+    from hybridsim import models
+    run = tmp_path / "lstm"
+    Trainer(TrainConfig(game="pong", backend="cpu", num_envs=2, total_frames=400, log_dir=str(run),
+                        num_threads=1, torch_threads=1, log_every=1000.0, log_trajectories=False,
+                        use_lstm=True)).train()
+    firsts = []
+    note_step = models.note_step
+    monkeypatch.setattr(evaluate, "note_step", lambda memory, index, actions, rewards, dones: (
+        firsts.append(np.asarray(dones).copy()), note_step(memory, index, actions, rewards, dones)))
+    kw = dict(episodes=2, num_envs=2, seed=3, max_episode_frames=400)
+    ours = evaluate.evaluate(run, env="hybridsim", **kw)
+    assert ours["returns"] == evaluate.evaluate(run, env="ale-py", **kw)["returns"]
+    assert sum(d.sum() for d in firsts) >= 2  # episodes ended, and the memory was told
 
 
 def test_too_few_finished_episodes_are_an_error_not_a_score(run_dir):

@@ -4,7 +4,9 @@ The training tests compare runs with each other, which a wrong sign or a discoun
 ignores episode ends passes on both sides. Here one update on a fixed batch must give the
 gradients of the IMPALA loss (Espeholt et al. 2018, sec. 4): policy gradient with the
 V-trace advantages, half the squared error to v_s, minus the entropy bonus, where the
-discount is gamma except 0 after an episode end and rewards are clipped to [-1, 1].
+discount is gamma except 0 after an episode end and rewards are clipped to [-1, 1]. A
+recurrent network's outputs in the reference come from the actor's one-step-at-a-time
+path, so the learner's unroll must feed each step the right memory, action and reward.
 """
 import copy
 import math
@@ -30,12 +32,34 @@ def _batch(rng, obs_shape, num_actions):
     )
 
 
-def _reference_loss(model, cfg, batch):
+def _stepwise_outputs(model, batch, memory):
+    """A recurrent network's logits and values as an actor computes them, one step at a
+    time from the trajectory's first memory, the memory advanced by each step's action,
+    reward and episode end."""
+    from hybridsim.models import note_step
+    memory = memory.clone()
+    logits, values = [], []
+    for t in range(T + 1):
+        step_logits, step_values, state = model.unroll(torch.from_numpy(batch["obs"][t:t + 1]), memory)
+        logits.append(step_logits[0])
+        values.append(step_values[0])
+        memory = memory.clone()
+        memory[:, :state.shape[1]] = state
+        if t < T:
+            note_step(memory, slice(None), batch["actions"][t], batch["rewards"][t], batch["dones"][t])
+    return torch.stack(logits), torch.stack(values)
+
+
+def _reference_loss(model, cfg, batch, memory=None):
     """The loss, term by term, with v_s and the advantages from slow_vtrace (float64)."""
     obs = torch.from_numpy(batch["obs"])
-    logits, values = model(obs.reshape(-1, *obs.shape[2:]))
-    logits = logits.reshape(T + 1, B, -1)[:T]
-    values = values.reshape(T + 1, B)
+    if memory is None:
+        logits, values = model(obs.reshape(-1, *obs.shape[2:]))
+        logits = logits.reshape(T + 1, B, -1)[:T]
+        values = values.reshape(T + 1, B)
+    else:
+        logits, values = _stepwise_outputs(model, batch, memory)
+        logits = logits[:T]
     log_probs = torch.log_softmax(logits.double(), dim=-1)
     actions = torch.from_numpy(batch["actions"])
     taken = log_probs.gather(-1, actions[..., None])[..., 0]
@@ -60,6 +84,8 @@ def _reference_loss(model, cfg, batch):
     dict(),
     dict(reward_clip=False, gamma=0.9, clip_rho=2.0, clip_pg_rho=0.5, vtrace_lambda=0.8,
          entropy_coef=0.1, value_coef=1.0),
+    dict(use_lstm=True),
+    dict(use_lstm=True, model="impala", reward_clip=False),
 ])
 def test_one_update_has_the_gradients_of_the_impala_loss(tmp_path, overrides):
     cfg = TrainConfig(game="pong", backend="cpu", num_envs=B, num_minibatches=1, num_threads=1,
@@ -74,8 +100,13 @@ def test_one_update_has_the_gradients_of_the_impala_loss(tmp_path, overrides):
         before = copy.deepcopy(trainer.model)
         batch = _batch(np.random.default_rng(7), trainer.obs_shape, trainer.num_actions)
         assert batch["dones"].any() and (np.abs(batch["rewards"]) > 1).any()
-        trainer.learn(**batch)
-        loss, terms = _reference_loss(before, cfg, batch)
+        memory = None
+        if cfg.use_lstm:  # a memory in mid-episode for some trajectories, at a start for others
+            memory = trainer.model.initial_memory(B)
+            memory[:2] = torch.from_numpy(np.random.default_rng(8).normal(0, 0.5, (2, memory.shape[1])))
+            memory[:2, -3:] = torch.tensor([[1.0, 3.0, 0.0], [2.0, -1.0, 0.0]])
+        trainer.learn(**batch, memory=memory)
+        loss, terms = _reference_loss(before, cfg, batch, memory)
         loss.backward()
         for (name, got), want in zip(trainer.model.named_parameters(), before.parameters()):
             scale = float(want.grad.abs().max()) + 1e-12

@@ -65,3 +65,111 @@ def test_models_carry_their_input_statistics_in_the_state_dict():
     assert "normalize.mean" not in build_model("nature", (4, 84, 84), 6).state_dict()
     with pytest.raises(ValueError, match="obs_normalization must be one of"):
         build_model("nature", (4, 84, 84), 6, obs_normalization="whiten")
+
+
+def _slow_lstm_core(cell, features, memory, actions, rewards, firsts, num_actions):
+    """IMPALA's core written out per environment and step in float64: LSTM gates (PyTorch's
+    order i, f, g, o) on [features, one-hot previous action, clipped previous reward], the
+    state and those two inputs zero at an episode's first step."""
+    import numpy as np
+    w_ih, w_hh = cell.weight_ih.detach().double().numpy(), cell.weight_hh.detach().double().numpy()
+    bias = (cell.bias_ih + cell.bias_hh).detach().double().numpy()
+    H = cell.hidden_size
+    S, B = features.shape[:2]
+    sigmoid = lambda x: 1.0 / (1.0 + np.exp(-x))  # noqa: E731
+    out = np.zeros((S, B, H))
+    final = np.zeros((B, 2 * H))
+    for b in range(B):
+        h, c = memory[b, :H].astype(np.float64), memory[b, H:2 * H].astype(np.float64)
+        prev_action, prev_reward, first = memory[b, 2 * H], memory[b, 2 * H + 1], memory[b, 2 * H + 2]
+        for t in range(S):
+            if t > 0:
+                prev_action, prev_reward, first = actions[t - 1, b], rewards[t - 1, b], firsts[t - 1, b]
+            one_hot = np.zeros(num_actions)
+            if not first:
+                one_hot[int(prev_action)] = 1.0
+            reward = 0.0 if first else min(1.0, max(-1.0, float(prev_reward)))
+            if first:
+                h, c = np.zeros(H), np.zeros(H)
+            x = np.concatenate([features[t, b].astype(np.float64), one_hot, [reward]])
+            gates = w_ih @ x + w_hh @ h + bias
+            i, f, g, o = sigmoid(gates[:H]), sigmoid(gates[H:2 * H]), np.tanh(gates[2 * H:3 * H]), sigmoid(gates[3 * H:])
+            c = f * c + i * g
+            h = o * np.tanh(c)
+            out[t, b] = h
+        final[b] = np.concatenate([h, c])
+    return out, final
+
+
+def test_the_recurrent_core_matches_a_slow_lstm_with_episode_resets():
+    import numpy as np
+    from hybridsim.models import RecurrentCore
+    torch.manual_seed(1)
+    S, B, F, A, H = 6, 3, 5, 4, 7
+    core = RecurrentCore(F, A, H)
+    rng = np.random.default_rng(2)
+    features = rng.normal(0, 1, (S, B, F)).astype(np.float32)
+    memory = rng.normal(0, 1, (B, core.memory_size)).astype(np.float32)
+    memory[:, 2 * H] = [2, 0, 3]  # previous actions
+    memory[:, 2 * H + 1] = [5.0, -0.25, 0.0]  # previous rewards (5 is clipped to 1)
+    memory[:, 2 * H + 2] = [0, 1, 0]  # environment 1 starts an episode
+    actions = rng.integers(0, A, (S - 1, B))
+    rewards = rng.choice([0.0, 1.0, -3.0, 0.5], (S - 1, B)).astype(np.float32)
+    firsts = np.zeros((S - 1, B), np.float32)
+    firsts[1, 0] = firsts[3, 2] = firsts[0, 1] = 1.0
+    out, state = core(torch.from_numpy(features), torch.from_numpy(memory), torch.from_numpy(actions),
+                      torch.from_numpy(rewards), torch.from_numpy(firsts))
+    want_out, want_state = _slow_lstm_core(core.cell, features, memory, actions, rewards, firsts, A)
+    np.testing.assert_allclose(out.detach().numpy(), want_out, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(state.detach().numpy(), want_state, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["nature", "impala"])
+def test_an_unrolled_trajectory_equals_the_steps_an_actor_takes_one_at_a_time(name):
+    """What the learner computes (one unroll over the trajectory from its first memory)
+    equals what the actor computed step by step, its memory advanced by note_step."""
+    import numpy as np
+    from hybridsim.models import note_step
+    torch.manual_seed(0)
+    model = build_model(name, (4, 84, 84), 6, use_lstm=True)
+    S, B = 5, 3
+    rng = np.random.default_rng(4)
+    obs = torch.from_numpy(rng.integers(0, 256, (S, B, 4, 84, 84), dtype=np.uint8))
+    actions = rng.integers(0, 6, (S - 1, B))
+    rewards = rng.choice([0.0, 2.0, -1.0], (S - 1, B)).astype(np.float32)
+    dones = np.zeros((S - 1, B), bool)
+    dones[2, 1] = dones[0, 2] = True
+    memory = model.initial_memory(B)
+    start = memory.clone()
+    stepwise = []
+    with torch.no_grad():
+        for t in range(S):
+            logits, values, state = model.unroll(obs[t:t + 1], memory)
+            stepwise.append((logits[0], values[0]))
+            memory[:, :state.shape[1]] = state
+            if t < S - 1:
+                note_step(memory, slice(None), actions[t], rewards[t], dones[t])
+        logits, values, state = model.unroll(obs, start, torch.from_numpy(actions),
+                                             torch.from_numpy(rewards), torch.from_numpy(dones))
+    for t, (step_logits, step_values) in enumerate(stepwise):
+        torch.testing.assert_close(logits[t], step_logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(values[t], step_values, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(state, memory[:, :state.shape[1]], rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="call unroll"):
+        model(obs[0])
+
+
+def test_the_recurrent_option_adds_a_core_of_the_trunks_width():
+    """Without use_lstm the network has no core (its checkpoints load as before)."""
+    plain = build_model("nature", (4, 84, 84), 6)
+    assert plain.memory_size == 0 and plain.initial_memory(2) is None
+    assert not any(k.startswith("core.") for k in plain.state_dict())
+    for name, width in (("nature", 512), ("impala", 256)):
+        recurrent = build_model(name, (4, 84, 84), 6, use_lstm=True)
+        assert recurrent.memory_size == 2 * 256 + 3
+        assert recurrent.core.cell.input_size == width + 6 + 1
+        assert recurrent.policy.in_features == recurrent.core.cell.hidden_size == 256
+        assert set(recurrent.state_dict()) - set(build_model(name, (4, 84, 84), 6).state_dict()) == {
+            "core.cell.weight_ih", "core.cell.weight_hh", "core.cell.bias_ih", "core.cell.bias_hh"}
+        first = recurrent.initial_memory(3)
+        assert first.shape == (3, 2 * 256 + 3) and (first[:, -1] == 1).all() and (first[:, :-1] == 0).all()

@@ -846,6 +846,36 @@ def test_a_damaged_checkpoint_field_is_named_on_resume(small_run, tmp_path, chan
     assert (run / "metrics.csv").read_bytes() == before
 
 
+@pytest.mark.parametrize("change,message", [
+    (lambda s: s["rank_states"][0].pop("core_memory"), r"its core_memory does not load \(KeyError"),
+    (lambda s: s["rank_states"][0].__setitem__("core_memory", np.zeros((3, 515), np.float32)),
+     r"its core_memory does not load \(ValueError: shape \(3, 515\), expected \(4, 515\)"),
+    (lambda s: s["rank_states"][0]["core_memory"].__setitem__((0, 0), np.nan), "of finite values"),
+    (lambda s: None, None),
+])
+def test_a_recurrent_runs_memory_is_checked_on_resume(tmp_path, change, message):
+    """A recurrent run resumes with each environment's memory; a damaged one is named
+    before anything is written, and the network setting cannot change on resume."""
+    run = tmp_path / "run"
+    Trainer(tiny_config(run, backend="cpu", total_frames=400, log_trajectories=False, use_lstm=True)).train()
+    state = torch.load(run / "checkpoint.pt", weights_only=False)
+    assert state["rank_states"][0]["core_memory"].shape == (4, 515)
+    change(state)
+    state.pop("digest")
+    torch.save(state, run / "checkpoint.pt")
+    before = (run / "metrics.csv").read_bytes()
+    if message is None:
+        with pytest.raises(ValueError, match=r"use_lstm True -> False"):
+            Trainer(tiny_config(run, backend="cpu", total_frames=800, log_trajectories=False, resume=True)).train()
+        assert Trainer(tiny_config(run, backend="cpu", total_frames=800, log_trajectories=False, resume=True,
+                                   use_lstm=True)).train()["frames"] >= 800
+        return
+    with pytest.raises(ValueError, match=message):
+        Trainer(tiny_config(run, backend="cpu", total_frames=800, log_trajectories=False, resume=True,
+                            use_lstm=True)).train()
+    assert (run / "metrics.csv").read_bytes() == before
+
+
 @pytest.mark.parametrize("content,message", [
     (b"hello,world\n1,2\n", "its first line is not hybridsim's metrics header"),
     (b"\xe0\xff\x00binary", "not readable as hybridsim's metrics"),

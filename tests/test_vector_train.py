@@ -2,6 +2,7 @@
 import shutil
 import zlib
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -59,17 +60,19 @@ def test_train_on_the_cpu_engine_and_resume(tmp_path, schedule, capsys):
     assert resumed["frames"] >= 1600
 
 
-@pytest.mark.parametrize("schedule", ["a2c", "impala"])
-def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, schedule):
+@pytest.mark.parametrize("schedule,use_lstm", [("a2c", False), ("impala", False), ("a2c", True),
+                                               ("impala", True)])
+def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, schedule, use_lstm):
     """Stopped by a signal mid-run and resumed, the run ends with the same parameters,
     optimizer state and episode records as one that never stopped, also for the episodes
     running at the stop (short truncated episodes cross it). Impala (one worker thread, so
     the batches come in submission order): with the actions in flight at the stop and the
-    trajectories in progress or waiting for the learner."""
+    trajectories in progress or waiting for the learner. A recurrent network: with every
+    environment's memory, and each waiting trajectory's memory at its start."""
     import torch
     base = dict(game="pong", backend="cpu", num_envs=4, num_minibatches=2, total_frames=4000,
                 num_threads=1, torch_threads=1, log_every=0.0, checkpoint_every=10**9, noop_max=5,
-                max_episode_frames=600, log_trajectories=False, schedule=schedule)
+                max_episode_frames=600, log_trajectories=False, schedule=schedule, use_lstm=use_lstm)
     if schedule == "impala":
         base.update(env_batch_size=2, learner_batch=3)  # leaves trajectories waiting
     whole = Trainer(TrainConfig(**base, log_dir=str(tmp_path / "whole")))
@@ -114,6 +117,10 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, schedule):
         assert resumed.all_episodes == whole.all_episodes
         if schedule == "impala":
             assert len(first._loop_state["ready"]) and state["rank_states"][0]["impala_in_flight"]["outstanding"].any()
+        if use_lstm:  # memories in mid-episode crossed the stop
+            saved = state["rank_states"][0]["core_memory"]
+            assert saved.shape == (4, 2 * 256 + 3) and (saved[:, -1] == 0).any() and np.abs(saved[:, :256]).max() > 0
+            torch.testing.assert_close(resumed.memory, whole.memory, rtol=0, atol=0)
 
 
 class _TensorBatches:
@@ -174,3 +181,34 @@ def test_impala_repeats_with_any_thread_count_and_completion_order(tmp_path):
             assert torch.equal(value, weights[name]), (seed, name)
     weights, episodes = run("completion", 0, num_threads=2, impala_order="completion")
     assert episodes != one_thread[1] or any(not torch.equal(v, weights[k]) for k, v in one_thread[0].items())
+
+
+@pytest.mark.parametrize("schedule", ["a2c", "impala"])
+def test_a_recurrent_learner_recomputes_the_actors_logits(tmp_path, monkeypatch, schedule):
+    """Before a network has changed, the learner's unroll of a trajectory gives the logits
+    the actor sampled from (importance weights of 1), across the episode ends inside it
+    (short episodes): each step sees the memory, previous action and reward it had when
+    acting. a2c with one minibatch learns from data of its current network at every
+    update; impala at its first."""
+    import torch
+    from hybridsim import train
+    seen = []
+
+    def recorded(**kwargs):
+        seen.append((kwargs["behavior_policy_logits"].clone(), kwargs["target_policy_logits"].detach().clone(),
+                     kwargs["discounts"].clone()))
+        return from_logits(**kwargs)
+
+    from_logits = train.vtrace.from_logits
+    monkeypatch.setattr(train.vtrace, "from_logits", recorded)
+    cfg = TrainConfig(game="pong", backend="cpu", num_envs=4, num_steps=30, total_frames=2400,
+                      num_threads=1, torch_threads=1, log_every=0.0, noop_max=5, max_episode_frames=96,
+                      log_trajectories=False, schedule=schedule, use_lstm=True,
+                      log_dir=str(tmp_path / "run"), **({"env_batch_size": 2, "learner_batch": 4}
+                                                        if schedule == "impala" else {}))
+    Trainer(cfg).train()
+    checked = seen if schedule == "a2c" else seen[:1]
+    assert any((d == 0).any() for _, _, d in checked)  # episodes ended inside the trajectories
+    for behavior, target, _ in checked:
+        torch.testing.assert_close(target, behavior, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(seen[-1][0], seen[0][0])  # the policy did change
