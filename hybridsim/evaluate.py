@@ -84,14 +84,9 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
     for _ in range(max_steps):
         if random_policy:  # uniform logits; the network is not consulted
             logits = torch.zeros(num_envs, state["num_actions"])
-        elif memory is None:
-            with torch.no_grad():
-                logits, _ = model(torch.from_numpy(obs))
         else:
             with torch.no_grad():
-                logits, _, core_state = model.unroll(torch.from_numpy(obs)[None], memory)
-            logits = logits[0]
-            memory[:, :core_state.shape[1]] = core_state
+                logits, _ = model.act_step(torch.from_numpy(obs), memory)
         if greedy and not random_policy:
             actions = logits.argmax(-1)
         else:

@@ -7,13 +7,12 @@ model lives on, so observations can stay uint8 until they reach the GPU.
 
 A recurrent network carries a memory per environment between steps: one float32 row
 [h, c, previous action, previous reward, first] (`RecurrentCore.memory_size`). The
-trainer keeps these rows (the [h, c] that `unroll` returns when an action is chosen, then
-`note_step` after the environment's step), and the learner unrolls the network over a
+trainer keeps these rows (`act_step` sets [h, c] when an action is chosen, `note_step`
+the rest after the environment's step), and the learner unrolls the network over a
 trajectory from the row its first step saw, recomputing what the actor computed.
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -85,10 +84,11 @@ def _conv_output_size(module: nn.Module, in_shape) -> int:
 
 
 class RecurrentCore(nn.Module):
-    """IMPALA's recurrent core (Espeholt et al. 2018, fig. 3; torchbeast's --use_lstm): one
-    LSTM layer fed the trunk's features, the previous action (one-hot) and the previous
-    reward clipped to [-1, 1]. At the first step of an episode the LSTM state and those two
-    inputs are zero, so nothing carries over from the episode before."""
+    """IMPALA's recurrent core (Espeholt et al. 2018, fig. 3): one LSTM layer fed the trunk's
+    features, the previous action (one-hot) and the previous reward clipped to [-1, 1]. At
+    the first step of an episode the LSTM state and those two inputs are zero, so nothing
+    carries over from the episode before. (torchbeast's --use_lstm differs: two layers of
+    the trunk's width + actions + 1, and action 0 as the previous action at a start.)"""
 
     def __init__(self, feature_size: int, num_actions: int, hidden_size: int):
         super().__init__()
@@ -170,14 +170,23 @@ class _ActorCritic(nn.Module):
             x = x.reshape(S * B, -1)
         return (self.policy(x).reshape(S, B, -1), self.value(x).reshape(S, B), state)
 
+    def act_step(self, obs: torch.Tensor, memory: torch.Tensor | None, index=slice(None)):
+        """Logits [B, A] and values [B] for a batch [B, ...] of environments whose memory
+        rows are memory[index]; a recurrent network's new [h, c] go into those rows (then
+        note_step, after the environments' step, completes them)."""
+        if memory is None:
+            return self(obs)
+        logits, values, state = self.unroll(obs[None], memory[index])
+        memory[index, :state.shape[1]] = state
+        return logits[0], values[0]
+
 
 def note_step(memory: torch.Tensor, index, actions, rewards, dones) -> None:
     """After an environment step, memory rows `index` take the action taken, its raw reward
-    and whether the episode ended (then the next step is an episode's first); their [h, c]
-    columns were set when the action was chosen (`memory[index, :2H] = unroll(...)[2]`)."""
-    step = torch.stack([torch.as_tensor(np.asarray(x), dtype=torch.float32)
+    and whether the episode ended (then the next step is an episode's first)."""
+    step = torch.stack([torch.as_tensor(x).to(memory.device, torch.float32)
                         for x in (actions, rewards, dones)], dim=-1)
-    memory[index, -3:] = step.to(memory.device)
+    memory[index, -3:] = step
 
 
 class NatureCNN(_ActorCritic):

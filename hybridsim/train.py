@@ -74,9 +74,9 @@ def read_checkpoint(path, map_location=None) -> dict:
         raise ValueError(f"{path}: not a hybridsim checkpoint (its config is a "
                          f"{type(state['config']).__name__})")
     if "digest" in state and checkpoint_digest(state) != state["digest"]:
-        raise ValueError(f"{path}: damaged checkpoint: its network, optimizer state, RNG state or action "
-                         f"counters differ from what was written (digest mismatch; torch.load does not "
-                         f"check the tensors' bytes): use an earlier copy")
+        raise ValueError(f"{path}: damaged checkpoint: its network, optimizer state, RNG state, action "
+                         f"counters or recurrent memory differ from what was written (digest mismatch; "
+                         f"torch.load does not check the tensors' bytes): use an earlier copy")
     problem = _checkpoint_problem(state)
     if problem:
         raise ValueError(f"{path}: damaged checkpoint: {problem}")
@@ -93,7 +93,8 @@ def has_nonfinite_weights(model: torch.nn.Module) -> bool:
 
 def checkpoint_digest(state: dict) -> str:
     """blake2b of a checkpoint's tensors and arrays that load silently when damaged (the
-    network, optimizer state, torch RNG, action counters): names, dtypes, shapes, bytes."""
+    network, optimizer state, torch RNG, action counters, recurrent memory): names, dtypes,
+    shapes, bytes."""
     h = hashlib.blake2b(digest_size=16)
 
     def feed(x):
@@ -117,6 +118,14 @@ def checkpoint_digest(state: dict) -> str:
     for field in DIGESTED_FIELDS:
         h.update(field.encode())
         feed(state.get(field))
+    # a recurrent network's memory rows (rank states of checkpoints without one add nothing,
+    # so their digests are what they were)
+    rank_states = state.get("rank_states")
+    rank_states = rank_states if isinstance(rank_states, list) else []
+    memories = [r.get("core_memory") for r in rank_states if isinstance(r, dict)]
+    if any(m is not None for m in memories):
+        h.update(b"core_memory")
+        feed(memories)
     return h.hexdigest()
 
 
@@ -578,13 +587,7 @@ class Trainer:
     def act(self, obs: np.ndarray, local_ids=None):
         """Sample actions for the environments `local_ids` (default: all, in order)."""
         local_ids = np.arange(len(obs)) if local_ids is None else np.asarray(local_ids)
-        if self.memory is None:
-            logits, values = self.model(self._on_device(obs))
-        else:  # one step of the core from each environment's memory; its new [h, c] kept
-            logits, values, core_state = self.model.unroll(self._on_device(obs)[None],
-                                                           self.memory[local_ids])
-            logits, values = logits[0], values[0]
-            self.memory[local_ids, :core_state.shape[1]] = core_state
+        logits, values = self.model.act_step(self._on_device(obs), self.memory, local_ids)
         logits = logits.float().cpu().numpy()
         probs = np.exp(logits - logits.max(-1, keepdims=True))
         cdf = np.cumsum(probs / probs.sum(-1, keepdims=True), axis=-1)
@@ -940,8 +943,10 @@ class Trainer:
         state = read_checkpoint(path, map_location="cpu")  # load_state_dict moves it to the device
         saved = state["config"]
         must_match = RESUME_MUST_MATCH + RESUME_MUST_MATCH_PER_SCHEDULE.get(self.cfg.schedule, ())
-        changed = [f"{k} {saved[k]!r} -> {getattr(self.cfg, k)!r}" for k in must_match
-                   if k in saved and saved[k] != getattr(self.cfg, k)]
+        # a setting newer than the checkpoint ran as its default then
+        defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+        changed = [f"{k} {saved.get(k, defaults[k])!r} -> {getattr(self.cfg, k)!r}" for k in must_match
+                   if saved.get(k, defaults[k]) != getattr(self.cfg, k)]
         # (num_envs is the checkpoint's in the elif)
         saved_batch = _impala_env_batch(saved.get("env_batch_size"), self.cfg.num_envs)
         if state.get("world_size", 1) == self.world_size and saved.get("num_envs", self.cfg.num_envs) != self.cfg.num_envs:
@@ -1050,11 +1055,17 @@ class Trainer:
         return env_state
 
     def _checked_memory(self, saved) -> np.ndarray:
-        """A checkpoint's recurrent memory of this rank's environments, checked for this run."""
+        """A checkpoint's recurrent memory of this rank's environments, checked for this run
+        (models.py's row: h, c, previous action, previous reward, first)."""
         memory = np.asarray(saved, dtype=np.float32)
         expected = tuple(self.memory.shape)
         if memory.shape != expected or not np.isfinite(memory).all():
             raise ValueError(f"shape {memory.shape}, expected {expected} of finite values")
+        actions, firsts = memory[:, -3], memory[:, -1]
+        if not (np.isin(firsts, (0.0, 1.0)).all() and (actions == np.round(actions)).all()
+                and ((actions >= 0) & (actions < self.num_actions)).all()):
+            raise ValueError(f"its previous actions are not among the {self.num_actions} actions, or "
+                             f"its episode-start flags not 0 or 1")
         return memory
 
     def _skip_unknown_episode_starts(self, rank_states=(), saved_num_envs=None):
@@ -1111,7 +1122,7 @@ class Trainer:
             restore = env_state is not None and hasattr(self.env, "set_state")
             if restore:
                 obs, state_info = self.env.set_state(env_state)
-                if self._resume_memory is not None:  # (environments that restart start from none)
+                if self._resume_memory is not None:  # a recurrent network's, with its environments
                     self.memory.copy_(torch.from_numpy(self._resume_memory))
             self._check_trajectory_resume()
         except BudgetReached:
@@ -1383,8 +1394,12 @@ class Trainer:
         obs, info = state["obs"], state["info"]
         while len(ready) < cfg.learner_batch:
             env_ids = np.asarray(info["env_id"])
-            # a trajectory starts from the memory its first step is chosen with
-            memory = None if self.memory is None else _host(self.memory[env_ids])
+            # a trajectory starts from the memory its first step is chosen with (a new one
+            # where none has acted yet or the last cut below will cut)
+            starts = {}
+            if self.memory is not None:
+                new = np.array([len(traj[int(e)]["act"]) in (0, T) for e in env_ids])
+                starts = dict(zip(np.nonzero(new)[0].tolist(), _host(self.memory[env_ids[new]])))
             actions, logits, values = self.act(obs, env_ids)
             for k, e in enumerate(env_ids):
                 buf = traj[int(e)]
@@ -1393,8 +1408,8 @@ class Trainer:
                     ready.append(buf)  # per-step arrays, stacked once into the learner's batch
                     traj[int(e)] = buf = self._empty_trajectory()
                     buf["obs"].append(obs[k])
-                if memory is not None and not buf["core"]:
-                    buf["core"].append(memory[k])
+                if k in starts:
+                    buf["core"].append(starts[k])
                 buf["act"].append(actions[k])
                 buf["logit"].append(logits[k])
             last_action[env_ids], last_logits[env_ids], last_value[env_ids] = actions, logits, values
@@ -1438,11 +1453,11 @@ class Trainer:
                     out[t, j] = x
             return out
 
-        memory = None
+        start_memory = None
         if self.memory is not None:
-            memory = torch.from_numpy(np.stack([b["core"][0] for b in batch])).to(self.device)
+            start_memory = torch.from_numpy(np.stack([b["core"][0] for b in batch])).to(self.device)
         self.learn(stack("obs"), stack("act"), stack("logit").astype(np.float32),
-                   stack("rew").astype(np.float32), stack("done").astype(np.float32), memory)
+                   stack("rew").astype(np.float32), stack("done").astype(np.float32), start_memory)
 
     def _init_impala_state(self, state):
         n = self.cfg.num_envs

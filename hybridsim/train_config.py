@@ -42,7 +42,7 @@ class TrainConfig:
     model: str = "nature"
     """Network: nature (Mnih et al. 2015) or impala (Espeholt et al. 2018 ResNet)."""
     use_lstm: bool = False
-    """Add IMPALA's recurrent core after the network's trunk: an LSTM of 256 units fed the trunk's features, the previous action and the previous reward clipped to [-1, 1], its state zero at each episode start (Espeholt et al. 2018; torchbeast's --use_lstm). The learner unrolls it over each trajectory from the state the actor had; checkpoints carry every environment's state. Pair it with the default optimizer, rmsprop_tf (with torch's rmsprop it did not learn Kung-Fu Master in 400k frames: BENCHMARKS.md)."""
+    """Add IMPALA's recurrent core after the network's trunk: an LSTM of 256 units fed the trunk's features, the previous action and the previous reward clipped to [-1, 1], its state zero at each episode start (Espeholt et al. 2018, fig. 3). The learner unrolls it over each trajectory from the state the actor had; checkpoints carry every environment's state. Pair it with the default optimizer, rmsprop_tf (with torch's rmsprop it did not learn Kung-Fu Master in 400k frames: BENCHMARKS.md)."""
     obs_normalization: str = "scale"
     """Network input: scale (frames / 255) or running (per-pixel running mean and variance, clipped to +-10: Baselines' VecNormalize, CuLE's --normalize; the statistics learn from every update's batch, summed over ranks)."""
     num_steps: int = 5

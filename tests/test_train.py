@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("ale_py")
 
-from hybridsim import trajlog  # noqa: E402
+from hybridsim import train, trajlog  # noqa: E402
 from hybridsim.cli import build_parser  # noqa: E402
 from hybridsim.config import build_config  # noqa: E402
 from hybridsim.train import TrainConfig, Trainer  # noqa: E402
@@ -257,6 +257,12 @@ def test_resume_refuses_other_learning_settings_and_keeps_the_run(tmp_path):
     with pytest.raises(ValueError, match="learner_batch 2 -> 1"):
         Trainer(tiny_config(tmp_path / "impala", total_frames=800, resume=True,
                             **dict(impala, learner_batch=1))).train()
+    # a checkpoint from before a setting existed ran with its default
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    del state["config"]["use_lstm"]
+    torch.save(state, tmp_path / "checkpoint.pt")
+    with pytest.raises(ValueError, match="use_lstm False -> True"):
+        Trainer(tiny_config(tmp_path, total_frames=800, resume=True, use_lstm=True)).train()
 
 
 def test_a_resume_with_other_torch_threads_says_it_will_not_be_exact(tmp_path, capsys):
@@ -607,7 +613,6 @@ def test_resume_at_the_budget_writes_a_master_file_the_last_job_did_not(tmp_path
 
 def test_eval_refuses_a_checkpoint_whose_network_does_not_fit_the_game(tmp_path):
     from hybridsim import evaluate
-    from hybridsim import train
     from hybridsim.models import build_model
     Trainer(tiny_config(tmp_path, total_frames=400, log_trajectories=False)).train()
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
@@ -851,6 +856,9 @@ def test_a_damaged_checkpoint_field_is_named_on_resume(small_run, tmp_path, chan
     (lambda s: s["rank_states"][0].__setitem__("core_memory", np.zeros((3, 515), np.float32)),
      r"its core_memory does not load \(ValueError: shape \(3, 515\), expected \(4, 515\)"),
     (lambda s: s["rank_states"][0]["core_memory"].__setitem__((0, 0), np.nan), "of finite values"),
+    (lambda s: s["rank_states"][0]["core_memory"].__setitem__((1, -3), 99.0),
+     "its previous actions are not among the 6 actions"),
+    (lambda s: s["rank_states"][0]["core_memory"].__setitem__((1, -1), 0.5), "episode-start flags not 0 or 1"),
     (lambda s: None, None),
 ])
 def test_a_recurrent_runs_memory_is_checked_on_resume(tmp_path, change, message):
@@ -861,10 +869,14 @@ def test_a_recurrent_runs_memory_is_checked_on_resume(tmp_path, change, message)
     state = torch.load(run / "checkpoint.pt", weights_only=False)
     assert state["rank_states"][0]["core_memory"].shape == (4, 515)
     change(state)
-    state.pop("digest")
-    torch.save(state, run / "checkpoint.pt")
+    if message is not None:
+        state.pop("digest")
+        torch.save(state, run / "checkpoint.pt")
     before = (run / "metrics.csv").read_bytes()
     if message is None:
+        digest = state["digest"]
+        state["rank_states"][0]["core_memory"][0, 2] += 1e-3
+        assert train.checkpoint_digest(state) != digest  # the memory's bytes are checked too
         with pytest.raises(ValueError, match=r"use_lstm True -> False"):
             Trainer(tiny_config(run, backend="cpu", total_frames=800, log_trajectories=False, resume=True)).train()
         assert Trainer(tiny_config(run, backend="cpu", total_frames=800, log_trajectories=False, resume=True,
@@ -930,8 +942,8 @@ def test_bytes_damaged_inside_a_weight_tensor_are_found(small_run, tmp_path):
     (run / "checkpoint.pt").write_bytes(bytes(raw))
     damaged = torch.load(run / "checkpoint.pt", weights_only=False)
     assert not all(torch.equal(v, damaged["model"][k]) for k, v in state["model"].items())
-    with pytest.raises(ValueError, match="damaged checkpoint: its network, optimizer state, RNG state or "
-                                         "action counters differ from what was written"):
+    with pytest.raises(ValueError, match="damaged checkpoint: its network, optimizer state, RNG state, "
+                                         "action counters or recurrent memory differ from what was written"):
         evaluate.evaluate(run / "checkpoint.pt", episodes=1, env="hybridsim")
     with pytest.raises(ValueError, match="digest mismatch"):
         Trainer(tiny_config(run, backend="cpu", total_frames=800, log_trajectories=False, resume=True)).train()
