@@ -111,10 +111,17 @@ class RecurrentCore(nn.Module):
         keep = 1.0 - torch.cat([memory[None, :, 2 * H + 2], firsts.float()])  # [S, B]
         previous = torch.cat([F.one_hot(actions, self.num_actions).float(),
                               rewards.clamp(-1.0, 1.0).unsqueeze(-1)], dim=-1) * keep.unsqueeze(-1)
-        inputs = torch.cat([features, previous], dim=-1)
+        # every step's input part of the gates in one product (a loop of LSTMCell calls
+        # reads weight_ih once per step); nn.LSTMCell's arithmetic otherwise
+        cell = self.cell
+        input_gates = F.linear(torch.cat([features, previous], dim=-1), cell.weight_ih,
+                               cell.bias_ih + cell.bias_hh)
         outputs = []
         for t in range(features.shape[0]):
-            h, c = self.cell(inputs[t], (h * keep[t, :, None], c * keep[t, :, None]))
+            h, c = h * keep[t, :, None], c * keep[t, :, None]
+            i, f, g, o = (input_gates[t] + F.linear(h, cell.weight_hh)).chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
             outputs.append(h)
         return torch.stack(outputs), torch.cat([h, c], dim=-1)
 
