@@ -1394,8 +1394,8 @@ class Trainer:
         obs, info = state["obs"], state["info"]
         while len(ready) < cfg.learner_batch:
             env_ids = np.asarray(info["env_id"])
-            # a trajectory starts from the memory its first step is chosen with (a new one
-            # where none has acted yet or the last cut below will cut)
+            # a trajectory starts from the memory its first step is chosen with (one starts
+            # where the environment's buffer is empty or is cut below)
             starts = {}
             if self.memory is not None:
                 new = np.array([len(traj[int(e)]["act"]) in (0, T) for e in env_ids])
