@@ -92,8 +92,7 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
         else:
             actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1)
         obs, reward, terminated, truncated, _ = vec.step(actions.numpy().astype(np.int64))
-        if memory is not None:
-            note_step(memory, slice(None), actions, reward, np.logical_or(terminated, truncated))
+        note_step(memory, slice(None), actions, reward, np.logical_or(terminated, truncated))
         running += reward
         for k in np.nonzero(np.logical_or(terminated, truncated))[0]:
             if quota[k] > 0:

@@ -13,6 +13,7 @@ trajectory from the row its first step saw, recomputing what the actor computed.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -153,6 +154,17 @@ class _ActorCritic(nn.Module):
         memory[:, -1] = 1.0
         return memory
 
+    def check_memory(self, memory) -> None:
+        """ValueError unless `memory` (numpy) holds rows this network could have written:
+        finite, previous actions among its actions, episode-start flags 0 or 1."""
+        actions, firsts = memory[:, -3], memory[:, -1]
+        if not np.isfinite(memory).all():
+            raise ValueError("its rows are not all of finite values")
+        if not (np.isin(firsts, (0.0, 1.0)).all() and (actions == np.round(actions)).all()
+                and ((actions >= 0) & (actions < self.core.num_actions)).all()):
+            raise ValueError(f"its previous actions are not among the {self.core.num_actions} actions, or "
+                             f"its episode-start flags not 0 or 1")
+
     def _trunk(self, obs: torch.Tensor) -> torch.Tensor:
         return self.fc(self.features(self.normalize(obs)))
 
@@ -188,9 +200,12 @@ class _ActorCritic(nn.Module):
         return logits[0], values[0]
 
 
-def note_step(memory: torch.Tensor, index, actions, rewards, dones) -> None:
+def note_step(memory: torch.Tensor | None, index, actions, rewards, dones) -> None:
     """After an environment step, memory rows `index` take the action taken, its raw reward
-    and whether the episode ended (then the next step is an episode's first)."""
+    and whether the episode ended (then the next step is an episode's first). None (a
+    feed-forward network's memory): nothing to do."""
+    if memory is None:
+        return
     step = torch.stack([torch.as_tensor(x).to(memory.device, torch.float32)
                         for x in (actions, rewards, dones)], dim=-1)
     memory[index, -3:] = step

@@ -1059,13 +1059,9 @@ class Trainer:
         (models.py's row: h, c, previous action, previous reward, first)."""
         memory = np.asarray(saved, dtype=np.float32)
         expected = tuple(self.memory.shape)
-        if memory.shape != expected or not np.isfinite(memory).all():
-            raise ValueError(f"shape {memory.shape}, expected {expected} of finite values")
-        actions, firsts = memory[:, -3], memory[:, -1]
-        if not (np.isin(firsts, (0.0, 1.0)).all() and (actions == np.round(actions)).all()
-                and ((actions >= 0) & (actions < self.num_actions)).all()):
-            raise ValueError(f"its previous actions are not among the {self.num_actions} actions, or "
-                             f"its episode-start flags not 0 or 1")
+        if memory.shape != expected:
+            raise ValueError(f"shape {memory.shape}, expected {expected}")
+        self.model.check_memory(memory)
         return memory
 
     def _skip_unknown_episode_starts(self, rank_states=(), saved_num_envs=None):
@@ -1365,8 +1361,7 @@ class Trainer:
             reward, terminated, truncated = _host(reward), _host(terminated), _host(truncated)
             done = np.logical_or(terminated, truncated)
             rewards[t], dones[t] = reward, done
-            if self.memory is not None:
-                note_step(self.memory, env_ids, actions[t], reward, done)
+            note_step(self.memory, env_ids, actions[t], reward, done)
             self.local_frames += self.frames_per_agent_step(N)
             episode_ids = self.episodes.episode_ids.copy()  # the ids of the steps just taken
             self.episodes.update(env_ids, reward, done, self.frames + self.local_frames)
@@ -1433,8 +1428,7 @@ class Trainer:
             if not answered.any():
                 continue
             stepped = ids[answered]
-            if self.memory is not None:
-                note_step(self.memory, stepped, last_action[stepped], reward[answered], done[answered])
+            note_step(self.memory, stepped, last_action[stepped], reward[answered], done[answered])
             self.local_frames += self.frames_per_agent_step(len(stepped))
             frame = self.frames + self.local_frames
             episode_ids = self.episodes.episode_ids[ids].copy()
