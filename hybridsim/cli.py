@@ -160,7 +160,9 @@ def _cmd_replay(args) -> int:
     _refuse_unused(args, {"gif or npz": ("overwrite",)})
     replay.check_outputs(gif=args.gif or None, png_dir=args.png_dir or None,
                          overwrite=args.overwrite, npz=args.npz or None)
-    result = replay.replay(args.file, args.episode, env=args.env, keep_transitions=bool(args.npz))
+    result = replay.replay(args.file, args.episode, env=args.env, keep_transitions=bool(args.npz),
+                           keep_frames=bool(args.gif or args.png_dir),
+                           scratch_dir=pathlib.Path(args.npz).resolve().parent if args.npz else None)
     print(f"env {result.env_id} episode {result.episode_id}: {result.steps} steps, "
           f"return {result.episode_return:g}, replayed on {result.backend}")
     if not result.reproduced:

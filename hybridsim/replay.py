@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import tempfile
 import typing
 
 import numpy as np
@@ -86,7 +87,8 @@ REPLAY_ENVS = {"run": None, "hybridsim": "cpu", "ale-py": "ale-py"}  # --env: ba
 
 
 def replay(path, episode: int, *, env: str = "run", make_env=None,
-           keep_transitions: bool = False) -> ReplayResult:
+           keep_transitions: bool = False, keep_frames: bool = True,
+           scratch_dir=None) -> ReplayResult:
     """Replay row `episode` of the file's episodes table (0 = the first episode that ended)
     on `env`: "run" (the backend the run used), "hybridsim" or "ale-py".
 
@@ -95,7 +97,10 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
     `actions[t]`, re-emulated: the run logs few or no observations), `actions`,
     `rewards` (unclipped), `terminated`, `truncated`, `behavior_logits` (the acting
     policy's, from the log), `global_frame`; and `final_observation`, the one after the
-    last step (what a truncated episode bootstraps from)."""
+    last step (what a truncated episode bootstraps from). The observations are a
+    file-backed array in a deleted temporary file in `scratch_dir` (default: the system's
+    temporary directory): an episode of 27,000 steps of RGB frames is 2.7 GB, which the
+    kernel can page out. keep_frames=False leaves `frames` (what a GIF shows) empty."""
     if env not in REPLAY_ENVS:
         raise ValueError(f"env {env!r}: expected one of {', '.join(REPLAY_ENVS)}")
     path = pathlib.Path(path)
@@ -151,12 +156,15 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
     seed = int(cfg["seed"]) + env_id
     vec, obs = make_replay_env(path, cfg, seed, make_env=make_env)
     mismatches, frames, total = [], [], 0.0
-    seen, final_observation = [], None
+    seen, n_seen, final_observation = None, 0, None
     for k in range(begin, last + 1):
         if k > begin and any(frame_of[k - 1] <= r < frame_of[k] for r in restarts):
             obs, _ = vec.reset(seed=seed)  # the run's environments restarted here
         if keep_transitions and history["episode_id"][k] == episode_id:
-            seen.append(np.array(obs[0]))
+            if seen is None:
+                seen = _scratch_array((own.size, *np.shape(obs[0])), np.asarray(obs[0]).dtype, scratch_dir)
+            seen[n_seen] = obs[0]
+            n_seen += 1
         obs, reward, terminated, truncated, info = vec.step(np.array([history["action"][k]], np.int64))
         if keep_transitions and k == own[-1]:  # SameStep: obs already starts the next episode
             ended = bool(terminated[0]) or bool(truncated[0])
@@ -170,6 +178,7 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
             mismatches.append(f"step {step}: observation differs")
         if history["episode_id"][k] == episode_id:
             total += float(reward[0])
+        if keep_frames and history["episode_id"][k] == episode_id:
             frames.append(np.asarray(obs[0])[-1] if np.ndim(obs[0]) == 3 else np.asarray(obs[0]))
         if len(mismatches) >= 10:
             break
@@ -186,13 +195,20 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
             mismatches.append(f"episode {episode_id}: its last logged step does not end it")
     transitions = None
     if keep_transitions and not mismatches:  # never an unverified record
-        transitions = {"observations": np.stack(seen) if seen else np.zeros((0,), np.uint8),
+        transitions = {"observations": seen,
                        "final_observation": final_observation, "behavior_logits": logits}
         transitions.update({name: history[source][own] for name, source in
                             (("actions", "action"), ("rewards", "reward_raw"), ("terminated", "terminated"),
                              ("truncated", "truncated"), ("global_frame", "global_frame"))})
     return ReplayResult(env_id, episode_id, int(own.size), total, mismatches, frames,
                         backend=str(cfg["backend"]), game=str(cfg["game"]), transitions=transitions)
+
+
+def _scratch_array(shape, dtype, directory=None) -> np.ndarray:
+    """A zeroed array of `shape` backed by an unnamed temporary file in `directory`: its
+    pages go to disk under memory pressure, and the file vanishes with the array."""
+    with tempfile.TemporaryFile(dir=directory) as fh:  # the mapping outlives the descriptor
+        return np.memmap(fh, dtype=dtype, mode="w+", shape=shape)
 
 
 def check_env_config(path, cfg: dict, env_id: int) -> None:

@@ -55,7 +55,7 @@ def test_tampered_log_is_caught(short_episode_run, tmp_path):
     assert "reward" in result.mismatches[0]
 
 
-def test_transitions_are_what_the_agent_saw_and_did(short_episode_run):
+def test_transitions_are_what_the_agent_saw_and_did(short_episode_run, tmp_path):
     """keep_transitions: one entry per step of the episode. Checked against the log (its
     actions, rewards, flags, behavior logits, and every logged observation, which is what
     the step before returned) and against ale-py replaying the same actions (the run used
@@ -69,9 +69,13 @@ def test_transitions_are_what_the_agent_saw_and_did(short_episode_run):
     episodes = trajlog.read_episodes(path)
     episode = int(np.nonzero(episodes["env_id"] == 0)[0][0])
     ours = replay.replay(path, episode, env="hybridsim", keep_transitions=True)
-    theirs = replay.replay(path, episode, env="ale-py", keep_transitions=True)
+    theirs = replay.replay(path, episode, env="ale-py", keep_transitions=True, keep_frames=False,
+                           scratch_dir=tmp_path)
     assert ours.reproduced and theirs.reproduced and ours.backend == "cpu"
+    assert len(ours.frames) == ours.steps and theirs.frames == []
     t = ours.transitions
+    # file-backed, in a file already unlinked (nothing left behind in scratch_dir)
+    assert isinstance(t["observations"], np.memmap) and not any(tmp_path.iterdir())
     rows = np.nonzero((steps["env_id"] == 0) & (steps["episode_id"] == ours.episode_id))[0]
     cols = np.nonzero(steps["env_id"][rows] == 0)[1]
     assert t["observations"].shape == (ours.steps, 4, 84, 84) == (rows.size, 4, 84, 84)
