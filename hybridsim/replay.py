@@ -207,7 +207,15 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
 def _scratch_array(shape, dtype, directory=None) -> np.ndarray:
     """A zeroed array of `shape` backed by an unnamed temporary file in `directory`: its
     pages go to disk under memory pressure, and the file vanishes with the array."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
     with tempfile.TemporaryFile(dir=directory) as fh:  # the mapping outlives the descriptor
+        try:
+            # the blocks now: a page of a sparse file that finds the disk full later is a
+            # SIGBUS (mmap(2)), not an error
+            os.posix_fallocate(fh.fileno(), 0, nbytes)
+        except OSError as exc:
+            raise OSError(exc.errno, f"no room for the episode's {nbytes / 2**20:.1f} MB of observations "
+                                     f"in {directory or tempfile.gettempdir()} ({exc.strerror})") from None
         return np.memmap(fh, dtype=dtype, mode="w+", shape=shape)
 
 

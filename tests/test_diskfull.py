@@ -5,7 +5,6 @@ continues. Fault-injection tests always run; the ones on a real, small tmpfs nee
 import errno
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import threading
@@ -20,31 +19,7 @@ from test_trajlog import fake_step
 ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-# ----- small file system ----------------------------------------------------------------
-@pytest.fixture
-def small_fs(tmp_path):
-    """mount(size) -> a fresh tmpfs of that size; unmounted afterwards."""
-    mounted = []
-
-    def mount(size: str) -> pathlib.Path:
-        if os.geteuid() != 0:
-            pytest.skip("mounting a small tmpfs needs root")
-        if shutil.which("mount") is None:
-            pytest.skip("no mount command")
-        where = tmp_path / f"fs{len(mounted)}"
-        where.mkdir()
-        out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs",
-                              str(where)], capture_output=True, text=True)
-        if out.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip()}")
-        mounted.append(where)
-        return where
-
-    yield mount
-    for where in mounted:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
-
-
+# ----- small file system (the small_fs fixture is in conftest.py) -------------------
 def fill(directory: pathlib.Path, name="filler") -> pathlib.Path:
     """Write zeros into directory/name until the file system refuses any more."""
     path = directory / name

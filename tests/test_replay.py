@@ -125,6 +125,20 @@ def test_npz_holds_the_transitions(short_episode_run, tmp_path):
         replay.check_outputs(gif=str(same), npz=str(same))
 
 
+
+def test_npz_on_a_full_disk_is_an_error_not_a_crash(short_episode_run, small_fs):
+    """The episode's observations wait in a temporary file beside the output: on a file
+    system without room for them the replay says so (a mapped sparse file faulted with
+    SIGBUS here) and leaves nothing behind."""
+    full = small_fs("1m")  # an episode of this run is over 1 MB of observations
+    out = subprocess.run([sys.executable, "-m", "hybridsim", "replay",
+                          str(trajlog.rank_file(short_episode_run, 0)), "--episode", "0",
+                          "--npz", str(full / "episode.npz")], capture_output=True, text=True)
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert "no room for the episode's" in out.stderr and str(full) in out.stderr
+    assert "No space left on device" in out.stderr
+    assert not any(full.iterdir())
+
 def test_episode_out_of_range_is_named(short_episode_run):
     with pytest.raises(ValueError, match="episode 999 out of range"):
         replay.replay(trajlog.rank_file(short_episode_run, 0), 999)
