@@ -212,9 +212,9 @@ def _scratch_array(shape, dtype, directory=None) -> np.ndarray:
         try:
             # the blocks now: a page of a sparse file that finds the disk full later is a
             # SIGBUS (mmap(2)), not an error
-            os.posix_fallocate(fh.fileno(), 0, nbytes)
+            storage.allocate(fh.fileno(), nbytes)
         except OSError as exc:
-            raise OSError(exc.errno, f"no room for the episode's {nbytes / 2**20:.1f} MB of observations "
+            raise OSError(exc.errno, f"cannot hold the episode's {nbytes / 2**20:.1f} MB of observations "
                                      f"in {directory or tempfile.gettempdir()} ({exc.strerror})") from None
         return np.memmap(fh, dtype=dtype, mode="w+", shape=shape)
 

@@ -163,6 +163,20 @@ def atomic_write(path, write) -> pathlib.Path:
     return path
 
 
+def allocate(fd: int, nbytes: int) -> None:
+    """Give the file `fd` (empty) nbytes of real blocks: posix_fallocate, or zeros written
+    where the file system does not support it. OSError (ENOSPC, ...) if they are not there."""
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        block = b"\0" * (1 << 20)
+        left = nbytes
+        while left > 0:
+            left -= os.write(fd, block[:min(left, len(block))])
+
+
 class DiskReserve:
     """A file of `nbytes` preallocated bytes, released (deleted) when space runs out.
 
@@ -181,15 +195,7 @@ class DiskReserve:
             self.path.unlink(missing_ok=True)  # one left by a killed run
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                try:
-                    os.posix_fallocate(fd, 0, self.nbytes)
-                except OSError as exc:
-                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                        raise
-                    block = b"\0" * (1 << 20)
-                    left = self.nbytes
-                    while left > 0:
-                        left -= os.write(fd, block[:min(left, len(block))])
+                allocate(fd, self.nbytes)
                 os.fsync(fd)
             finally:
                 os.close(fd)

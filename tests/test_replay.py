@@ -135,7 +135,7 @@ def test_npz_on_a_full_disk_is_an_error_not_a_crash(short_episode_run, small_fs)
                           str(trajlog.rank_file(short_episode_run, 0)), "--episode", "0",
                           "--npz", str(full / "episode.npz")], capture_output=True, text=True)
     assert out.returncode == 2, (out.returncode, out.stderr)
-    assert "no room for the episode's" in out.stderr and str(full) in out.stderr
+    assert "cannot hold the episode's" in out.stderr and str(full) in out.stderr
     assert "No space left on device" in out.stderr
     assert not any(full.iterdir())
 
