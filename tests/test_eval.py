@@ -87,6 +87,10 @@ def test_the_command_names_its_settings_and_prints_json(run_dir):
     result = json.loads(as_json.stdout)
     assert len(result["returns"]) == 2 and result["settings"]["max_episode_frames"] == 800
     assert f"return {result['mean']:.2f}" in text.stdout
+    # pong's Atari-57 references: random -20.7, human 14.6
+    assert result["human_normalized"] == pytest.approx((result["mean"] + 20.7) / 35.3, rel=1e-12)
+    assert f"human-normalized: {result['human_normalized']:.1%} (0% is a random agent's -20.7, 100% a " \
+           f"human tester's 14.6: the Atari-57 reference scores; measured with up to 30 no-ops" in text.stdout
 
 
 def _forged(run_dir, tmp_path, name, change):
