@@ -216,13 +216,11 @@ def _cmd_eval(args) -> int:
     print(f"{r['game']} on {r['env']}: {r['episodes']} episodes, return {r['mean']:.2f} "
           f"+- {r['std']:.2f} (population std; {policy})")
     if r["human_normalized"] is not None:
-        random, human = reference_scores()[r["game"]]
-        settings = r["settings"]
-        protocol = ("" if (settings["repeat_action_probability"], settings["noop_max"], settings["max_episode_frames"])
-                    == (0, 30, 108_000) else "; measured with up to 30 no-ops, episodes cut at 108,000 frames "
-                    "and no sticky actions, unlike these settings")
-        print(f"human-normalized: {r['human_normalized']:.1%} (0% is a random agent's {random:g}, 100% a "
-              f"human tester's {human:g}: the Atari-57 reference scores{protocol})")
+        random_score, human_score = reference_scores()[r["game"]]
+        protocol = ("" if r["reference_protocol"] else "; measured with up to 30 no-ops, episodes cut at "
+                    "108,000 frames and no sticky actions, unlike these settings")
+        print(f"human-normalized: {r['human_normalized']:.1%} (0% is a random agent's {random_score:g}, 100% "
+              f"a human tester's {human_score:g}: the Atari-57 reference scores{protocol})")
     print(f"settings: {evaluate.describe_settings(r['settings'])}")
     return 0
 

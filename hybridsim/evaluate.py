@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from hybridsim.models import build_model, note_step
-from hybridsim.scores import human_normalized
+from hybridsim.scores import human_normalized, on_reference_protocol
 from hybridsim.train import TrainConfig, has_nonfinite_weights, make_vector_env, read_checkpoint
 
 ENVS = {"hybridsim": "cpu", "ale-py": "ale-py"}
@@ -109,6 +109,7 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
               "frames_trained": int(state["frames"]), "policy": "random" if random_policy else "trained",
               "settings": settings}
     result["human_normalized"] = human_normalized(cfg.game, result["mean"])
+    result["reference_protocol"] = on_reference_protocol(settings)  # what human_normalized assumes
     if len(returns) < episodes:
         # a partial score favours the episodes that end soonest: not a result
         done = (f"the {len(returns)} that did returned {result['mean']:.2f} +- {result['std']:.2f}"

@@ -97,10 +97,10 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
     `actions[t]`, re-emulated: the run logs few or no observations), `actions`,
     `rewards` (unclipped), `terminated`, `truncated`, `behavior_logits` (the acting
     policy's, from the log), `global_frame`; and `final_observation`, the one after the
-    last step (what a truncated episode bootstraps from). The observations are a
-    file-backed array in a deleted temporary file in `scratch_dir` (default: the system's
-    temporary directory): an episode of 27,000 steps of RGB frames is 2.7 GB, which the
-    kernel can page out. keep_frames=False leaves `frames` (what a GIF shows) empty."""
+    last step (what a truncated episode bootstraps from). With `scratch_dir` the
+    observations are a memmap over an unlinked temporary file there (what `replay --npz`
+    does, in the output's directory: a 27,000-step episode of 4x84x84 frames is 0.76 GB),
+    else an array in memory. keep_frames=False leaves `frames` (what a GIF shows) empty."""
     if env not in REPLAY_ENVS:
         raise ValueError(f"env {env!r}: expected one of {', '.join(REPLAY_ENVS)}")
     path = pathlib.Path(path)
@@ -155,34 +155,36 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
             f"env {env_id}; cannot replay")
     seed = int(cfg["seed"]) + env_id
     vec, obs = make_replay_env(path, cfg, seed, make_env=make_env)
-    mismatches, frames, total = [], [], 0.0
-    seen, n_seen, final_observation = None, 0, None
-    for k in range(begin, last + 1):
-        if k > begin and any(frame_of[k - 1] <= r < frame_of[k] for r in restarts):
-            obs, _ = vec.reset(seed=seed)  # the run's environments restarted here
-        if keep_transitions and history["episode_id"][k] == episode_id:
-            if seen is None:
-                seen = _scratch_array((own.size, *np.shape(obs[0])), np.asarray(obs[0]).dtype, scratch_dir)
-            seen[n_seen] = obs[0]
-            n_seen += 1
-        obs, reward, terminated, truncated, info = vec.step(np.array([history["action"][k]], np.int64))
-        if keep_transitions and k == own[-1]:  # SameStep: obs already starts the next episode
-            ended = bool(terminated[0]) or bool(truncated[0])
-            final_observation = np.array(info["final_obs"][0] if ended else obs[0])
-        step = history["step_index"][k]
-        if float(reward[0]) != float(history["reward_raw"][k]):
-            mismatches.append(f"step {step}: reward {float(reward[0])} replayed, {history['reward_raw'][k]} logged")
-        if bool(terminated[0]) != bool(history["terminated"][k]) or bool(truncated[0]) != bool(history["truncated"][k]):
-            mismatches.append(f"step {step}: episode end differs")
-        if int(step) in logged_obs and not np.array_equal(obs[0], logged_obs[int(step)]):
-            mismatches.append(f"step {step}: observation differs")
-        if history["episode_id"][k] == episode_id:
-            total += float(reward[0])
-        if keep_frames and history["episode_id"][k] == episode_id:
-            frames.append(np.asarray(obs[0])[-1] if np.ndim(obs[0]) == 3 else np.asarray(obs[0]))
-        if len(mismatches) >= 10:
-            break
-    vec.close()
+    try:
+        mismatches, frames, total = [], [], 0.0
+        seen, n_seen, final_observation = None, 0, None
+        if keep_transitions:  # the whole episode's room now, not after minutes of replay
+            seen = _observation_buffer((own.size, *np.shape(obs[0])), np.asarray(obs[0]).dtype, scratch_dir)
+        for k in range(begin, last + 1):
+            if k > begin and any(frame_of[k - 1] <= r < frame_of[k] for r in restarts):
+                obs, _ = vec.reset(seed=seed)  # the run's environments restarted here
+            if keep_transitions and history["episode_id"][k] == episode_id:
+                seen[n_seen] = obs[0]
+                n_seen += 1
+            obs, reward, terminated, truncated, info = vec.step(np.array([history["action"][k]], np.int64))
+            if keep_transitions and k == own[-1]:  # SameStep: obs already starts the next episode
+                ended = bool(terminated[0]) or bool(truncated[0])
+                final_observation = np.array(info["final_obs"][0] if ended else obs[0])
+            step = history["step_index"][k]
+            if float(reward[0]) != float(history["reward_raw"][k]):
+                mismatches.append(f"step {step}: reward {float(reward[0])} replayed, {history['reward_raw'][k]} logged")
+            if bool(terminated[0]) != bool(history["terminated"][k]) or bool(truncated[0]) != bool(history["truncated"][k]):
+                mismatches.append(f"step {step}: episode end differs")
+            if int(step) in logged_obs and not np.array_equal(obs[0], logged_obs[int(step)]):
+                mismatches.append(f"step {step}: observation differs")
+            if history["episode_id"][k] == episode_id:
+                total += float(reward[0])
+            if keep_frames and history["episode_id"][k] == episode_id:
+                frames.append(np.asarray(obs[0])[-1] if np.ndim(obs[0]) == 3 else np.asarray(obs[0]))
+            if len(mismatches) >= 10:
+                break
+    finally:
+        vec.close()
     # the steps and the episodes table must tell the same story
     if not mismatches:
         if own.size != int(episodes["length"][episode]):
@@ -204,18 +206,22 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
                         backend=str(cfg["backend"]), game=str(cfg["game"]), transitions=transitions)
 
 
-def _scratch_array(shape, dtype, directory=None) -> np.ndarray:
-    """A zeroed array of `shape` backed by an unnamed temporary file in `directory`: its
-    pages go to disk under memory pressure, and the file vanishes with the array."""
+def _observation_buffer(shape, dtype, directory=None) -> np.ndarray:
+    """An array of `shape` for an episode's observations: in memory, or with `directory`
+    backed by an unlinked temporary file there (its pages can go to disk, where that
+    directory is on a disk; the file's blocks are freed once no view of the array is left)."""
+    if directory is None:
+        return np.empty(shape, dtype)
     nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    with tempfile.TemporaryFile(dir=directory) as fh:  # the mapping outlives the descriptor
+    with tempfile.TemporaryFile(dir=directory) as fh:  # np.memmap keeps its own descriptor
         try:
             # the blocks now: a page of a sparse file that finds the disk full later is a
             # SIGBUS (mmap(2)), not an error
             storage.allocate(fh.fileno(), nbytes)
         except OSError as exc:
-            raise OSError(exc.errno, f"cannot hold the episode's {nbytes / 2**20:.1f} MB of observations "
-                                     f"in {directory or tempfile.gettempdir()} ({exc.strerror})") from None
+            raise OSError(exc.errno, f"no room for the episode's {nbytes / 2**20:.1f} MiB of observations in a "
+                                     f"temporary file in {directory} while it replays ({exc.strerror}); free "
+                                     f"space there or write the .npz to another file system") from None
         return np.memmap(fh, dtype=dtype, mode="w+", shape=shape)
 
 

@@ -185,6 +185,19 @@ def test_disk_reserve_holds_and_releases(tmp_path):
     assert reserve.release() == 0
 
 
+def test_allocate_writes_zeros_where_fallocate_is_not_supported(tmp_path, monkeypatch):
+    def unsupported(fd, offset, length):
+        raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    nbytes = (2 << 20) + 12345  # not a whole number of the zeros' blocks
+    with open(tmp_path / "f", "wb") as fh:
+        storage.allocate(fh.fileno(), nbytes)
+    info = (tmp_path / "f").stat()
+    assert info.st_size == nbytes and info.st_blocks * 512 >= nbytes  # written, not sparse
+    assert (tmp_path / "f").read_bytes() == bytes(nbytes)
+
+
 # ----- the training loop --------------------------------------------------------------------
 torch = pytest.importorskip("torch")
 pytest.importorskip("ale_py")

@@ -89,6 +89,7 @@ def test_the_command_names_its_settings_and_prints_json(run_dir):
     assert f"return {result['mean']:.2f}" in text.stdout
     # pong's Atari-57 references: random -20.7, human 14.6
     assert result["human_normalized"] == pytest.approx((result["mean"] + 20.7) / 35.3, rel=1e-12)
+    assert result["reference_protocol"] is False  # sticky actions, 800-frame episodes
     assert f"human-normalized: {result['human_normalized']:.1%} (0% is a random agent's -20.7, 100% a " \
            f"human tester's 14.6: the Atari-57 reference scores; measured with up to 30 no-ops" in text.stdout
 

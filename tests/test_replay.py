@@ -74,8 +74,9 @@ def test_transitions_are_what_the_agent_saw_and_did(short_episode_run, tmp_path)
     assert ours.reproduced and theirs.reproduced and ours.backend == "cpu"
     assert len(ours.frames) == ours.steps and theirs.frames == []
     t = ours.transitions
-    # file-backed, in a file already unlinked (nothing left behind in scratch_dir)
-    assert isinstance(t["observations"], np.memmap) and not any(tmp_path.iterdir())
+    # with scratch_dir file-backed, by a file already unlinked (nothing left behind there)
+    assert isinstance(theirs.transitions["observations"], np.memmap) and not any(tmp_path.iterdir())
+    assert not isinstance(t["observations"], np.memmap)
     rows = np.nonzero((steps["env_id"] == 0) & (steps["episode_id"] == ours.episode_id))[0]
     cols = np.nonzero(steps["env_id"][rows] == 0)[1]
     assert t["observations"].shape == (ours.steps, 4, 84, 84) == (rows.size, 4, 84, 84)
@@ -125,7 +126,6 @@ def test_npz_holds_the_transitions(short_episode_run, tmp_path):
         replay.check_outputs(gif=str(same), npz=str(same))
 
 
-
 def test_npz_on_a_full_disk_is_an_error_not_a_crash(short_episode_run, small_fs):
     """The episode's observations wait in a temporary file beside the output: on a file
     system without room for them the replay says so (a mapped sparse file faulted with
@@ -135,13 +135,45 @@ def test_npz_on_a_full_disk_is_an_error_not_a_crash(short_episode_run, small_fs)
                           str(trajlog.rank_file(short_episode_run, 0)), "--episode", "0",
                           "--npz", str(full / "episode.npz")], capture_output=True, text=True)
     assert out.returncode == 2, (out.returncode, out.stderr)
-    assert "cannot hold the episode's" in out.stderr and str(full) in out.stderr
+    assert "no room for the episode's" in out.stderr and f"temporary file in {full}" in out.stderr
     assert "No space left on device" in out.stderr
     assert not any(full.iterdir())
 
 def test_episode_out_of_range_is_named(short_episode_run):
     with pytest.raises(ValueError, match="episode 999 out of range"):
         replay.replay(trajlog.rank_file(short_episode_run, 0), 999)
+
+
+def test_a_full_scratch_directory_is_found_before_the_replay_and_closes_the_env(short_episode_run, small_fs):
+    """The room for the episode is taken before the steps leading to it (a late episode of
+    a long run is minutes of replay), and the environment is closed on the way out."""
+    calls = {"steps": 0, "closed": 0}
+
+    def counting_env(cfg, seed, num_envs=1):
+        vec = replay._make_env(cfg, seed, num_envs)
+        step, close = vec.step, vec.close
+        vec.step = lambda *a, **k: calls.__setitem__("steps", calls["steps"] + 1) or step(*a, **k)
+        vec.close = lambda: calls.__setitem__("closed", calls["closed"] + 1) or close()
+        return vec
+
+    path = trajlog.rank_file(short_episode_run, 0)
+    last = trajlog.read_episodes(path)["env_id"].size - 1
+    with pytest.raises(OSError, match="no room for the episode's"):
+        replay.replay(path, last, keep_transitions=True, scratch_dir=small_fs("1m"), make_env=counting_env)
+    assert calls == {"steps": 0, "closed": 1}
+
+
+def test_the_command_keeps_gif_frames_only_when_asked_and_observations_beside_the_npz(
+        short_episode_run, tmp_path, monkeypatch):
+    from hybridsim import cli
+    seen = []
+    real = replay.replay
+    monkeypatch.setattr(replay, "replay", lambda *a, **k: seen.append(k) or real(*a, **k))
+    path = str(trajlog.rank_file(short_episode_run, 0))
+    assert cli.main(["replay", path, "--episode", "0", "--npz", str(tmp_path / "a.npz")]) == 0
+    assert cli.main(["replay", path, "--episode", "0", "--gif", str(tmp_path / "a.gif")]) == 0
+    assert [(k["keep_transitions"], k["keep_frames"], k["scratch_dir"]) for k in seen] == [
+        (True, False, tmp_path.resolve()), (False, True, None)]
 
 
 def test_log_replays_on_the_other_backend(short_episode_run, tmp_path):

@@ -33,6 +33,13 @@ def test_random_is_zero_and_human_is_one(game):
     assert scores.human_normalized(game, (random + human) / 2) == pytest.approx(0.5, rel=1e-12)
 
 
+def test_the_reference_protocol_is_evals_default():
+    defaults = {"repeat_action_probability": 0.0, "noop_max": 30, "max_episode_frames": 108_000}
+    assert scores.on_reference_protocol(defaults)
+    for name, other in (("repeat_action_probability", 0.25), ("noop_max", 0), ("max_episode_frames", 0)):
+        assert not scores.on_reference_protocol({**defaults, name: other}), name
+
+
 def test_other_games_and_non_finite_returns_have_none():
     assert scores.human_normalized("air_raid", 1000.0) is None  # shipped by ale-py, not in the 57
     assert scores.human_normalized("pong", math.nan) is None
