@@ -154,10 +154,10 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
             f"outside the action set 0..{num_actions - 1} (e.g. {int(actions[outside][0])}) for "
             f"env {env_id}; cannot replay")
     seed = int(cfg["seed"]) + env_id
+    mismatches, frames, total = [], [], 0.0
+    seen, n_seen, final_observation = None, 0, None
     vec, obs = make_replay_env(path, cfg, seed, make_env=make_env)
     try:
-        mismatches, frames, total = [], [], 0.0
-        seen, n_seen, final_observation = None, 0, None
         if keep_transitions:  # the whole episode's room now, not after minutes of replay
             seen = _observation_buffer((own.size, *np.shape(obs[0])), np.asarray(obs[0]).dtype, scratch_dir)
         for k in range(begin, last + 1):
@@ -179,8 +179,8 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
                 mismatches.append(f"step {step}: observation differs")
             if history["episode_id"][k] == episode_id:
                 total += float(reward[0])
-            if keep_frames and history["episode_id"][k] == episode_id:
-                frames.append(np.asarray(obs[0])[-1] if np.ndim(obs[0]) == 3 else np.asarray(obs[0]))
+                if keep_frames:
+                    frames.append(np.asarray(obs[0])[-1] if np.ndim(obs[0]) == 3 else np.asarray(obs[0]))
             if len(mismatches) >= 10:
                 break
     finally:
