@@ -201,7 +201,7 @@ def _cmd_export(args) -> int:
 
 def _cmd_eval(args) -> int:
     from hybridsim import evaluate
-    from hybridsim.scores import reference_scores
+    from hybridsim.scores import REFERENCE_SETTINGS, reference_scores
     _given_paths(args, "checkpoint")
     r = evaluate.evaluate(args.checkpoint, episodes=args.episodes, env=args.env,
                           num_envs=args.num_envs, seed=args.seed, greedy=args.greedy,
@@ -217,8 +217,10 @@ def _cmd_eval(args) -> int:
           f"+- {r['std']:.2f} (population std; {policy})")
     if r["human_normalized"] is not None:
         random_score, human_score = reference_scores()[r["game"]]
-        protocol = ("" if r["reference_protocol"] else "; measured with up to 30 no-ops, episodes cut at "
-                    "108,000 frames and no sticky actions, unlike these settings")
+        protocol = ("" if r["reference_protocol"] else
+                    f"; measured with up to {REFERENCE_SETTINGS['noop_max']} no-ops, episodes cut at "
+                    f"{REFERENCE_SETTINGS['max_episode_frames']:,} frames and no sticky actions, unlike these "
+                    f"settings")
         print(f"human-normalized: {r['human_normalized']:.1%} (0% is a random agent's {random_score:g}, 100% "
               f"a human tester's {human_score:g}: the Atari-57 reference scores{protocol})")
     print(f"settings: {evaluate.describe_settings(r['settings'])}")

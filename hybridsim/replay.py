@@ -163,7 +163,8 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
         for k in range(begin, last + 1):
             if k > begin and any(frame_of[k - 1] <= r < frame_of[k] for r in restarts):
                 obs, _ = vec.reset(seed=seed)  # the run's environments restarted here
-            if keep_transitions and history["episode_id"][k] == episode_id:
+            in_episode = history["episode_id"][k] == episode_id
+            if keep_transitions and in_episode:
                 seen[n_seen] = obs[0]
                 n_seen += 1
             obs, reward, terminated, truncated, info = vec.step(np.array([history["action"][k]], np.int64))
@@ -177,7 +178,7 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
                 mismatches.append(f"step {step}: episode end differs")
             if int(step) in logged_obs and not np.array_equal(obs[0], logged_obs[int(step)]):
                 mismatches.append(f"step {step}: observation differs")
-            if history["episode_id"][k] == episode_id:
+            if in_episode:
                 total += float(reward[0])
                 if keep_frames:
                     frames.append(np.asarray(obs[0])[-1] if np.ndim(obs[0]) == 3 else np.asarray(obs[0]))
