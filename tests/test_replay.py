@@ -126,6 +126,17 @@ def test_npz_holds_the_transitions(short_episode_run, tmp_path):
         replay.check_outputs(gif=str(same), npz=str(same))
 
 
+@pytest.mark.skipif(not os.access("/proc", os.W_OK), reason="/proc is not writable-looking for this "
+                    "user: the W_OK check answers first")
+def test_an_output_directory_that_refuses_new_files_is_named():
+    """/proc passes the W_OK check as root but refuses new files: the option and directory
+    are named before any replay or export starts, not a raw errno on a temporary name."""
+    with pytest.raises(OSError, match=r"^--npz /proc/episode.npz: cannot make a file in /proc \("):
+        replay.check_outputs(npz="/proc/episode.npz")
+    with pytest.raises(OSError, match=r"^output /proc/out.h5: cannot make a file in /proc \("):
+        export.check_output("/proc/out.h5")
+
+
 def test_npz_on_a_full_disk_is_an_error_not_a_crash(short_episode_run, small_fs):
     """The episode's observations wait in a temporary file beside the output: on a file
     system without room for them the replay says so (a mapped sparse file faulted with
