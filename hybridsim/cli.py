@@ -386,8 +386,19 @@ def _report_storage_stop(summary: dict) -> None:
     print("\n".join(lines), file=sys.stderr, flush=True)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's, but in an MPI job of several ranks a usage error goes out as the job's
+    other errors do (stderr waited on a few seconds, then the job ended): argparse's own
+    print would block for ever on stderr on a hung file system, the other ranks waiting."""
+
+    def error(self, message):
+        if _in_mpi_job():
+            _abort_mpi_job(2, f"{self.format_usage()}{self.prog}: error: {message}")
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hybridsim", description=__doc__)
+    parser = _Parser(prog="hybridsim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("bench", help="measure speed (results go in BENCHMARKS.md)")
     p.add_argument("--cpu", action="store_true", help="the 6507 core alone (default)")
@@ -521,12 +532,7 @@ def main(argv=None) -> int:
 
 
 def _main(argv, openmp_note) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # a bad argument seen by one rank only must end the job too
-        if exc.code not in (0, None):
-            _abort_mpi_job(2)
-        raise
+    args = build_parser().parse_args(argv)  # a bad argument on one rank ends the job (_Parser)
     args.openmp_note = openmp_note
     try:
         return args.func(args)

@@ -665,6 +665,41 @@ def test_ending_the_job_waits_only_a_little_for_a_hung_stderr(monkeypatch, capsy
     hung.set()
 
 
+def test_a_usage_error_under_mpi_goes_out_as_the_other_errors_do(monkeypatch):
+    """argparse printed its usage error to stderr itself: on a hung stderr the rank blocked
+    there and never ended the job. In an MPI job the message now goes to _abort_mpi_job
+    (which waits for stderr a few seconds, then ends the job); alone, argparse's own exit."""
+    import io
+    from hybridsim import cli
+
+    class NoStderr(io.TextIOBase):
+        def write(self, text):
+            raise AssertionError(f"argparse wrote to stderr itself: {text!r}")
+
+    ended = []
+
+    def abort(code, message=None):
+        ended.append((code, message))
+        raise SystemExit(code)  # the real one ends the process (os._exit)
+    monkeypatch.setattr(cli, "_in_mpi_job", lambda: True)
+    monkeypatch.setattr(cli, "_abort_mpi_job", abort)
+    monkeypatch.setattr(sys, "stderr", NoStderr())
+    for argv, why in ((["train", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+                      (["no-such-command"], "invalid choice: 'no-such-command'"),
+                      (["train", "--num-envs", "two"], "argument --num-envs: invalid int value: 'two'")):
+        with pytest.raises(SystemExit) as stop:
+            cli.build_parser().parse_args(argv)
+        code, message = ended.pop()
+        assert stop.value.code == code == 2 and message.startswith("usage: hybridsim"), message
+        assert why in message and ": error: " in message, message
+    monkeypatch.setattr(cli, "_in_mpi_job", lambda: False)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    with pytest.raises(SystemExit) as stop:
+        cli.build_parser().parse_args(["train", "--no-such-option"])
+    assert stop.value.code == 2 and not ended
+    assert "unrecognized arguments: --no-such-option" in sys.stderr.getvalue()
+
+
 def test_a_stall_report_groups_the_ranks_and_names_those_waited_on():
     from hybridsim import dist
     at = "hybridsim/dist.py:139 in allreduce_sum"
