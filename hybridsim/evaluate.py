@@ -13,7 +13,7 @@ import pathlib
 import numpy as np
 import torch
 
-from hybridsim.models import build_model, note_step
+from hybridsim.models import build_model, note_step, to_device
 from hybridsim.scores import human_normalized, on_reference_protocol
 from hybridsim.train import TrainConfig, has_nonfinite_weights, make_vector_env, read_checkpoint
 
@@ -65,8 +65,8 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
         raise ValueError(f"{checkpoint}: its network takes observations {tuple(state['obs_shape'])} "
                          f"and picks among {state['num_actions']} actions, but {cfg.game} on {env} "
                          f"gives {env_shape[0]} and {env_shape[1]} (another ROM or action set?)")
-    model = build_model(cfg.model, state["obs_shape"], state["num_actions"], cfg.obs_normalization,
-                        cfg.use_lstm)
+    model = to_device(build_model(cfg.model, state["obs_shape"], state["num_actions"],
+                                  cfg.obs_normalization, cfg.use_lstm), "cpu")
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as exc:

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from hybridsim import dist, storage, sysinfo, vtrace
-from hybridsim.models import RunningObservationNorm, build_model, note_step
+from hybridsim.models import RunningObservationNorm, build_model, note_step, to_device
 from hybridsim.optim import RMSpropTF
 from hybridsim.runlock import LOCK_NAME, RunDirectoryBusy, RunLock, sees_holder
 from hybridsim.storage import StorageError
@@ -533,8 +533,8 @@ class Trainer:
         self.env = make_vector_env(cfg, self.env_seed, env_batch, self.device)
         self.num_actions = int(self.env.single_action_space.n)
         self.obs_shape = tuple(self.env.single_observation_space.shape)
-        self.model = build_model(cfg.model, self.obs_shape, self.num_actions,
-                                 cfg.obs_normalization, cfg.use_lstm).to(self.device)
+        self.model = to_device(build_model(cfg.model, self.obs_shape, self.num_actions,
+                                           cfg.obs_normalization, cfg.use_lstm), self.device)
         # a recurrent network's memory of each environment (models.py; None: feed-forward)
         self.memory = self.model.initial_memory(cfg.num_envs, self.device)
         self._resume_memory = None  # the checkpoint's, restored with the environments

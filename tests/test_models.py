@@ -173,3 +173,40 @@ def test_the_recurrent_option_adds_a_core_of_the_trunks_width():
             "core.cell.weight_ih", "core.cell.weight_hh", "core.cell.bias_ih", "core.cell.bias_hh"}
         first = recurrent.initial_memory(3)
         assert first.shape == (3, 2 * 256 + 3) and (first[:, -1] == 1).all() and (first[:, :-1] == 0).all()
+
+
+def test_the_resnet_runs_channels_last_on_a_cpu_with_the_nchw_values():
+    """to_device keeps the IMPALA ResNet's CPU convolutions channels-last (faster there):
+    logits, values and every gradient equal those of the same network in NCHW, and the
+    paths that flatten weights and gradients (checkpoint digest, MPI broadcast and
+    all-reduce) see the same values in either layout."""
+    import copy
+    from hybridsim.models import to_device
+    torch.manual_seed(0)
+    nchw = build_model("impala", (4, 84, 84), num_actions=6, use_lstm=True)
+    fast = to_device(copy.deepcopy(nchw), "cpu")
+    convs = [m.weight for m in fast.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert convs and all(w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous()
+                         for w in convs)
+    assert all(m.weight.is_contiguous() for m in to_device(build_model("nature", (4, 84, 84), 6), "cpu")
+               .modules() if isinstance(m, torch.nn.Conv2d))  # no faster that way: left NCHW
+    obs = torch.randint(0, 256, (3, 5, 4, 84, 84), dtype=torch.uint8)
+    outputs = []
+    for model in (nchw, fast):
+        logits, values, state = model.unroll(obs, model.initial_memory(5), torch.ones(2, 5),
+                                             torch.ones(2, 5), torch.zeros(2, 5))
+        (logits.logsumexp(-1).sum() + values.sum() + state.sum()).backward()
+        outputs.append([logits, values, state, *(p.grad for p in model.parameters())])
+    for reference, got in zip(*outputs):
+        torch.testing.assert_close(got, reference, rtol=1e-4, atol=1e-5)
+    from hybridsim.train import checkpoint_digest
+    assert checkpoint_digest({"model": fast.state_dict()}) == checkpoint_digest(
+        {"model": {k: v.contiguous() for k, v in fast.state_dict().items()}})
+    MPI = pytest.importorskip("mpi4py.MPI")
+    from hybridsim import dist
+    comm = dist.MPIComm(MPI.COMM_SELF)
+    before = [(p.detach().clone(), p.grad.clone()) for p in fast.parameters()]
+    comm.broadcast_parameters(fast)
+    comm.allreduce_gradients(fast)
+    for p, (value, grad) in zip(fast.parameters(), before):
+        assert torch.equal(p, value) and torch.equal(p.grad, grad)
