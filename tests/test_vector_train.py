@@ -212,3 +212,35 @@ def test_a_recurrent_learner_recomputes_the_actors_logits(tmp_path, monkeypatch,
     for behavior, target, _ in checked:
         torch.testing.assert_close(target, behavior, rtol=1e-4, atol=1e-4)
     assert not torch.allclose(seen[-1][0], seen[0][0])  # the policy did change
+
+
+def test_impala_trajectories_start_from_the_memory_the_actor_had(tmp_path, monkeypatch):
+    """Under impala only the first update learns from data of its current network, and its
+    trajectories all start at episode starts (zero memory): a wrong recorded memory would
+    pass the test above. With the network frozen (a random one whose outputs depend on the
+    memory), every update's unroll must give the actor's logits, also for trajectories
+    that start in mid-episode."""
+    import torch
+    from hybridsim import train
+    seen = []
+    from_logits = train.vtrace.from_logits
+
+    def recorded(**kwargs):
+        seen.append((kwargs["behavior_policy_logits"].clone(), kwargs["target_policy_logits"].detach().clone()))
+        return from_logits(**kwargs)
+    monkeypatch.setattr(train.vtrace, "from_logits", recorded)
+    cfg = TrainConfig(game="pong", backend="cpu", num_envs=4, num_steps=20, total_frames=3200,
+                      num_threads=1, torch_threads=1, log_every=0.0, noop_max=5, max_episode_frames=96,
+                      log_trajectories=False, schedule="impala", use_lstm=True, env_batch_size=2,
+                      learner_batch=2, log_dir=str(tmp_path / "run"))
+    trainer = Trainer(cfg)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.normal_(0, 0.05)
+    trainer.optimizer.step = lambda *args, **kwargs: None
+    trainer.train()
+    assert len(seen) >= 8
+    for behavior, target in seen:
+        torch.testing.assert_close(target, behavior, rtol=1e-4, atol=1e-4)
+    assert (seen[0][0] - seen[0][0].mean(-1, keepdim=True)).abs().max() > 0.05  # not a near-uniform policy
