@@ -249,7 +249,7 @@ class ImpalaResNet(_ActorCritic):
     """Espeholt et al. (2018), fig. 3 (right): three stages of conv 3x3, max-pool 3x3/2 and
     two residual blocks, with 16, 32, 32 channels, then fc 256 (and with use_lstm the LSTM)."""
 
-    # 1.3-1.5x the training frames/s on 2 CPU cores (the Nature CNN: no difference;
+    # 1.5x the training frames/s on 2 CPU cores (medians; the Nature CNN: no difference;
     # BENCHMARKS.md, "Channels-last convolutions on the CPU")
     channels_last_on_cpu = True
 

@@ -16,6 +16,7 @@ import errno
 import os
 import pathlib
 import re
+import tempfile
 import threading
 
 # errnos that mean "this file system will not take more data", not a bug in the writer
@@ -91,6 +92,10 @@ def check_output_directory(path, option: str) -> None:
         out.mkdir(parents=True, exist_ok=True)  # /proc and the like pass the checks above
     except OSError as exc:
         raise OSError(f"{option} {path}: cannot make the directory ({exc.strerror or exc})") from None
+    try:  # and an existing one of them refuses new files
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as exc:
+        raise OSError(f"{option} {path}: cannot make a file in it ({exc.strerror or exc})") from None
 
 
 def same_filesystem(a, b) -> bool:

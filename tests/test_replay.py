@@ -135,6 +135,8 @@ def test_an_output_directory_that_refuses_new_files_is_named():
         replay.check_outputs(npz="/proc/episode.npz")
     with pytest.raises(OSError, match=r"^output /proc/out.h5: cannot make a file in /proc \("):
         export.check_output("/proc/out.h5")
+    with pytest.raises(OSError, match=r"^--png-dir /proc: cannot make a file in it \("):
+        replay.check_outputs(png_dir="/proc")
 
 
 def test_npz_on_a_full_disk_is_an_error_not_a_crash(short_episode_run, small_fs):
