@@ -304,11 +304,9 @@ def check_new_file(name: str, option: str, what: str, overwrite: bool) -> None:
         raise FileNotFoundError(f"{option} {name}: directory {path.parent} does not exist")
     if not os.access(path.parent, os.W_OK):
         raise PermissionError(f"{option} {name}: cannot write into {path.parent}")
-    try:  # /proc and the like pass the checks above and refuse new files
-        tempfile.TemporaryFile(dir=path.parent).close()
-    except OSError as exc:
-        raise OSError(f"{option} {name}: cannot make a file in {path.parent} "
-                      f"({exc.strerror or exc})") from None
+    why = storage.why_no_new_file(path.parent)
+    if why:
+        raise OSError(f"{option} {name}: cannot make a file in {path.parent} ({why})")
 
 
 def check_outputs(gif: str | None = None, png_dir: str | None = None, overwrite: bool = False,

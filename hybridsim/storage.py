@@ -4,7 +4,8 @@
   written and the errno (ENOSPC, EDQUOT, ...). h5py reports a failed write as a
   RuntimeError whose text holds "errno = 28", so `write_errno` reads that too.
 - `atomic_write`: temporary file, fsync, rename; a failed write never replaces the old file.
-- `check_output_directory`: make an output directory before minutes of work, or say why not.
+- `check_output_directory`: make an output directory before minutes of work, or say why not
+  (`why_no_new_file`: its probe, which replay's output checks use too).
 - `DiskReserve`: a preallocated file in the run directory, deleted when the disk fills so
   the final checkpoint and the last trajectory rows have room (a ballast file).
 - `AppendFile`: an append-only text file (metrics.csv) that cuts a half-written line off
@@ -92,10 +93,19 @@ def check_output_directory(path, option: str) -> None:
         out.mkdir(parents=True, exist_ok=True)  # /proc and the like pass the checks above
     except OSError as exc:
         raise OSError(f"{option} {path}: cannot make the directory ({exc.strerror or exc})") from None
-    try:  # and an existing one of them refuses new files
-        tempfile.TemporaryFile(dir=out).close()
+    why = why_no_new_file(out)  # and an existing one of them refuses new files
+    if why:
+        raise OSError(f"{option} {path}: cannot make a file in it ({why})")
+
+
+def why_no_new_file(directory) -> str | None:
+    """Why no file can be made in `directory` (None: one can), found by making one: /proc
+    and the like pass os.access(W_OK) and refuse them."""
+    try:
+        tempfile.TemporaryFile(dir=directory).close()
     except OSError as exc:
-        raise OSError(f"{option} {path}: cannot make a file in it ({exc.strerror or exc})") from None
+        return exc.strerror or str(exc)
+    return None
 
 
 def same_filesystem(a, b) -> bool:

@@ -183,6 +183,19 @@ def test_impala_repeats_with_any_thread_count_and_completion_order(tmp_path):
     assert episodes != one_thread[1] or any(not torch.equal(v, weights[k]) for k, v in one_thread[0].items())
 
 
+def _record_vtrace_logits(monkeypatch) -> list:
+    """(behavior logits, target logits, discounts) of every V-trace call training makes."""
+    from hybridsim import train
+    seen, from_logits = [], train.vtrace.from_logits
+
+    def recorded(**kwargs):
+        seen.append((kwargs["behavior_policy_logits"].clone(), kwargs["target_policy_logits"].detach().clone(),
+                     kwargs["discounts"].clone()))
+        return from_logits(**kwargs)
+    monkeypatch.setattr(train.vtrace, "from_logits", recorded)
+    return seen
+
+
 @pytest.mark.parametrize("schedule", ["a2c", "impala"])
 def test_a_recurrent_learner_recomputes_the_actors_logits(tmp_path, monkeypatch, schedule):
     """Before a network has changed, the learner's unroll of a trajectory gives the logits
@@ -191,16 +204,7 @@ def test_a_recurrent_learner_recomputes_the_actors_logits(tmp_path, monkeypatch,
     acting. a2c with one minibatch learns from data of its current network at every
     update; impala at its first."""
     import torch
-    from hybridsim import train
-    seen = []
-
-    def recorded(**kwargs):
-        seen.append((kwargs["behavior_policy_logits"].clone(), kwargs["target_policy_logits"].detach().clone(),
-                     kwargs["discounts"].clone()))
-        return from_logits(**kwargs)
-
-    from_logits = train.vtrace.from_logits
-    monkeypatch.setattr(train.vtrace, "from_logits", recorded)
+    seen = _record_vtrace_logits(monkeypatch)
     cfg = TrainConfig(game="pong", backend="cpu", num_envs=4, num_steps=30, total_frames=2400,
                       num_threads=1, torch_threads=1, log_every=0.0, noop_max=5, max_episode_frames=96,
                       log_trajectories=False, schedule=schedule, use_lstm=True,
@@ -221,14 +225,7 @@ def test_impala_trajectories_start_from_the_memory_the_actor_had(tmp_path, monke
     memory), every update's unroll must give the actor's logits, also for trajectories
     that start in mid-episode."""
     import torch
-    from hybridsim import train
-    seen = []
-    from_logits = train.vtrace.from_logits
-
-    def recorded(**kwargs):
-        seen.append((kwargs["behavior_policy_logits"].clone(), kwargs["target_policy_logits"].detach().clone()))
-        return from_logits(**kwargs)
-    monkeypatch.setattr(train.vtrace, "from_logits", recorded)
+    seen = _record_vtrace_logits(monkeypatch)
     cfg = TrainConfig(game="pong", backend="cpu", num_envs=4, num_steps=20, total_frames=3200,
                       num_threads=1, torch_threads=1, log_every=0.0, noop_max=5, max_episode_frames=96,
                       log_trajectories=False, schedule="impala", use_lstm=True, env_batch_size=2,
@@ -241,6 +238,6 @@ def test_impala_trajectories_start_from_the_memory_the_actor_had(tmp_path, monke
     trainer.optimizer.step = lambda *args, **kwargs: None
     trainer.train()
     assert len(seen) >= 8
-    for behavior, target in seen:
+    for behavior, target, _ in seen:
         torch.testing.assert_close(target, behavior, rtol=1e-4, atol=1e-4)
     assert (seen[0][0] - seen[0][0].mean(-1, keepdim=True)).abs().max() > 0.05  # not a near-uniform policy
