@@ -304,6 +304,19 @@ def to_device(model: nn.Module, device) -> nn.Module:
     return model
 
 
+def match_optimizer_state_layout(optimizer: torch.optim.Optimizer) -> None:
+    """Gives each per-parameter state tensor (moments, squares) its parameter's memory layout.
+    A checkpoint written in the other layout (an NCHW run resumed where the ResNet runs
+    channels-last, or the reverse) loads with its own strides; the values are the same,
+    but every update would then mix the two layouts."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            state = optimizer.state.get(param, {})
+            for key, value in state.items():
+                if torch.is_tensor(value) and value.shape == param.shape and value.stride() != param.stride():
+                    state[key] = torch.empty_like(param, dtype=value.dtype).copy_(value)
+
+
 def build_model(name: str, obs_shape, num_actions: int, obs_normalization: str = "scale",
                 use_lstm: bool = False) -> nn.Module:
     if name not in MODELS:

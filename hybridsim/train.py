@@ -35,7 +35,8 @@ import torch
 import torch.nn.functional as F
 
 from hybridsim import dist, storage, sysinfo, vtrace
-from hybridsim.models import RunningObservationNorm, build_model, note_step, to_device
+from hybridsim.models import (RunningObservationNorm, build_model, match_optimizer_state_layout,
+                              note_step, to_device)
 from hybridsim.optim import RMSpropTF
 from hybridsim.runlock import LOCK_NAME, RunDirectoryBusy, RunLock, sees_holder
 from hybridsim.storage import StorageError
@@ -994,6 +995,7 @@ class Trainer:
                 raise ValueError(f"--resume: {path}: damaged checkpoint: its {name} does not load "
                                  f"({type(exc).__name__}: {exc})") from None
         field("optimizer state", lambda: self.optimizer.load_state_dict(state["optimizer"]))
+        match_optimizer_state_layout(self.optimizer)
         self.frames, self.updates = state["frames"], state["updates"]
         self.run_id = state.get("run_id") or self.run_id
         field("torch_rng", lambda: torch.set_rng_state(state["torch_rng"]))

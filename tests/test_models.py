@@ -210,3 +210,53 @@ def test_the_resnet_runs_channels_last_on_a_cpu_with_the_nchw_values():
     comm.allreduce_gradients(fast)
     for p, (value, grad) in zip(fast.parameters(), before):
         assert torch.equal(p, value) and torch.equal(p.grad, grad)
+
+
+@pytest.mark.parametrize("optimizer_name", ["rmsprop_tf", "adam"])
+def test_optimizer_state_from_the_other_layout_takes_the_parameters_layout(optimizer_name):
+    """An NCHW run's optimizer state resumed into a channels-last ResNet (or the reverse)
+    loads with its own strides; match_optimizer_state_layout gives every state tensor its
+    parameter's layout with the same values, so the next update equals the other layout's."""
+    import copy
+    from hybridsim.models import match_optimizer_state_layout, to_device
+    from hybridsim.optim import RMSpropTF
+
+    def make(model):
+        if optimizer_name == "adam":
+            return torch.optim.Adam(model.parameters(), lr=1e-3)
+        return RMSpropTF(model.parameters(), lr=1e-3, alpha=0.99, eps=0.01)
+
+    torch.manual_seed(1)
+    nchw = build_model("impala", (4, 84, 84), num_actions=6)
+    fast = to_device(copy.deepcopy(nchw), "cpu")
+    obs = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+
+    def step(model, optimizer):
+        optimizer.zero_grad()
+        logits, values = model(obs)[:2]
+        (logits.logsumexp(-1).sum() + values.sum()).backward()
+        optimizer.step()
+
+    def load_matched(source, model):
+        target = make(model)
+        target.load_state_dict(copy.deepcopy(source.state_dict()))
+        params = [p for group in target.param_groups for p in group["params"]]
+        assert any(torch.is_tensor(v) and v.shape == p.shape and v.stride() != p.stride()
+                   for p in params for v in target.state[p].values()), "nothing in the other layout"
+        before = {p: {k: v.clone() for k, v in target.state[p].items()} for p in params}
+        match_optimizer_state_layout(target)
+        for p in params:
+            for key, value in target.state[p].items():
+                assert torch.equal(value, before[p][key])
+                assert value.shape != p.shape or value.stride() == p.stride()
+        return target
+
+    nchw_optimizer = make(nchw)
+    step(nchw, nchw_optimizer)
+    fast.load_state_dict(nchw.state_dict())
+    fast_optimizer = load_matched(nchw_optimizer, fast)
+    load_matched(fast_optimizer, copy.deepcopy(nchw))  # the reverse: channels-last state, NCHW network
+    step(fast, fast_optimizer)
+    step(nchw, nchw_optimizer)
+    for a, b in zip(nchw.parameters(), fast.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
