@@ -333,6 +333,10 @@ def _cmd_train(args) -> int:
         first, last = summary["mean_return_first"], summary["mean_return_last"]
         print(f"mean return of the first {summary['window']} episodes {first:.2f}, of the last "
               f"{summary['window']} {last:.2f} ({last - first:+.2f})")
+        if summary["human_normalized_last"] is not None:
+            print(f"the last {summary['window']} as a human-normalized score: "
+                  f"{summary['human_normalized_last']:.1%} (training episodes, with this run's "
+                  f"sticky actions and exploration; `hybridsim eval` scores on the reference protocol)")
     print(f"checkpoint: {summary['checkpoint']}")
     print(f"metrics:    {summary['metrics']} (TensorBoard: {cfg.log_dir}/tensorboard)")
     print(f"curve:      {summary['curve']}")

@@ -39,6 +39,7 @@ from hybridsim.models import (RunningObservationNorm, build_model, match_optimiz
                               note_step, to_device)
 from hybridsim.optim import RMSpropTF
 from hybridsim.runlock import LOCK_NAME, RunDirectoryBusy, RunLock, sees_holder
+from hybridsim.scores import human_normalized
 from hybridsim.storage import StorageError
 from hybridsim.train_config import TrainConfig, make_vector_env
 
@@ -798,6 +799,9 @@ class Trainer:
                     self.tb.add_scalar("charts/learning_rate", lr, self.frames)
                     if not math.isnan(mean_return):
                         self.tb.add_scalar("charts/mean_return_100", mean_return, self.frames)
+                        normalized = self.human_normalized(mean_return)
+                        if normalized is not None:
+                            self.tb.add_scalar("charts/human_normalized_return_100", normalized, self.frames)
                     for tag, value in self.last_losses.items():
                         self.tb.add_scalar(tag, value, self.frames)
                     self.tb.flush()  # the writer thread's errors surface here, not later
@@ -1591,16 +1595,24 @@ class Trainer:
                     note(StorageError.from_exception(curve, "the learning curve", exc))
         self.env.close()
 
+    def human_normalized(self, mean_return: float) -> float | None:
+        """A mean training return as a human-normalized score; None off the Atari-57, and
+        with --episodic-life, whose episodes are single lives rather than games."""
+        if self.cfg.episodic_life or math.isnan(mean_return):
+            return None
+        return human_normalized(self.cfg.game, mean_return)
+
     def summary(self) -> dict:
         returns = [e[2] for e in self.all_episodes]
         # the first and the last quarter of the episodes (at most 100 each): did it learn?
         window = min(100, max(1, len(returns) // 4))
+        last = float(np.mean(returns[-window:])) if returns else float("nan")
         return {"frames": self.frames, "updates": self.updates,
                 "episodes": len(self.all_episodes),
                 "mean_return_100": float(np.mean(returns[-100:])) if returns else float("nan"),
                 "window": window,
                 "mean_return_first": float(np.mean(returns[:window])) if returns else float("nan"),
-                "mean_return_last": float(np.mean(returns[-window:])) if returns else float("nan"),
+                "mean_return_last": last, "human_normalized_last": self.human_normalized(last),
                 "checkpoint": str(self.final_checkpoint or self.checkpoint_path()),
                 "final_checkpoint": str(self.final_checkpoint) if self.final_checkpoint else None,
                 "preempted": self.preempted, "stopped": self.stop_reason,

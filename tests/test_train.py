@@ -948,3 +948,34 @@ def test_bytes_damaged_inside_a_weight_tensor_are_found(small_run, tmp_path):
     with pytest.raises(ValueError, match="digest mismatch"):
         Trainer(tiny_config(run, backend="cpu", total_frames=800, log_trajectories=False, resume=True)).train()
     evaluate.evaluate(small_run / "checkpoint.pt", episodes=1, env="hybridsim", max_episode_frames=200)
+
+
+def test_training_returns_are_also_reported_human_normalized(tmp_path, capsys):
+    """Episodes cut at 200 frames finish within a tiny run: TensorBoard gets the mean return
+    of the last 100 as a human-normalized score next to the raw one, and the closing report
+    gives the last episodes' mean that way too. With --episodic-life an episode is one life,
+    not a game, so neither is reported."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from hybridsim import cli
+    from hybridsim.scores import human_normalized
+    args = ["train", "--game", "pong", "--backend", "cpu", "--num-envs", "2", "--total-frames", "1600",
+            "--num-threads", "1", "--torch-threads", "1", "--log-every", "0", "--max-episode-frames", "200",
+            "--log-trajectories", "false"]
+    assert cli.main([*args, "--log-dir", str(tmp_path / "games")]) == 0
+    out = capsys.readouterr().out
+    last = float(re.search(r"of the last \d+ (-?[\d.]+)", out).group(1))
+    normalized = float(re.search(r"human-normalized score: (-?[\d.]+)%", out).group(1))
+    assert normalized == pytest.approx(100 * human_normalized("pong", last), abs=0.06)
+    events = EventAccumulator(str(tmp_path / "games" / "tensorboard"))
+    events.Reload()
+    raw = events.Scalars("charts/mean_return_100")
+    scaled = events.Scalars("charts/human_normalized_return_100")
+    assert raw and [e.step for e in scaled] == [e.step for e in raw]
+    for r, s in zip(raw, scaled):
+        assert s.value == pytest.approx(human_normalized("pong", r.value), rel=1e-5)
+    assert cli.main([*args, "--log-dir", str(tmp_path / "lives"), "--episodic-life", "true"]) == 0
+    assert "human-normalized" not in capsys.readouterr().out
+    events = EventAccumulator(str(tmp_path / "lives" / "tensorboard"))
+    events.Reload()
+    assert events.Scalars("charts/mean_return_100")
+    assert "charts/human_normalized_return_100" not in events.Tags()["scalars"]
