@@ -154,12 +154,22 @@ def _throughput(scan: dict) -> float | None:
     return float(rate) if np.isfinite(rate) else None
 
 
+def default_out_dir(target: pathlib.Path) -> pathlib.Path:
+    """The run directory for the whole run (the directory or its master file); for one
+    other file, a folder of its own beside it, so the run's summary is not replaced by it."""
+    if target.is_dir():
+        return target
+    if target.name == trajlog.MASTER_FILE:
+        return target.parent
+    return target.parent / f"analysis-{target.stem}"
+
+
 def analyze(target, out_dir=None, plots: bool = True) -> dict:
     """Summarise a run directory (all rank files) or one trajectory file."""
     target = pathlib.Path(target)
     files = trajlog.rank_files(target) if target.is_dir() else [target]
     option = "--out" if out_dir else "--out (default: beside the logs)"
-    out_dir = pathlib.Path(out_dir) if out_dir else (target if target.is_dir() else target.parent)
+    out_dir = pathlib.Path(out_dir) if out_dir else default_out_dir(target)
     storage.check_output_directory(out_dir, option)  # before a scan that can take minutes
     per_rank, all_episodes, actions_total, curves, coverage = {}, [], None, [], []
     attrs = {}
@@ -198,7 +208,9 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
     _, rate = max(coverage, default=(0, 0.0))
     overall["frames_per_second"] = rate or None
     summary = {"files": [str(p) for p in files], "overall": overall, "per_rank": per_rank}
-    (out_dir / "summary.json").write_text(to_json(summary))
+    text = to_json(summary).encode()
+    storage.write_output(out_dir / "summary.json", "the summary", lambda fh: fh.write(text))
+    summary["summary_file"] = str(out_dir / "summary.json")
     if plots:
         summary["plots"] = _plots(merged, actions_total, curves, out_dir)
     return summary
@@ -235,8 +247,10 @@ def _plots(episodes, action_counts, curves, out_dir: pathlib.Path) -> list[str]:
 
     def save(fig, name):
         fig.tight_layout()
-        fig.savefig(out_dir / name, dpi=100)
-        plt.close(fig)
+        try:
+            storage.write_output(out_dir / name, "a plot", lambda fh: fig.savefig(fh, format="png", dpi=100))
+        finally:
+            plt.close(fig)
         written.append(str(out_dir / name))
 
     order = np.argsort(episodes["end_frame"])

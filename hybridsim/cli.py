@@ -149,6 +149,7 @@ def _cmd_analyze(args) -> int:
         print(analyze.to_json(summary))
     else:
         print(analyze.format_summary(summary))
+        print(f"summary: {summary['summary_file']}")
         for path in summary.get("plots", []):
             print(f"plot: {path}")
     return 0
@@ -441,7 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_verify)
     p = sub.add_parser("analyze", help="statistics and plots from a run's HDF5 trajectory logs")
     p.add_argument("target", help="a run directory or one traj_rank*.h5 / trajectories.h5 file")
-    p.add_argument("--out", default=None, help="where summary.json and the PNGs go (default: beside)")
+    p.add_argument("--out", default=None, help="where summary.json and the PNGs go (default: the run "
+                                               "directory; for one rank file, analysis-FILESTEM beside it)")
     p.add_argument("--json", action="store_true", help="print the JSON summary")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.set_defaults(func=_cmd_analyze)

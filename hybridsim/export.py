@@ -12,6 +12,7 @@ a time.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import pathlib
@@ -22,12 +23,13 @@ import time
 import h5py
 import numpy as np
 
-from hybridsim import replay, trajlog
+from hybridsim import replay, storage, trajlog
 
 COPIED = ("action", "reward_raw", "terminated", "truncated", "episode_id", "global_frame")
 BLOCK_ROWS = 256  # rows written at once at most (and the chunk's rows of the step columns)
 BLOCK_BYTES = 64 << 20  # observations held before they are written: fewer rows for wide ranks
 OBS_CHUNK_ROWS = 32  # an observation chunk: 32 steps of one environment (~0.9 MB at 4x84x84)
+HEADROOM_BYTES = 16 << 20  # free space a block's writes leave for HDF5's metadata and cache
 
 
 class ExportMismatch(trajlog.TrajectoryLogError):
@@ -42,6 +44,9 @@ def check_output(out: str, overwrite: bool = False) -> None:
     replay.check_new_file(out, "output", "HDF5", overwrite)
     if not str(out).lower().endswith((".h5", ".hdf5")):
         raise ValueError(f"output {out}: name a file ending in .h5 or .hdf5")
+    if trajlog.has_log_name(out):  # analyze and resume would read it as one of a run's logs
+        raise ValueError(f"output {out}: a trajectory log's name; name the dataset otherwise, "
+                         f"e.g. dataset_{pathlib.Path(out).name}")
 
 
 @contextlib.contextmanager
@@ -72,12 +77,22 @@ def _check_stop(stop) -> None:
     raise ExportStopped(f"stopped by {signal.Signals(stop.signum).name}; nothing was written")
 
 
-def _synchronous_columns(path, env_id, rows: int) -> np.ndarray:
+def _synchronous_columns(path, env_id, rows: int, schedule: str) -> np.ndarray:
     """The rank's environment ids, one per column, if each of the rows of dataset `env_id`
     holds all of them in that order (the synchronous schedule)."""
     first = env_id[0]
     step = max(1, (16 << 20) // max(1, env_id.shape[1] * env_id.dtype.itemsize))
-    if not all(_same_row(env_id[start:min(rows, start + step)], first) for start in range(0, rows, step)):
+    for start in range(0, rows, step):
+        block = env_id[start:min(rows, start + step)]
+        same = ((block >= 0) & (block == first)).all(axis=1)
+        if same.all():
+            continue
+        if schedule != "impala":  # an a2c run's rows all hold the same environments
+            bad = start + int(np.argmin(same))
+            raise trajlog.TrajectoryLogError(
+                f"{path}: damaged trajectory file: steps/env_id row {bad} ({env_id[bad].tolist()}) differs "
+                f"from row 0 ({first.tolist()}), but the run's schedule ({schedule}) steps every "
+                f"environment in every row")
         raise ValueError(f"{path}: an asynchronous (IMPALA) log: its rows hold whichever "
                          f"environments answered, so it cannot be re-emulated as one batch; "
                          f"export its episodes one at a time with `hybridsim replay FILE "
@@ -88,10 +103,6 @@ def _synchronous_columns(path, env_id, rows: int) -> np.ndarray:
     return first
 
 
-def _same_row(block: np.ndarray, first: np.ndarray) -> bool:
-    return bool((block >= 0).all() and (block == first).all())
-
-
 def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", overwrite: bool = False,
                    report=None) -> dict:
     """Write `out` (through a temporary file: nothing is left behind on an error, and an
@@ -100,11 +111,7 @@ def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", ove
     if env not in replay.REPLAY_ENVS:
         raise ValueError(f"env {env!r}: expected one of {', '.join(replay.REPLAY_ENVS)}")
     path, out = pathlib.Path(path), str(out)
-    check_output(out, overwrite)
-    if path.exists() and os.path.exists(out) and os.path.samefile(path, out):
-        raise ValueError(f"output {out}: is the trajectory file itself; name a new file")
-    if path.exists() and os.path.exists(out) and _master_reads(path, out):
-        raise ValueError(f"output {out}: is the run's master file; name a new file")
+    check_output(out, overwrite)  # the trajectory file itself, or a master reading it, too
     dataset_kw = trajlog.dataset_kwargs(compression)
     with trajlog.open_trajectory_file(path) as f:
         if f.attrs.get("virtual"):
@@ -121,7 +128,7 @@ def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", ove
         rows = trajlog.common_rows(steps)
         if rows == 0:
             raise ValueError(f"{path}: no step rows to export")
-        columns = _synchronous_columns(path, steps["env_id"], rows)
+        columns = _synchronous_columns(path, steps["env_id"], rows, str(cfg.get("schedule", "a2c")))
         logged_obs = _logged_observations(f, path, columns)
         run_cfg = cfg
         if env != "run":
@@ -136,7 +143,7 @@ def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", ove
         tmp = f"{out}.{os.getpid()}.tmp"
         try:
             with _stop_signals() as stop:
-                summary = _write(f, path, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows,
+                summary = _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows,
                                  dataset_kw, cfg, run_cfg, report, stop)
                 with open(tmp, "rb+") as fh:  # on disk before it takes the name
                     os.fsync(fh.fileno())
@@ -148,18 +155,6 @@ def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", ove
         finally:
             vec.close()
     return summary
-
-
-def _master_reads(path: pathlib.Path, out: str) -> bool:
-    """Whether `out` is a master file that reads `path` (writing it would lose the run's view)."""
-    try:
-        with h5py.File(out, "r") as g:
-            names = json.loads(g.attrs.get("ranks", "[]"))
-    except (OSError, ValueError, TypeError):
-        return False
-    folder = pathlib.Path(out).parent
-    return any(os.path.exists(folder / n) and os.path.samefile(folder / n, path) for n in names
-               if isinstance(n, str))
 
 
 def _logged_observations(f, path, columns) -> dict:
@@ -177,7 +172,7 @@ def _logged_observations(f, path, columns) -> dict:
     return logged
 
 
-def _write(f, path, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows, dataset_kw, cfg,
+def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows, dataset_kw, cfg,
            run_cfg, report, stop):
     width = columns.size
     steps = f["steps"]
@@ -187,6 +182,7 @@ def _write(f, path, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows
     block_rows = int(max(1, min(BLOCK_ROWS, BLOCK_BYTES // (width * int(np.prod(obs_shape))))))
     episode_ends = 0
     started = last_report = time.monotonic()
+    _check_room(out, 0)
     with h5py.File(tmp, "w") as g:
         observations = g.create_dataset(
             "observations", (rows, width) + obs_shape, np.uint8,
@@ -204,8 +200,6 @@ def _write(f, path, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows
         for start in range(0, rows, block_rows):
             stop_row = min(rows, start + block_rows)
             log = {name: steps[name][start:stop_row] for name in copies}
-            for name, dataset in copies.items():
-                dataset[start:stop_row] = log[name]
             actions = log["action"]
             if ((actions < 0) | (actions >= num_actions)).any():
                 raise trajlog.TrajectoryLogError(f"{path}: damaged trajectory file: steps/action rows "
@@ -234,6 +228,9 @@ def _write(f, path, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows
                         raise ExportMismatch(f"{path}: step row {r}, env {int(columns[col])}: the "
                                              f"re-emulated observation differs from the logged one; "
                                              f"nothing was written")
+            _check_room(out, sum(a.nbytes for a in (block, *log.values(), *ends)))
+            for name, dataset in copies.items():
+                dataset[start:stop_row] = log[name]
             observations[start:stop_row] = block
             if ended_at:
                 finals.resize(episode_ends + len(ended_at), axis=0)
@@ -250,6 +247,21 @@ def _write(f, path, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows
                         "config": json.dumps(run_cfg), "compression": dataset_kw.get("compression") or "none"})
     return {"rows": rows, "environments": width, "episodes_ended": episode_ends,
             "observation_shape": obs_shape, "seconds": time.monotonic() - started}
+
+
+def _check_room(out, nbytes: int) -> None:
+    """Stops before writes the file system has no room for (`nbytes` before compression):
+    after a write HDF5 failed in, freeing the file's objects crashes the process (h5py
+    issue 914, still so with HDF5 2.0), so a full disk must never reach HDF5."""
+    try:
+        free = storage.free_bytes(os.path.dirname(os.path.abspath(out)))
+    except OSError:
+        return
+    if free < nbytes + HEADROOM_BYTES:
+        raise storage.StorageError(out, "the exported dataset", errno.ENOSPC,
+                                   f"{free / 1e6:.1f} MB free on its file system, the next rows need up "
+                                   f"to {(nbytes + HEADROOM_BYTES) / 1e6:.1f} MB; stopped before writing "
+                                   f"them; nothing was written")
 
 
 def _check_row(path, r, log, i, reward, terminated, truncated) -> None:

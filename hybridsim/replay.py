@@ -295,6 +295,9 @@ def check_new_file(name: str, option: str, what: str, overwrite: bool) -> None:
     path = pathlib.Path(name)
     if path.is_dir():
         raise IsADirectoryError(f"{option} {name}: is a directory; name the {what} file to write")
+    if trajlog.is_trajectory_log(path):
+        raise FileExistsError(f"{option} {name}: is a run's trajectory log, which no output replaces "
+                              f"(--overwrite or not); name a new file")
     if path.exists() and not overwrite:
         raise FileExistsError(f"{option} {name}: already exists; name a new file, or pass "
                               f"--overwrite to replace it")
@@ -338,14 +341,21 @@ def save_frames(frames, gif: str | None = None, png_dir: str | None = None, scal
     if gif:
         # through a temporary file: an interrupted write leaves no half GIF (nor half of
         # the file --overwrite replaces)
-        storage.atomic_write(gif, lambda fh: images[0].save(
+        storage.write_output(gif, "the GIF", lambda fh: images[0].save(
             fh, format="GIF", save_all=True, append_images=images[1:], duration=50, loop=0))
         written.append(gif)
     if png_dir:
         out = pathlib.Path(png_dir)
         out.mkdir(parents=True, exist_ok=True)
-        for k, image in enumerate(images):
-            image.save(out / f"frame_{k:05d}.png")
+        names = [out / f"frame_{k:05d}.png" for k in range(len(images))]
+        for name, image in zip(names, images):
+            try:
+                image.save(name)
+            except OSError as exc:  # no part of an episode (a full disk): its frames go too
+                for written_name in names:
+                    written_name.unlink(missing_ok=True)
+                raise storage.StorageError.from_exception(
+                    name, "a PNG frame", exc, "the episode's frames written before it were removed") from exc
         written.append(str(out))
     return written
 
@@ -363,5 +373,5 @@ def save_transitions(result: ReplayResult, npz: str, source, overwrite: bool = F
                   episode_return=np.float64(result.episode_return),
                   backend=np.str_(result.backend), source=np.str_(str(source)),
                   game=np.str_(result.game))
-    storage.atomic_write(npz, lambda fh: np.savez_compressed(fh, **arrays))
+    storage.write_output(npz, "the transitions", lambda fh: np.savez_compressed(fh, **arrays))
     return npz

@@ -178,6 +178,15 @@ def atomic_write(path, write) -> pathlib.Path:
     return path
 
 
+def write_output(path, what: str, write) -> pathlib.Path:
+    """atomic_write for a command's output file: a failed write (a full disk) is raised as
+    a StorageError naming `path` and `what`, and leaves no partial file."""
+    try:
+        return atomic_write(path, write)
+    except OSError as exc:
+        raise StorageError.from_exception(path, what, exc) from exc
+
+
 def allocate(fd: int, nbytes: int) -> None:
     """Give the file `fd` (empty) nbytes of real blocks: posix_fallocate, or zeros written
     where the file system does not support it. OSError (ENOSPC, ...) if they are not there."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import fnmatch
 import functools
 import json
 import os
@@ -1160,6 +1161,29 @@ def _regular_file(path) -> os.stat_result:
 def _too_short(path, size: int) -> TrajectoryLogError:
     return TrajectoryLogError(f"{path}: truncated file ({size} bytes on disk, too short for the "
                               f"HDF5 superblock); it holds no readable trajectory")
+
+
+def is_trajectory_log(path) -> bool:
+    """Whether `path` is a hybridsim trajectory log, a rank file or a master file: outputs
+    (replay's, export's) must never replace one, --overwrite or not. An HDF5 file that does
+    not open (damaged, or locked by its writer) counts as one if it has a log's name."""
+    path = pathlib.Path(path)
+    try:
+        if not path.is_file():
+            return False
+        with open(path, "rb") as fh:
+            if fh.read(len(HDF5_SIGNATURE)) != HDF5_SIGNATURE:
+                return False
+        with h5py.File(path, "r", locking=False) as f:
+            return "format_version" in f.attrs
+    except (OSError, RuntimeError, ValueError):
+        return has_log_name(path)
+
+
+def has_log_name(path) -> bool:
+    """A name that `rank_files` or a master file's readers take for a run's log."""
+    name = pathlib.Path(path).name
+    return name == MASTER_FILE or fnmatch.fnmatchcase(name, "traj_rank*.h5")
 
 
 def rank_files(run_dir) -> list[pathlib.Path]:

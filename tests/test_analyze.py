@@ -30,6 +30,23 @@ def test_summary_matches_the_written_data(tmp_path):
         assert (tmp_path / name).is_file()
 
 
+def test_one_rank_file_is_summarised_apart_from_its_run(tmp_path):
+    """The run's summary.json stays the run's: one rank file's goes into a folder of its
+    own beside it (and the report says where), the master file's is the run's."""
+    write_rank(trajlog.rank_file(tmp_path, 0), 30, 2, 4, seed=1, env_offset=0)
+    write_rank(trajlog.rank_file(tmp_path, 1), 30, 2, 4, seed=2, env_offset=2)
+    run = analyze.analyze(tmp_path, plots=False)
+    before = (tmp_path / "summary.json").read_text()
+    assert run["summary_file"] == str(tmp_path / "summary.json")
+    result = run_cli("analyze", trajlog.rank_file(tmp_path, 1), "--no-plots")
+    assert result.returncode == 0, result.stderr
+    own = tmp_path / "analysis-traj_rank00001" / "summary.json"
+    assert f"summary: {own}" in result.stdout
+    assert json.loads(own.read_text())["files"] == [str(trajlog.rank_file(tmp_path, 1))]
+    assert (tmp_path / "summary.json").read_text() == before
+    assert analyze.default_out_dir(tmp_path / trajlog.MASTER_FILE) == tmp_path
+
+
 def test_cli_prints_summary_and_names_a_corrupt_file(tmp_path):
     write_rank(trajlog.rank_file(tmp_path, 0), 30, 2, 4, seed=3)
     result = subprocess.run([sys.executable, "-m", "hybridsim", "analyze", str(tmp_path), "--json",
@@ -189,7 +206,8 @@ def test_json_output_is_strict_json(tmp_path):
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
     assert summary["overall"]["return_mean"] is None
-    json.loads((tmp_path / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(c))
+    json.loads((tmp_path / "analysis-traj_rank00000" / "summary.json").read_text(),
+               parse_constant=lambda c: pytest.fail(c))
 
 
 def test_analyze_refuses_an_out_path_that_is_a_file_before_reading(tmp_path, monkeypatch):
@@ -447,7 +465,7 @@ def test_the_throughput_plot_draws_no_rate_across_a_resume(tmp_path):
         np.testing.assert_allclose(points[:, 2], 2000, rtol=1e-3)  # times near 1e9: float steps
         assert points[0, 0] == 0 and points[-1, 1] == 299 * 4  # from the first row to the last
     assert analyze.analyze(path)["plots"]  # and the plot draws them
-    assert (tmp_path / "throughput.png").is_file()
+    assert (tmp_path / "analysis-traj_rank00000" / "throughput.png").is_file()
 
 
 def test_the_run_s_rate_is_that_of_the_file_covering_most_of_it(tmp_path):

@@ -1,6 +1,10 @@
 """`hybridsim replay` reproduces logged episodes, and notices a tampered log."""
+import errno
 import json
 import os
+import pathlib
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -604,6 +608,14 @@ def test_export_refuses_what_it_cannot_reproduce(short_episode_run, impala_run, 
         export.export_dataset(tampered, out)
     with pytest.raises(ValueError, match="an asynchronous \\(IMPALA\\) log"):
         export.export_dataset(trajlog.rank_file(impala_run[0], 0), out)
+    damaged = tmp_path / "damaged" / path.name  # one env_id of an a2c log: damage, not impala
+    damaged.parent.mkdir()
+    damaged.write_bytes(path.read_bytes())
+    with h5py.File(damaged, "r+") as f:
+        f["steps/env_id"][7, 1] = 99
+    with pytest.raises(trajlog.TrajectoryLogError, match=r"damaged trajectory file: steps/env_id row 7 "
+                                                         r"\(\[0, 99.*schedule \(a2c\) steps every"):
+        export.export_dataset(damaged, out)
     with pytest.raises(ValueError, match="a master file"):
         export.export_dataset(short_episode_run / "trajectories.h5", out)
     out.write_bytes(b"")
@@ -611,9 +623,34 @@ def test_export_refuses_what_it_cannot_reproduce(short_episode_run, impala_run, 
         export.export_dataset(path, out)
     with pytest.raises(ValueError, match="ending in .h5"):
         export.export_dataset(path, tmp_path / "dataset.npz")
-    with pytest.raises(ValueError, match="is the trajectory file itself"):
-        export.export_dataset(tampered, tampered, overwrite=True)
     assert tampered.stat().st_size > 0
+
+
+def test_no_output_replaces_a_trajectory_log(short_episode_run, tmp_path):
+    """replay's --gif/--npz and export's output refuse a run's rank or master file, the
+    input itself or another, --overwrite or not; export also refuses a new file under a
+    log's name (analyze and resume would take it for one of the run's)."""
+    run = tmp_path / "run"
+    shutil.copytree(short_episode_run, run)
+    rank0, master = trajlog.rank_file(run, 0), run / trajlog.MASTER_FILE
+    before = {p: p.read_bytes() for p in (rank0, master)}
+    for target in (rank0, master):
+        for kind in ("gif", "npz"):
+            with pytest.raises(FileExistsError, match="is a run's trajectory log, which no output replaces"):
+                replay.check_outputs(**{kind: str(target)}, overwrite=True)
+        with pytest.raises(FileExistsError, match="is a run's trajectory log"):
+            export.export_dataset(rank0, target, overwrite=True)
+    for name in ("traj_rank00001.h5", "trajectories.h5", "traj_rank_copy.h5"):
+        with pytest.raises(ValueError, match=f"a trajectory log's name; .*e.g. dataset_{name}"):
+            export.export_dataset(rank0, tmp_path / name)
+    assert {p: p.read_bytes() for p in before} == before
+    damaged = tmp_path / "traj_rank00003.h5"  # an HDF5 file that does not open, under a log's name
+    damaged.write_bytes(rank0.read_bytes()[:4096])
+    assert trajlog.is_trajectory_log(damaged) and not trajlog.is_trajectory_log(tmp_path / "other.h5")
+    exported = tmp_path / "dataset.h5"
+    export.export_dataset(rank0, exported)
+    assert not trajlog.is_trajectory_log(exported)  # a dataset may be exported again over itself
+    export.export_dataset(rank0, exported, overwrite=True)
 
 
 def test_export_cli(short_episode_run, tmp_path):
@@ -663,6 +700,86 @@ def test_a_stopped_export_leaves_nothing_and_keeps_the_old_output(short_episode_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset.h5"]
     assert out.read_bytes() == b"the previous export"
     assert signal.getsignal(signum) == before
+
+
+def test_export_stops_before_a_write_the_disk_has_no_room_for(short_episode_run, tmp_path, monkeypatch):
+    """The free space runs out after the first block: the export stops before writing the
+    next (HDF5 must never meet a full disk: freeing a file's objects after a failed write
+    crashes the process), names the output, leaves no temporary file and keeps an old output."""
+    from hybridsim import storage
+    path = trajlog.rank_file(short_episode_run, 0)
+    out = tmp_path / "dataset.h5"
+    out.write_bytes(b"the previous export")
+    checks = []
+
+    def free_bytes(where):
+        checks.append(where)
+        return 1 << 40 if len(checks) <= 2 else export.HEADROOM_BYTES
+    monkeypatch.setattr(storage, "free_bytes", free_bytes)
+    monkeypatch.setattr(export, "BLOCK_ROWS", 4)
+    with pytest.raises(storage.StorageError, match=r"dataset.h5: writing the exported dataset failed: No "
+                                                   r"space left on device.*stopped before writing") as err:
+        export.export_dataset(path, out, overwrite=True)
+    assert err.value.disk_full and len(checks) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset.h5"]
+    assert out.read_bytes() == b"the previous export"
+
+
+def test_export_onto_a_real_full_disk_ends_with_an_error(short_episode_run, small_fs):
+    fs = small_fs("1m")
+    done = subprocess.run([sys.executable, "-m", "hybridsim", "export",
+                           str(trajlog.rank_file(short_episode_run, 0)), str(fs / "dataset.h5")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert f"{fs / 'dataset.h5'}: writing the exported dataset failed: No space left" in done.stderr
+    assert "Traceback" not in done.stderr and list(fs.iterdir()) == []
+
+
+def test_a_failed_png_frame_takes_the_episodes_frames_with_it(tmp_path, monkeypatch):
+    """The disk fills at the third PNG: the error names that frame and the cause, and the
+    frames written before it go too (no half episode, no empty frame file)."""
+    from PIL import Image
+    from hybridsim import storage
+    save = Image.Image.save
+    calls = []
+
+    def failing_save(self, fp, *args, **kwargs):
+        calls.append(fp)
+        if len(calls) == 3:
+            pathlib.Path(fp).write_bytes(b"")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return save(self, fp, *args, **kwargs)
+    monkeypatch.setattr(Image.Image, "save", failing_save)
+    frames = [np.full((4, 4, 3), k, np.uint8) for k in range(5)]
+    out = tmp_path / "frames"
+    with pytest.raises(storage.StorageError, match=r"frame_00002.png: writing a PNG frame failed: No "
+                                                   r"space left on device.*frames written before it "
+                                                   r"were removed") as err:
+        replay.save_frames(frames, png_dir=str(out))
+    assert err.value.disk_full and list(out.iterdir()) == []
+
+
+def test_outputs_onto_a_real_full_disk_are_named(short_episode_run, small_fs, tmp_path):
+    """replay --gif/--png-dir/--npz and analyze --out on a full tmpfs: exit status 2 and the
+    file and cause named, no traceback, no partial file."""
+    fs = small_fs("1m")
+    (fs / "spare").write_bytes(b"\1" * (1000 << 10))
+    path = trajlog.rank_file(short_episode_run, 0)
+    named = rf"{fs}/\S+: writing .* failed: No space left on device"
+    for args, message in (
+            (["replay", path, "--episode", "0", "--gif", fs / "e.gif"], named),
+            (["replay", path, "--episode", "0", "--png-dir", fs / "png"], named),
+            (["replay", path, "--episode", "0", "--npz", fs / "e.npz"],  # its scratch file, first
+             rf"no room for the episode's .* in a temporary file in {fs}"),
+            (["analyze", short_episode_run, "--out", fs / "analysis"], named)):
+        done = subprocess.run([sys.executable, "-m", "hybridsim", *map(str, args)], capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 2, (args, done.stderr)
+        assert re.search(message, done.stderr), done.stderr
+        assert "Traceback" not in done.stderr
+    left = sorted(str(p.relative_to(fs)) for p in fs.rglob("*") if p.is_file())
+    assert all(name == "spare" or name.startswith("analysis/") for name in left), left
+    assert all((fs / name).stat().st_size > 0 for name in left)
 
 
 def test_export_of_another_ranks_file(tmp_path):
