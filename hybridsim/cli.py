@@ -527,7 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     argv_seen = list(sys.argv[1:] if argv is None else argv)
     training = argv_seen[:1] == ["train"]
-    openmp_note = _wait_passively_on_a_busy_machine() if training else None
+    engine_command = bool(argv_seen) and argv_seen[0] in ENGINE_COMMANDS
+    openmp_note = _wait_passively_on_a_busy_machine() if engine_command else None
     _join_mpi_job_early(argv_seen)
     replaced = _remember_early_stops() if training else {}  # a stop from here on gets a checkpoint
     try:
@@ -540,6 +541,8 @@ def main(argv=None) -> int:
 def _main(argv, openmp_note) -> int:
     args = build_parser().parse_args(argv)  # a bad argument on one rank ends the job (_Parser)
     args.openmp_note = openmp_note
+    if openmp_note and args.command != "train":  # train's rank 0 prints it, once per job
+        print(openmp_note, file=sys.stderr, flush=True)
     try:
         return args.func(args)
     except (ValueError, RuntimeError, OSError, TypeError) as exc:
@@ -575,6 +578,11 @@ def _main(argv, openmp_note) -> int:
 BUSY_CPUS = 0.5  # of this process's CPUs' time taken by other work: then PASSIVE (below)
 
 
+# commands whose work runs on OpenMP workers (hybridsim's engine, torch); not bench, whose
+# timings must not change with what else the machine runs
+ENGINE_COMMANDS = ("train", "eval", "replay", "export")
+
+
 def _wait_passively_on_a_busy_machine() -> str | None:
     """OMP_WAIT_POLICY=PASSIVE when the CPUs this process may use are already busy with
     other work and the user has not chosen a policy; it must be set before torch or the
@@ -594,7 +602,7 @@ def _wait_passively_on_a_busy_machine() -> str | None:
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     return (f"note: the {len(cpus)} CPUs this process may use ({sysinfo.cpu_list(cpus)}) are "
             f"{busy:.0%} busy with other work: OpenMP threads wait passively "
-            f"(OMP_WAIT_POLICY=PASSIVE), as spinning ones would slow that work and this run; "
+            f"(OMP_WAIT_POLICY=PASSIVE), as spinning ones would slow that work and this one; "
             f"set OMP_WAIT_POLICY to choose")
 
 

@@ -782,6 +782,22 @@ def test_outputs_onto_a_real_full_disk_are_named(short_episode_run, small_fs, tm
     assert all((fs / name).stat().st_size > 0 for name in left)
 
 
+def test_export_on_a_busy_machine_waits_passively_and_says_so(short_episode_run, tmp_path):
+    """As train: spinning OpenMP workers slowed an export 2.4-3.3x beside other busy
+    processes (BENCHMARKS.md), so with busy cores and no policy chosen export sets PASSIVE."""
+    code = ("import os, sys\n"
+            "from hybridsim import cli, sysinfo\n"
+            "sysinfo.cpu_busy_fraction = lambda cpus, seconds=0.25: 0.9\n"
+            "rc = cli.main(sys.argv[1:])\n"
+            "print('policy', os.environ.get('OMP_WAIT_POLICY'))\n"
+            "raise SystemExit(rc)\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    done = subprocess.run([sys.executable, "-c", code, "export", str(trajlog.rank_file(short_episode_run, 0)),
+                           str(tmp_path / "dataset.h5")], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "policy PASSIVE" in done.stdout and "are 90% busy with other work" in done.stderr
+
+
 def test_export_of_another_ranks_file(tmp_path):
     """Rank 1's environments are 2 and 3: their seeds and columns, and its logged
     observations, follow from the file's env ids."""
