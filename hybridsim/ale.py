@@ -11,6 +11,9 @@ import os
 import pathlib
 import time
 
+import functools
+import warnings
+
 import numpy as np
 
 from hybridsim import games_table, roms
@@ -18,6 +21,18 @@ from hybridsim.actions import NUM_ACTIONS, Action, as_action_id
 from hybridsim.settings import Settings
 
 PLAYER_B_NOOP = 18  # ALE's id of player B's NOOP
+
+
+@functools.cache
+def _action_members() -> tuple:
+    """ale_py.Action's members by id (a plain Enum, unequal to ints and to hybridsim.Action's),
+    as ale-py's action sets hold, so code written for ale-py finds ale_py.Action.FIRE in
+    ours; without ale-py (ROMs from $ALE_ROMS_DIR), hybridsim.Action's."""
+    try:
+        from ale_py import Action as members
+    except ImportError:
+        members = Action
+    return tuple(members(a) for a in range(NUM_ACTIONS))
 
 
 class ALEState:
@@ -106,6 +121,7 @@ class ALEInterface:
         self._rom = b""
         self._mode = None
         self._difficulty = None
+        self._warn_on_other_image = True  # AtariVectorEnv says it once, in its own words
 
     # ----- settings ------------------------------------------------------------------
     @staticmethod
@@ -139,7 +155,8 @@ class ALEInterface:
     # ----- loading -------------------------------------------------------------------
     @staticmethod
     def isSupportedROM(rom) -> str | None:
-        """The game name ALE would use for this ROM file, or None."""
+        """The game of a ROM file ale-py ships (by its md5, as ale-py: a renamed copy is
+        known, a modified image under a game's name is not), or None."""
         path = pathlib.Path(os.fsdecode(rom))
         if not path.is_file():  # ale-py raises RuntimeError for these too
             what = "is a directory, not a ROM file" if path.is_dir() else "does not exist"
@@ -148,7 +165,7 @@ class ALEInterface:
             data = roms.read_rom(path)
         except (OSError, ValueError):
             return None
-        entry = games_table.find(roms.md5_hex(data), path.stem)
+        entry = games_table.by_md5(roms.md5_hex(data))
         return None if entry is None else entry["name"]
 
     def loadROM(self, rom) -> None:
@@ -181,6 +198,10 @@ class ALEInterface:
             color_averaging=s.get("color_averaging", bool),
             paddle_min=s.get("paddle_min", int), paddle_max=s.get("paddle_max", int),
             system_random_seed=s.get("system_random_seed", int) & 0xFFFFFFFF, **kwargs)
+        if md5 != entry["md5"] and self._warn_on_other_image:  # ale-py prints a warning too
+            warnings.warn(f"{games_table.rom_mismatch(entry['name'], path)}; played as ALE does: by "
+                          f"its file name, with Stella's default cartridge properties",
+                          RuntimeWarning, stacklevel=2)
         self._entry, self._md5, self._rom = entry, md5, data
         self._settings.set("rom_file", str(path), str)
         self._mode = entry.get("default_mode", 0)
@@ -207,7 +228,7 @@ class ALEInterface:
                              "saturates: the paddle goes to its end)")
         return emu.act(action, PLAYER_B_NOOP, paddle_strength, 0.0)
 
-    def game_over(self, *, with_truncation: bool = True) -> bool:
+    def game_over(self, with_truncation: bool = True) -> bool:  # ale-py takes it positionally too
         emu = self._emu
         if emu is None:
             emu = self._require_rom()  # raises
@@ -230,14 +251,15 @@ class ALEInterface:
         return int(self._require_rom().episode_frame_number())
 
     # ----- actions, modes, difficulties -----------------------------------------------
-    def getMinimalActionSet(self) -> list[Action]:
+    def getMinimalActionSet(self) -> list:  # of ale_py.Action, as ale-py's (_action_members)
         self._require_rom()
-        return [Action(a) for a in self._entry["minimal_actions"]]
+        return [_action_members()[a] for a in self._entry["minimal_actions"]]
 
-    def getLegalActionSet(self) -> list[Action]:
+    def getLegalActionSet(self) -> list:
         # ALE's legal set after loadROM: all 18 unless the game refuses some (Lost Luggage).
-        legal = self._entry.get("legal_actions") if self._entry else None
-        return [Action(a) for a in (range(NUM_ACTIONS) if legal is None else legal)]
+        self._require_rom()
+        legal = self._entry.get("legal_actions")
+        return [_action_members()[a] for a in (range(NUM_ACTIONS) if legal is None else legal)]
 
     def getAvailableModes(self) -> list[int]:
         self._require_rom()
@@ -271,9 +293,9 @@ class ALEInterface:
     def getRAMSize(self) -> int:
         return 128
 
-    def getRAM(self, out: np.ndarray | None = None):
-        ram = self._require_rom().get_ram(out)
-        return None if out is not None else ram
+    def getRAM(self, buffer: np.ndarray | None = None):
+        ram = self._require_rom().get_ram(buffer)
+        return None if buffer is not None else ram
 
     def setRAM(self, index: int, value: int) -> None:
         emu = self._require_rom()
@@ -288,22 +310,22 @@ class ALEInterface:
     def getScreenDims(self) -> tuple:
         return tuple(self._require_rom().screen_shape)
 
-    def getScreen(self, out: np.ndarray | None = None):
-        screen = self._require_rom().get_screen(out)
-        return None if out is not None else screen
+    def getScreen(self, buffer: np.ndarray | None = None):
+        screen = self._require_rom().get_screen(buffer)
+        return None if buffer is not None else screen
 
-    def getScreenRGB(self, out: np.ndarray | None = None):
-        screen = self._require_rom().get_screen_rgb(out)
-        return None if out is not None else screen
+    def getScreenRGB(self, buffer: np.ndarray | None = None):
+        screen = self._require_rom().get_screen_rgb(buffer)
+        return None if buffer is not None else screen
 
-    def getScreenGrayscale(self, out: np.ndarray | None = None):
+    def getScreenGrayscale(self, buffer: np.ndarray | None = None):
         # (H, W, 1), the shape of a gymnasium grayscale observation, is filled too (ale-py
         # 0.12.1 refuses it: "Expected a numpy array with two dimensions")
-        if isinstance(out, np.ndarray) and out.ndim == 3 and out.shape[2] == 1:
-            self._require_rom().get_screen_grayscale(out[:, :, 0])  # a view: never a copy
+        if isinstance(buffer, np.ndarray) and buffer.ndim == 3 and buffer.shape[2] == 1:
+            self._require_rom().get_screen_grayscale(buffer[:, :, 0])  # a view: never a copy
             return None
-        screen = self._require_rom().get_screen_grayscale(out)
-        return None if out is not None else screen
+        screen = self._require_rom().get_screen_grayscale(buffer)
+        return None if buffer is not None else screen
 
     def saveScreenPNG(self, filename) -> None:
         """Write the current screen as an RGB PNG, each pixel doubled in width (320 wide, as
@@ -340,7 +362,17 @@ class ALEInterface:
         if state._rom_md5 and state._rom_md5 != self._md5:
             raise ValueError("restoreState: this state was cloned from another ROM "
                              f"(md5 {state._rom_md5}, loaded {self._md5})")
+        mode, difficulty = state.getCurrentMode(), state.getDifficulty()
+        if mode not in self._entry["modes"] or difficulty not in self._entry["difficulties"]:
+            raise ValueError(f"restoreState: the state holds mode {mode} and difficulty {difficulty}, "
+                             f"which {self._entry['name']} does not have")
         emu.restore_state(state.serialize())
+        # as ALE's: the state brings back its mode (the next reset_game plays it) and its
+        # difficulty switches (from the next frame)
+        if mode != self._mode:
+            self.setMode(mode)
+        if difficulty != self._difficulty:
+            self.setDifficulty(difficulty)
 
     def restoreSystemState(self, state) -> None:
         self.restoreState(state)

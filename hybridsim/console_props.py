@@ -6,6 +6,7 @@
 hybridsim._console.Emulator, plus the cartridge image to pass.
 """
 from hybridsim.carts import detect_cart_type
+from hybridsim.roms import md5_hex
 
 
 def _yes(value, yes="YES"):
@@ -63,7 +64,9 @@ def mode_select_for(recipe, mode):
 
 def emulator_kwargs(entry, rom, mode=None):
     """(image, kwargs) for Emulator(image, game_id, **kwargs) from a games.json record."""
-    props = entry["properties"]
+    # Stella finds a cartridge's properties by its md5: an image matched by its file name
+    # alone (a modified ROM, which ALE accepts with a warning) gets Stella's defaults
+    props = entry["properties"] if md5_hex(rom) == entry["md5"] else {}
     cart, image = detect_cart_type(rom, props.get("Cartridge.Type", "AUTO-DETECT"))
     fmt = props.get("Display.Format", "AUTO-DETECT")
     mode = entry.get("default_mode", 0) if mode is None else mode

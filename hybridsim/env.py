@@ -49,10 +49,6 @@ class AtariEnv(ale_py.env.AtariEnv):
     def __init__(self, *args, **kwargs):
         self._check_arguments(*args, **kwargs)
         super().__init__(*args, **kwargs)
-        # ale-py's get_action_meanings and get_keys_to_action look actions up by
-        # ale_py.Action (a pybind11 enum, unequal to hybridsim.Action's IntEnum members), and
-        # gymnasium's AtariPreprocessing calls the first: keep ale-py's own members.
-        self._action_set = [ale_py.Action(int(a)) for a in self._action_set]
 
     @staticmethod
     def _check_arguments(*args, **kwargs):

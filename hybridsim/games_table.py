@@ -35,6 +35,11 @@ def find(md5: str, stem: str) -> dict | None:
     return _by_md5().get(md5) or _by_name().get(stem.lower())
 
 
+def by_md5(md5: str) -> dict | None:
+    """The game whose shipped image has this md5 (ALE's isSupportedROM asks no more)."""
+    return _by_md5().get(md5)
+
+
 def by_name(name: str) -> dict:
     try:
         return _by_name()[name]

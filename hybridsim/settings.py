@@ -69,8 +69,9 @@ class Settings:
                                       + ", ".join(sorted(ALE_SETTINGS)))
         expected = ALE_SETTINGS[key][0]
         if expected is not kind:
+            methods = {bool: "Bool", int: "Int", float: "Float", str: "String"}[expected]
             raise SettingTypeError(f"setting {key!r} is a {expected.__name__}, not a {kind.__name__}: "
-                                   f"use get{expected.__name__.capitalize()}/set{expected.__name__.capitalize()}")
+                                   f"use get{methods}/set{methods}")
 
     def get(self, key: str, kind: type):
         self._check(key, kind)

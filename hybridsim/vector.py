@@ -349,7 +349,8 @@ class AtariVectorEnv(VectorEnv):
         template = self._load(0)
         ale = self._template_ale
         actions = ale.getLegalActionSet() if (full_action_space or continuous) else ale.getMinimalActionSet()
-        self.action_set = np.array([int(a) for a in actions], dtype=np.int32)
+        from hybridsim.actions import as_action_id
+        self.action_set = np.array([as_action_id(a) for a in actions], dtype=np.int32)
         fire_reset = bool(use_fire_reset) and 1 in self.action_set
         height = ale.getScreenDims()[0]
         engine_args = (self._rom_bytes, template[0], template[1], template[2], num_envs)
@@ -455,6 +456,7 @@ class AtariVectorEnv(VectorEnv):
         reset_game that follows it in every seeded reset."""
         from hybridsim.ale import ALEInterface
         ale = ALEInterface()
+        ale._warn_on_other_image = False
         ale.setInt("random_seed", int(seed))
         ale.setFloat("repeat_action_probability", self._repeat_action_probability)
         ale.loadROM(self._rom_path)

@@ -33,8 +33,13 @@ def loaded(game="breakout", **settings):
 def test_surface_matches_ale_py_types():
     ours, ref = loaded(), ale_py.ALEInterface()
     ref.loadROM(str(roms.rom_path("breakout")))
-    assert [int(a) for a in ours.getMinimalActionSet()] == [a.value for a in ref.getMinimalActionSet()]
-    assert len(ours.getLegalActionSet()) == 18
+    # ale-py's own Action members, so code written for it finds its actions in ours
+    assert ours.getMinimalActionSet() == ref.getMinimalActionSet()
+    assert ours.getLegalActionSet() == ref.getLegalActionSet() and len(ours.getLegalActionSet()) == 18
+    assert ale_py.Action.FIRE in ours.getMinimalActionSet()
+    with pytest.raises(RuntimeError, match="no ROM loaded"):  # ale-py: "ROM not set"
+        hybridsim.ALEInterface().getLegalActionSet()
+    assert ours.game_over(False) == ref.game_over(False) is False  # positionally, as ale-py
     assert ours.getAvailableModes() == list(ref.getAvailableModes())
     assert ours.getAvailableDifficulties() == list(ref.getAvailableDifficulties())
     assert ours.getScreenDims() == ref.getScreenDims()
@@ -45,6 +50,11 @@ def test_surface_matches_ale_py_types():
     ram = np.zeros(128, np.uint8)
     ours.getRAM(ram)
     np.testing.assert_array_equal(ram, ours.getRAM())
+    for name, shape in (("getScreenRGB", ours.getScreenDims() + (3,)), ("getScreenGrayscale", ours.getScreenDims()),
+                        ("getScreen", ours.getScreenDims()), ("getRAM", (128,))):
+        buffer = np.zeros(shape, np.uint8)  # ale-py's keyword
+        assert getattr(ours, name)(buffer=buffer) is None
+        np.testing.assert_array_equal(buffer, getattr(ours, name)())
 
 
 def test_bad_input_is_a_clear_exception(tmp_path):

@@ -112,6 +112,11 @@ def test_misuse_ale_py_answers_with_runtime_error_is_one_here_too():
             a.loadROM(str(roms.rom_path("pong")))
             with pytest.raises(RuntimeError):
                 call(a)
+    a = ALEInterface()
+    with pytest.raises(RuntimeError, match="'rom_file' is a str, not a int: use getString/setString"):
+        a.getInt("rom_file")  # the methods' names, not getStr/setStr
+    with pytest.raises(RuntimeError, match="is a float, not a int: use getFloat/setFloat"):
+        a.setInt("repeat_action_probability", 1)
 
 
 def test_argument_types_are_named_where_the_extension_spoke_cython():

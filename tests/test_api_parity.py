@@ -113,6 +113,89 @@ def test_state_bytes_after_restore_equal_the_clone_as_in_ale_py(game):
     assert round_trip(ALEInterface(), lambda s: s.serialize())
 
 
+@pytest.mark.parametrize("game, mode, difficulty", [
+    ("space_invaders", 5, 1), ("pong", 1, 3), ("breakout", 12, 1), ("adventure", 2, 2), ("video_cube", 101, 1)])
+def test_a_restored_state_brings_back_its_mode_and_difficulty_as_in_ale_py(game, mode, difficulty):
+    """A state cloned in the default mode and difficulty, restored after setMode/
+    setDifficulty and a reset: ale-py plays the state's difficulty from the next frame and
+    resets into the state's mode; the other way round too (cloned in the set ones, restored
+    after going back to the defaults). RAM, screen and the mode a clone reports agree."""
+    ale_py = pytest.importorskip("ale_py")
+
+    def play(a):
+        _load(a, game)
+        seen = []
+
+        def record():  # after the restore, then after a reset_game
+            for _ in range(2):
+                for _ in range(60):
+                    a.act(4)
+                state = a.cloneState()
+                seen.append((a.getRAM().copy(), a.getScreenRGB().copy(), state.getCurrentMode(),
+                             state.getDifficulty()))
+                a.reset_game()
+
+        def select(m, d):
+            a.setMode(m)
+            a.setDifficulty(d)
+            a.reset_game()
+            for _ in range(30):
+                a.act(3)
+
+        for _ in range(40):
+            a.act(1)
+        default = a.cloneState()
+        select(mode, difficulty)
+        chosen = a.cloneState()
+        a.restoreState(default)
+        record()
+        select(a.getAvailableModes()[0], 0)
+        a.restoreState(chosen)
+        record()
+        return seen
+
+    want, got = play(ale_py.ALEInterface()), play(ALEInterface())
+    assert len(want) == len(got)
+    for k, (w, g) in enumerate(zip(want, got)):
+        assert w[2:] == g[2:], (k, w[2:], g[2:])
+        np.testing.assert_array_equal(g[0], w[0], err_msg=f"RAM at check {k}")
+        np.testing.assert_array_equal(g[1], w[1], err_msg=f"screen at check {k}")
+
+
+@pytest.mark.parametrize("game", ["pong", "breakout"])
+def test_a_modified_rom_under_a_games_name_plays_as_in_ale_py(game, tmp_path):
+    """One byte changed (the unused $FFF9): ale-py takes the image by its file name with a
+    warning, its game settings, but Stella's default properties (its properties are found
+    by md5), so the paddle games get joysticks; isSupportedROM knows it not. hybridsim
+    played it with the shipped image's paddles, silently, from the first frame apart."""
+    ale_py = pytest.importorskip("ale_py")
+    image = bytearray(rom_path(game).read_bytes())
+    image[-7] ^= 1
+    rom = tmp_path / f"{game}.bin"
+    rom.write_bytes(bytes(image))
+
+    def play(a):
+        a.setInt("random_seed", 3)
+        a.setFloat("repeat_action_probability", 0.0)
+        a.loadROM(str(rom))
+        actions = a.getMinimalActionSet()
+        rng = np.random.default_rng(0)
+        seen = []
+        for _ in range(400):
+            reward = a.act(actions[rng.integers(len(actions))])
+            seen.append((reward, a.getRAM().copy(), a.getScreenRGB().copy()))
+        return seen
+
+    want = play(ale_py.ALEInterface())
+    with pytest.warns(RuntimeWarning, match=rf"{game}.bin is an image ale-py does not ship .*by its file name"):
+        got = play(ALEInterface())
+    for frame, (w, g) in enumerate(zip(want, got)):
+        assert w[0] == g[0], frame
+        np.testing.assert_array_equal(g[1], w[1], err_msg=f"RAM at frame {frame}")
+        np.testing.assert_array_equal(g[2], w[2], err_msg=f"screen at frame {frame}")
+    assert ALEInterface.isSupportedROM(str(rom)) is ale_py.ALEInterface.isSupportedROM(str(rom)) is None
+
+
 def test_miniature_golf_rewards_after_a_restore_match_ale_py():
     """ALE saves Miniature Golf's five counters as bools and reads them back as ints (the
     serializer's bool patterns); the clone's bytes must not apply that twice. The RAM

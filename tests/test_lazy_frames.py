@@ -29,7 +29,7 @@ def _env(game, seed):
 def test_lazy_frames_match_eager_frames(game):
     seed = 3
     eager, lazy = _env(game, seed), _env(game, seed)
-    minimal = [int(a) for a in eager.getMinimalActionSet()]
+    minimal = [a.value for a in eager.getMinimalActionSet()]
     rng = np.random.default_rng(seed)
     for frame in range(1500):
         action = minimal[rng.integers(len(minimal))]
