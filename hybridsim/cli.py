@@ -301,7 +301,10 @@ def _cmd_train(args) -> int:
     unused = cfg.unused(set(vars(args)))  # the parser keeps only what the command line set
     if unused:
         raise ValueError(unused)
-    trainer = Trainer(cfg, comm=comm)
+    try:
+        trainer = Trainer(cfg, comm=comm)
+    except ValueError as exc:
+        raise ValueError(f"{exc}{_config_file_source(args, str(exc))}") from None
     if trainer.rank == 0 and getattr(args, "openmp_note", None):
         print(args.openmp_note, file=sys.stderr, flush=True)
     for sig in (signal.SIGUSR1, signal.SIGTERM):
@@ -344,6 +347,23 @@ def _cmd_train(args) -> int:
     if summary["trajectories"]:
         print(f"trajectories: {summary['trajectories']} (hybridsim analyze {cfg.log_dir})")
     return 0
+
+
+def _config_file_source(args, message: str) -> str:
+    """Where a refused setting came from when the command line did not give it: an error
+    about `lr` or `device` set by --config names the file and the way to override it."""
+    from hybridsim.config import load_config_file
+    if not getattr(args, "config", None):
+        return ""
+    name = message.split(" ", 1)[0]
+    try:
+        from_file = load_config_file(args.config)
+    except (OSError, ValueError):
+        return ""
+    if name not in from_file or name in vars(args):
+        return ""
+    return (f" ({name} = {from_file[name]!r} comes from --config {args.config}; "
+            f"--{name.replace('_', '-')} on the command line overrides it)")
 
 
 def _after_report(trainer, code: int) -> int:
@@ -485,12 +505,12 @@ def build_parser() -> argparse.ArgumentParser:
                        "frame limit, preprocessing) with episodic life off; --sticky, --noop-max "
                        "and --max-episode-frames override them. The result names them all.")
     p.add_argument("checkpoint", help="a checkpoint.pt written by hybridsim train (or its run directory)")
-    p.add_argument("--episodes", type=int, default=10, help="episodes to play")
+    p.add_argument("--episodes", type=int, default=10, help="episodes to play (default: 10)")
     p.add_argument("--env", default="hybridsim", choices=["hybridsim", "ale-py"],
                    help="whose environment to play on")
-    p.add_argument("--num-envs", type=int, default=4, help="environments played in parallel")
+    p.add_argument("--num-envs", type=int, default=4, help="environments played in parallel (default: 4)")
     p.add_argument("--seed", type=int, default=12345,
-                   help="environment and sampling seed (environment k gets seed + k)")
+                   help="environment and sampling seed, environment k gets seed + k (default: 12345)")
     p.add_argument("--sticky", type=float, default=None, metavar="P",
                    help="sticky action probability (default: the checkpoint's; ALE v5: 0.25)")
     p.add_argument("--noop-max", type=int, default=None,

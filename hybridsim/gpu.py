@@ -277,7 +277,8 @@ class CupyDevice:
         reason = cupy_unavailable_reason()
         if reason:
             raise RuntimeError(f"backend='gpu' and backend='hybrid' need CuPy and a CUDA device "
-                               f"(or gpu_options=dict(emulate=True), host-emulated kernels): {reason}")
+                               f"(or host-emulated kernels: gpu_options=dict(emulate=True), on the "
+                               f"command line --gpu-emulate): {reason}")
         import cupy
         self.cp = cupy
         self.xp = cupy

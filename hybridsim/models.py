@@ -304,6 +304,23 @@ def to_device(model: nn.Module, device) -> nn.Module:
     return model
 
 
+def activation_bytes_per_observation(model: nn.Module, obs_shape) -> int:
+    """Bytes a learner holds per observation of its batch through a forward and backward
+    pass: every layer's output, kept for the backward pass and met by a gradient of its
+    size (a lower bound: it leaves out the optimizer's and the loss's own tensors)."""
+    sizes = []
+    leaves = [m for m in model.modules() if not any(True for _ in m.children())]
+    hooks = [m.register_forward_hook(lambda module, inputs, output: sizes.append(
+        output.numel() * output.element_size() if torch.is_tensor(output) else 0)) for m in leaves]
+    try:
+        with torch.no_grad():
+            model.unroll(torch.zeros((1, 1, *obs_shape), dtype=torch.uint8), model.initial_memory(1))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return 2 * sum(sizes)
+
+
 def match_optimizer_state_layout(optimizer: torch.optim.Optimizer) -> None:
     """Gives each per-parameter state tensor (moments, squares) its parameter's memory layout.
     A checkpoint written in the other layout (an NCHW run resumed where the ResNet runs

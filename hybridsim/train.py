@@ -35,13 +35,13 @@ import torch
 import torch.nn.functional as F
 
 from hybridsim import dist, storage, sysinfo, vtrace
-from hybridsim.models import (RunningObservationNorm, build_model, match_optimizer_state_layout,
-                              note_step, to_device)
+from hybridsim.models import (RunningObservationNorm, activation_bytes_per_observation, build_model,
+                              match_optimizer_state_layout, note_step, to_device)
 from hybridsim.optim import RMSpropTF
 from hybridsim.runlock import LOCK_NAME, RunDirectoryBusy, RunLock, sees_holder
 from hybridsim.scores import human_normalized
 from hybridsim.storage import StorageError
-from hybridsim.train_config import TrainConfig, make_vector_env
+from hybridsim.train_config import OBSERVATION_SHAPE, TrainConfig, make_vector_env
 
 CHECKPOINT_KEYS = ("model", "optimizer", "frames", "updates", "config", "num_actions", "obs_shape")
 # Settings that define what is learned: a resumed run must keep the checkpoint's values
@@ -78,7 +78,8 @@ def read_checkpoint(path, map_location=None) -> dict:
     if "digest" in state and checkpoint_digest(state) != state["digest"]:
         raise ValueError(f"{path}: damaged checkpoint: its network, optimizer state, RNG state, action "
                          f"counters or recurrent memory differ from what was written (digest mismatch; "
-                         f"torch.load does not check the tensors' bytes): use an earlier copy")
+                         f"torch.load does not check the tensors' bytes); train keeps one checkpoint, each save "
+                         f"replacing it: restore it from a backup of the run directory, or start a new run")
     problem = _checkpoint_problem(state)
     if problem:
         raise ValueError(f"{path}: damaged checkpoint: {problem}")
@@ -484,20 +485,33 @@ class Trainer:
             raise ValueError(message)
 
     def _check_rollout_memory(self, cfg: TrainConfig) -> None:
-        """A rollout whose observations alone exceed the learner device's memory is a typo
-        (--num-steps 100000000 reached torch's allocator with 5.6 TB)."""
+        """A rollout that cannot fit the learner device's memory is a typo: --num-steps
+        100000000 reached torch's allocator with 5.6 TB; 100000 passed a check of the
+        observations alone and spent minutes in the learner's first minibatch, deaf to
+        SIGTERM, before the allocator refused 45 GB."""
         if self.device.type == "cuda":
             memory, where = torch.cuda.get_device_properties(self.device).total_memory, str(self.device)
         else:
             try:
                 memory, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine"
             except (ValueError, OSError):
-                memory, where = None, "this machine"
-        need = cfg.rollout_observation_bytes()
-        if memory and need > memory:
+                return
+        observations = cfg.rollout_observation_bytes()
+        if observations > memory:
             raise ValueError(f"num_steps {cfg.num_steps} x {cfg.rollout_width()} trajectories: the rollout's "
-                             f"observations alone take {need / 2**30:,.1f} GiB, more than the "
+                             f"observations alone take {observations / 2**30:,.1f} GiB, more than the "
                              f"{memory / 2**30:,.1f} GiB of {where}")
+        minibatches = cfg.num_minibatches if cfg.schedule == "a2c" else 1
+        batch = (cfg.num_steps + 1) * -(-cfg.rollout_width() // minibatches)
+        probe = build_model(cfg.model, OBSERVATION_SHAPE, 18, cfg.obs_normalization, cfg.use_lstm)
+        learner = batch * activation_bytes_per_observation(probe, OBSERVATION_SHAPE)
+        if observations + learner > memory:
+            raise ValueError(f"num_steps {cfg.num_steps} x {cfg.rollout_width()} trajectories: the rollout's "
+                             f"observations ({observations / 2**30:,.1f} GiB) and the {cfg.model} network's "
+                             f"activations for a learner batch of {batch:,} observations (at least "
+                             f"{learner / 2**30:,.1f} GiB) exceed the {memory / 2**30:,.1f} GiB of {where}: "
+                             f"lower --num-steps" + (", or raise --num-minibatches" if cfg.schedule == "a2c"
+                                                     else ", or --learner-batch"))
 
     def close(self) -> None:
         """Give up the run directory (train() does at its end; a Trainer that is not
@@ -988,7 +1002,7 @@ class Trainer:
             raise ValueError(f"--resume: {path} holds another network: {exc}") from None
         if has_nonfinite_weights(self.model):
             raise ValueError(f"--resume: {path}: its network holds NaN or infinite weights (training "
-                             f"diverged before this checkpoint): start a new run, or resume an earlier copy")
+                             f"diverged before this checkpoint): start a new run, or resume a copy kept from before")
         if self.rank == 0:
             _check_metrics_file(self.log_dir / "metrics.csv")
 
@@ -1001,6 +1015,12 @@ class Trainer:
         field("optimizer state", lambda: self.optimizer.load_state_dict(state["optimizer"]))
         match_optimizer_state_layout(self.optimizer)
         self.frames, self.updates = state["frames"], state["updates"]
+        budget = saved.get("total_frames")
+        if self.cfg.lr_decay and isinstance(budget, int) and budget != self.cfg.total_frames and self.rank == 0:
+            then, now = (self.cfg.lr * max(0.0, 1.0 - self.frames / b) for b in (budget, self.cfg.total_frames))
+            print(f"note: --total-frames {self.cfg.total_frames:,}, the run had {budget:,}: the learning "
+                  f"rate decays to 0 at the new budget, so it goes on at {now:.3g} instead of {then:.3g}",
+                  file=sys.stderr)
         self.run_id = state.get("run_id") or self.run_id
         field("torch_rng", lambda: torch.set_rng_state(state["torch_rng"]))
         if state.get("world_size", 1) == self.world_size:
@@ -1015,8 +1035,9 @@ class Trainer:
             raise ValueError(f"--resume: {path}: damaged checkpoint: its rank_states is not a list of "
                              f"dicts ({type(rank_states).__name__})")
         if len(rank_states) != self.world_size:
-            print(f"note: the checkpoint holds {len(rank_states)} rank(s)' environments, this job has "
-                  f"{self.world_size}; environments restart", file=sys.stderr)
+            if self.rank == 0:  # the same for every rank
+                print(f"note: the checkpoint holds {len(rank_states)} rank(s)' environments, this job "
+                      f"has {self.world_size}; environments restart", file=sys.stderr)
             mine = {}
             from hybridsim import trajlog
             if self.rank >= len(rank_states) and self.cfg.log_trajectories:
@@ -1638,7 +1659,7 @@ class Trainer:
 def _drop_metrics_after(path: pathlib.Path, frames: int) -> None:
     """A resumed run goes on from its checkpoint at `frames`: rows a killed job wrote after
     that belong to a timeline the resume replaces (the trajectory logs drop them too)."""
-    lines = path.read_text().splitlines(keepends=True)
+    lines = path.read_bytes().decode().splitlines(keepends=True)  # csv's "\r\n" kept as written
     keep = lines[:1] + [line for line in lines[1:]
                         if line.endswith("\n") and line.split(",", 1)[0].isdigit()
                         and int(line.split(",", 1)[0]) <= frames]

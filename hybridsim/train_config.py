@@ -16,7 +16,8 @@ LOG_COMPRESSIONS = ("lzf", "gzip", "none")
 IMPALA_ORDERS = ("submission", "completion")
 MAX_FRAME_SKIP = 3600  # 60 s of NTSC frames
 NO_EPISODE_LIMIT = 2**31 - 1  # max_episode_frames 0: the vector envs' largest limit (a C int)
-OBSERVATION_BYTES = 4 * 84 * 84  # the training observation: a stack of 4 grayscale 84x84 frames
+OBSERVATION_SHAPE = (4, 84, 84)  # the training observation: a stack of 4 grayscale 84x84 frames
+OBSERVATION_BYTES = math.prod(OBSERVATION_SHAPE)
 
 
 @dataclasses.dataclass

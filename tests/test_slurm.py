@@ -211,6 +211,24 @@ def test_templates_requeue_on_a_batch_shell_signal(name):
     assert os.access(path, os.X_OK)
 
 
+@pytest.mark.parametrize("template", ["single_node.sbatch", "multi_node.sbatch"])
+def test_a_template_logs_what_train_is_given(template, tmp_path):
+    """With CONFIG the log line printed the template's defaults (pong, 64 envs, 50M
+    frames) while train ran the recipe's (kung_fu_master, 16 envs, 400k): it names the
+    arguments train is given. Outside Slurm, with a launcher that only answers --version."""
+    fake = tmp_path / "mpiexec"
+    fake.write_text("#!/bin/bash\n[ \"$1\" = --version ] && echo 'HYDRA build details:'\nexit 0\n")
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(CONFIG="quickstart", HYBRIDSIM_DIR=str(REPO), MPIEXEC=str(fake), PYTHON=sys.executable,
+               CHECK_PLACEMENT="0", LOG_DIR=str(tmp_path / "run"), PYTHONPATH=python_path())
+    done = subprocess.run(["bash", str(LAUNCH / "slurm" / template)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    line = next(line for line in (done.stdout + done.stderr).splitlines() if ": train " in line)
+    assert line.endswith(f"train --log-dir {tmp_path / 'run'} --config quickstart"), line
+    assert "pong" not in line and "64" not in line
+
+
 def test_wrapper_dry_run_for_mpich():
     exe = hydra_mpiexec()
     proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "3",
@@ -232,6 +250,12 @@ def test_wrapper_dry_run_for_mpich():
                                 "--num-threads", "2"], capture_output=True, text=True, timeout=30)
     assert "-n 8 -ppn 4 -hosts a,b" in two_hosts.stdout
     assert two_hosts.stdout.count("--num-threads") == 1
+    abbreviated = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1",
+                                  "--mpiexec", exe, "--dry-run", "--", "--num-thread", "4", "--torch=2"],
+                                 capture_output=True, text=True, timeout=30)
+    assert abbreviated.returncode == 0, abbreviated.stderr
+    tail = abbreviated.stdout.split()
+    assert tail[tail.index("train"):] == ["train", "--num-thread", "4", "--torch=2"]  # argparse's abbreviations
 
 
 @pytest.mark.parametrize("args, message", [

@@ -171,6 +171,21 @@ def test_a_killed_checkpoint_writes_temporary_file_is_removed_on_resume(tmp_path
     assert f"removed {stale.name} from {tmp_path}" in capsys.readouterr().err
 
 
+def test_a_refused_setting_from_a_config_file_names_the_file(tmp_path, capsys):
+    """`lr = nan` in a file, or a recipe's device: the error says where the value came from
+    and how to override it; a value the command line gave is the command line's."""
+    from hybridsim import cli
+    config = tmp_path / "run.toml"
+    config.write_text("lr = nan\ntotal_frames = 1000\n")
+    args = ["train", "--config", str(config), "--log-dir", str(tmp_path / "run")]
+    assert cli.main(args) == 2
+    assert (f"lr must be a finite number > 0, got nan (lr = nan comes from --config {config}; --lr on "
+            f"the command line overrides it)") in capsys.readouterr().err
+    assert cli.main([*args, "--num-steps", "0"]) == 2
+    assert "num_steps must be >= 1, got 0\n" in capsys.readouterr().err  # the command line's own
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_rollout_larger_than_the_learners_memory_is_refused(tmp_path):
     """--num-steps 100000000 reached torch's allocator ("tried to allocate 5644800056448
     bytes"); the learner device's memory is the bound (a GPU rollout lives on the GPU)."""
@@ -178,6 +193,25 @@ def test_a_rollout_larger_than_the_learners_memory_is_refused(tmp_path):
                                          r"alone take [\d,.]+ GiB, more than the [\d,.]+ GiB of this machine"):
         Trainer(tiny_config(tmp_path / "run", num_steps=10**8))
     assert not (tmp_path / "run").exists()
+
+
+def test_a_rollout_whose_learner_batch_cannot_fit_is_refused(tmp_path, monkeypatch):
+    """--num-steps 100000 passed the observations' check (10.5 GiB) and spent minutes in the
+    first minibatch, deaf to SIGTERM, before torch refused 45 GB: the network's activations
+    for the learner's batch count too (here on a machine of 16 GiB)."""
+    from hybridsim.models import activation_bytes_per_observation, build_model
+    pages = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": (16 << 30) // 4096}
+    monkeypatch.setattr(train.os, "sysconf", lambda name: pages[name])
+    with pytest.raises(ValueError, match=r"num_steps 100000 x 4 trajectories: the rollout's observations \(10.5 "
+                                         r"GiB\) and the nature network's activations for a learner batch of "
+                                         r"200,002 observations \(at least [\d.]+ GiB\) exceed the 16.0 GiB of "
+                                         r"this machine: lower --num-steps, or raise --num-minibatches"):
+        Trainer(tiny_config(tmp_path / "run", num_steps=100_000))
+    assert not (tmp_path / "run").exists()
+    per_observation = activation_bytes_per_observation(build_model("nature", (4, 84, 84), 6), (4, 84, 84))
+    # at least the float input (4 bytes a pixel) and the three convolutions' outputs, twice
+    assert per_observation >= 2 * 4 * (4 * 84 * 84 + 32 * 20 * 20 + 64 * 9 * 9 + 64 * 7 * 7)
+    Trainer(tiny_config(tmp_path / "fits", num_steps=1000)).close()  # 2 x 1,001 observations: fits
 
 
 def test_config_that_is_missing_or_a_directory_is_named(tmp_path):
@@ -415,6 +449,8 @@ def test_resume_after_kill_9(tmp_path, capsys):
     assert re.search(r"metrics.csv: dropped \d+ rows written after the checkpoint", err), err
     logged = [int(row["frames"]) for row in csv.DictReader(open(tmp_path / "metrics.csv"))]
     assert logged == sorted(set(logged)) and logged[-1] == summary["frames"], (saved, str(logged))
+    raw = (tmp_path / "metrics.csv").read_bytes()  # the kept rows keep csv's line ends
+    assert raw.count(b"\n") == raw.count(b"\r\n") == len(logged) + 1
     frames = trajlog.read_steps(tmp_path / "traj_rank00000.h5", fields=["global_frame"])["global_frame"][:, 0]
     per_step = 4 * 4  # 4 environments, frame skip 4
     assert frames[0] == per_step and (np.diff(frames) == per_step).all(), frames
@@ -551,6 +587,19 @@ def test_resume_at_the_budget_does_nothing_and_says_so(tmp_path, capsys):
                          "--log-dir", str(tmp_path), "--total-frames", total, "--resume"]) == 0
         assert "the budget (--total-frames" in capsys.readouterr().out
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_a_resume_with_another_budget_says_what_the_learning_rate_does(tmp_path, capsys):
+    """The learning rate decays to 0 at --total-frames: a resume with a larger budget
+    raises it again, which was silent."""
+    Trainer(tiny_config(tmp_path, total_frames=400, log_trajectories=False)).train()
+    frames = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["frames"]
+    capsys.readouterr()
+    resumed = tiny_config(tmp_path, total_frames=1200, log_trajectories=False, resume=True)
+    Trainer(resumed).train()
+    expected = (f"note: --total-frames 1,200, the run had 400: the learning rate decays to 0 at the new "
+                f"budget, so it goes on at {resumed.lr * (1 - frames / 1200):.3g} instead of 0")
+    assert expected in capsys.readouterr().err
 
 
 def test_resume_at_the_budget_writes_a_master_file_the_last_job_did_not(tmp_path, capsys):
