@@ -364,8 +364,12 @@ class ALEInterface:
                              f"(md5 {state._rom_md5}, loaded {self._md5})")
         mode, difficulty = state.getCurrentMode(), state.getDifficulty()
         if mode not in self._entry["modes"] or difficulty not in self._entry["difficulties"]:
-            raise ValueError(f"restoreState: the state holds mode {mode} and difficulty {difficulty}, "
-                             f"which {self._entry['name']} does not have")
+            # bytes of another game or of none: the emulator's own check names that first
+            current = emu.clone_state(True)
+            emu.restore_state(state.serialize())
+            emu.restore_state(current)
+            raise UnavailableSettingError(f"restoreState: the state holds mode {mode} and difficulty "
+                                          f"{difficulty}, which {self._entry['name']} does not have")
         emu.restore_state(state.serialize())
         # as ALE's: the state brings back its mode (the next reset_game plays it) and its
         # difficulty switches (from the next frame)

@@ -81,6 +81,9 @@ def _synchronous_columns(path, env_id, rows: int, schedule: str) -> np.ndarray:
     """The rank's environment ids, one per column, if each of the rows of dataset `env_id`
     holds all of them in that order (the synchronous schedule)."""
     first = env_id[0]
+    if schedule != "impala" and (first < 0).any():  # an a2c row holds every environment
+        raise trajlog.TrajectoryLogError(f"{path}: damaged trajectory file: steps/env_id row 0 holds "
+                                         f"{first.tolist()}, not environment ids")
     step = max(1, (16 << 20) // max(1, env_id.shape[1] * env_id.dtype.itemsize))
     for start in range(0, rows, step):
         block = env_id[start:min(rows, start + step)]

@@ -305,20 +305,22 @@ def to_device(model: nn.Module, device) -> nn.Module:
 
 
 def activation_bytes_per_observation(model: nn.Module, obs_shape) -> int:
-    """Bytes a learner holds per observation of its batch through a forward and backward
-    pass: every layer's output, kept for the backward pass and met by a gradient of its
-    size (a lower bound: it leaves out the optimizer's and the loss's own tensors)."""
-    sizes = []
-    leaves = [m for m in model.modules() if not any(True for _ in m.children())]
-    hooks = [m.register_forward_hook(lambda module, inputs, output: sizes.append(
-        output.numel() * output.element_size() if torch.is_tensor(output) else 0)) for m in leaves]
-    try:
-        with torch.no_grad():
-            model.unroll(torch.zeros((1, 1, *obs_shape), dtype=torch.uint8), model.initial_memory(1))
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return 2 * sum(sizes)
+    """Bytes a learner keeps per observation of its batch between the forward and the
+    backward pass: the tensors autograd saves (each storage once, the network's weights
+    left out). A lower bound of the batch's peak: the gradients and the optimizer's and
+    the loss's tensors come on top."""
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved = {}
+
+    def keep(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in weights:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        model.unroll(torch.zeros((1, 1, *obs_shape), dtype=torch.uint8), model.initial_memory(1))
+    return sum(saved.values())
 
 
 def match_optimizer_state_layout(optimizer: torch.optim.Optimizer) -> None:

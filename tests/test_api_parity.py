@@ -162,6 +162,34 @@ def test_a_restored_state_brings_back_its_mode_and_difficulty_as_in_ale_py(game,
         np.testing.assert_array_equal(g[1], w[1], err_msg=f"screen at check {k}")
 
 
+def test_a_state_restore_names_foreign_bytes_before_a_mode_the_game_lacks():
+    """air_raid has no mode 0, the mode ALEState(bytes) reads from bytes it cannot parse:
+    garbage and another game's state still get the emulator's own words; a state of this
+    game with a mode it lacks is refused as setMode refuses it, and changes nothing."""
+    from hybridsim.ale import UnavailableSettingError
+    air_raid, pong = ALEInterface(), ALEInterface()
+    air_raid.loadROM(str(rom_path("air_raid")))
+    pong.loadROM(str(rom_path("pong")))
+    with pytest.raises(ValueError, match="not a state of this emulator build"):
+        air_raid.restoreState(ALEState(b"garbage" * 100))
+    with pytest.raises(ValueError, match="saved by an emulator with another ROM"):
+        air_raid.restoreState(ALEState(pong.cloneState().serialize()))
+    for _ in range(30):
+        air_raid.act(1)
+    own = air_raid.cloneState()
+    ram = air_raid.getRAM().copy()
+    crafted = ALEState(own.serialize(), air_raid._md5, own.getFrameNumber(), own.getEpisodeFrameNumber(), 0, 0)
+    for _ in range(30):
+        air_raid.act(3)
+    before = air_raid.cloneState().serialize(), air_raid.getRAM().copy()
+    with pytest.raises(UnavailableSettingError, match="mode 0 and difficulty 0, which air_raid does not have"):
+        air_raid.restoreState(crafted)
+    assert air_raid.cloneState().serialize() == before[0]
+    np.testing.assert_array_equal(air_raid.getRAM(), before[1])
+    air_raid.restoreState(own)
+    np.testing.assert_array_equal(air_raid.getRAM(), ram)
+
+
 @pytest.mark.parametrize("game", ["pong", "breakout"])
 def test_a_modified_rom_under_a_games_name_plays_as_in_ale_py(game, tmp_path):
     """One byte changed (the unused $FFF9): ale-py takes the image by its file name with a

@@ -616,6 +616,10 @@ def test_export_refuses_what_it_cannot_reproduce(short_episode_run, impala_run, 
     with pytest.raises(trajlog.TrajectoryLogError, match=r"damaged trajectory file: steps/env_id row 7 "
                                                          r"\(\[0, 99.*schedule \(a2c\) steps every"):
         export.export_dataset(damaged, out)
+    with h5py.File(damaged, "r+") as f:
+        f["steps/env_id"][0, 0] = -1
+    with pytest.raises(trajlog.TrajectoryLogError, match=r"steps/env_id row 0 holds \[-1, 1.*not environment ids"):
+        export.export_dataset(damaged, out)
     with pytest.raises(ValueError, match="a master file"):
         export.export_dataset(short_episode_run / "trajectories.h5", out)
     out.write_bytes(b"")
