@@ -271,13 +271,16 @@ class ALEInterface:
 
     def setMode(self, mode: int) -> None:
         """Select a game mode; as in ALE it takes effect at the next reset_game."""
-        emu = self._require_rom()
+        self._require_rom()
         _require_int("setMode", mode)
         if mode not in self._entry["modes"]:
             raise UnavailableSettingError(f"mode {mode} is not available for {self._entry['name']}: "
                              f"choose one of {self._entry['modes']}")
+        self._apply_mode(mode)
+
+    def _apply_mode(self, mode: int) -> None:
         from hybridsim.console_props import mode_select_for
-        emu.set_mode(mode, mode_select_for(self._entry.get("set_mode"), mode))
+        self._emu.set_mode(mode, mode_select_for(self._entry.get("set_mode"), mode))
         self._mode = mode
 
     def setDifficulty(self, difficulty: int) -> None:
@@ -363,7 +366,11 @@ class ALEInterface:
             raise ValueError("restoreState: this state was cloned from another ROM "
                              f"(md5 {state._rom_md5}, loaded {self._md5})")
         mode, difficulty = state.getCurrentMode(), state.getDifficulty()
-        if mode not in self._entry["modes"] or difficulty not in self._entry["difficulties"]:
+        # a game's default need not be among its selectable ones (backgammon: difficulty 0,
+        # selectable 3)
+        modes = {*self._entry["modes"], self._entry.get("default_mode", 0)}
+        difficulties = {*self._entry["difficulties"], self._entry.get("default_difficulty", 0)}
+        if mode not in modes or difficulty not in difficulties:
             # bytes of another game or of none: the emulator's own check names that first
             current = emu.clone_state(True)
             emu.restore_state(state.serialize())
@@ -374,9 +381,10 @@ class ALEInterface:
         # as ALE's: the state brings back its mode (the next reset_game plays it) and its
         # difficulty switches (from the next frame)
         if mode != self._mode:
-            self.setMode(mode)
+            self._apply_mode(mode)
         if difficulty != self._difficulty:
-            self.setDifficulty(difficulty)
+            emu.set_difficulty(difficulty)
+            self._difficulty = difficulty
 
     def restoreSystemState(self, state) -> None:
         self.restoreState(state)

@@ -114,7 +114,8 @@ def test_state_bytes_after_restore_equal_the_clone_as_in_ale_py(game):
 
 
 @pytest.mark.parametrize("game, mode, difficulty", [
-    ("space_invaders", 5, 1), ("pong", 1, 3), ("breakout", 12, 1), ("adventure", 2, 2), ("video_cube", 101, 1)])
+    ("space_invaders", 5, 1), ("pong", 1, 3), ("breakout", 12, 1), ("adventure", 2, 2), ("video_cube", 101, 1),
+    ("backgammon", 0, 3)])  # backgammon's default difficulty, 0, is not among its selectable ones
 def test_a_restored_state_brings_back_its_mode_and_difficulty_as_in_ale_py(game, mode, difficulty):
     """A state cloned in the default mode and difficulty, restored after setMode/
     setDifficulty and a reset: ale-py plays the state's difficulty from the next frame and
@@ -149,7 +150,7 @@ def test_a_restored_state_brings_back_its_mode_and_difficulty_as_in_ale_py(game,
         chosen = a.cloneState()
         a.restoreState(default)
         record()
-        select(a.getAvailableModes()[0], 0)
+        select(a.getAvailableModes()[0], a.getAvailableDifficulties()[0])
         a.restoreState(chosen)
         record()
         return seen
