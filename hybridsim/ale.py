@@ -375,8 +375,8 @@ class ALEInterface:
             current = emu.clone_state(True)
             emu.restore_state(state.serialize())
             emu.restore_state(current)
-            raise UnavailableSettingError(f"restoreState: the state holds mode {mode} and difficulty "
-                                          f"{difficulty}, which {self._entry['name']} does not have")
+            raise UnavailableSettingError(f"restoreState: its state fields mode and difficulty hold {mode} "
+                                          f"and {difficulty}, which {self._entry['name']} does not have")
         emu.restore_state(state.serialize())
         # as ALE's: the state brings back its mode (the next reset_game plays it) and its
         # difficulty switches (from the next frame)

@@ -183,7 +183,7 @@ def test_a_state_restore_names_foreign_bytes_before_a_mode_the_game_lacks():
     for _ in range(30):
         air_raid.act(3)
     before = air_raid.cloneState().serialize(), air_raid.getRAM().copy()
-    with pytest.raises(UnavailableSettingError, match="mode 0 and difficulty 0, which air_raid does not have"):
+    with pytest.raises(UnavailableSettingError, match="state fields mode and difficulty hold 0 and 0, which air_raid does not have"):
         air_raid.restoreState(crafted)
     assert air_raid.cloneState().serialize() == before[0]
     np.testing.assert_array_equal(air_raid.getRAM(), before[1])
