@@ -35,7 +35,7 @@ def data_dir() -> str:
 
 def __getattr__(name):
     # The ALE-compatible surface loads the compiled console only when first used.
-    if name in ("ALEInterface", "ALEState"):
+    if name in ("ALEInterface", "ALEState", "LoggerMode"):
         from hybridsim import ale
         return getattr(ale, name)
     if name == "AtariVectorEnv":
@@ -47,7 +47,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'hybridsim' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "core_include_dir", "ALEInterface", "ALEState", "Action", "AtariVectorEnv"]
+__all__ = ["__version__", "core_include_dir", "ALEInterface", "ALEState", "LoggerMode", "Action", "AtariVectorEnv"]
 
 
 def _register_gymnasium_envs() -> None:

@@ -27,6 +27,8 @@ class Action(enum.IntEnum):
     DOWNRIGHTFIRE = 16
     DOWNLEFTFIRE = 17
 
+    __str__ = enum.Enum.__str__  # "Action.FIRE", as ale-py prints it (int(a) gives 1)
+
 
 NUM_ACTIONS = len(Action)
 

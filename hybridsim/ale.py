@@ -11,6 +11,7 @@ import os
 import pathlib
 import time
 
+import enum
 import functools
 import warnings
 
@@ -35,10 +36,18 @@ def _action_members() -> tuple:
     return tuple(members(a) for a in range(NUM_ACTIONS))
 
 
+class LoggerMode(enum.Enum):
+    """Mirrors ale_py.LoggerMode (a plain enum, as ale-py's is not an int)."""
+
+    Info = 0
+    Warning = 1
+    Error = 2
+
+
 class ALEState:
     """An opaque emulator snapshot, like ale_py.ALEState (serialize() gives bytes)."""
 
-    def __init__(self, data: bytes, rom_md5: str = "", frame_number: int | None = None,
+    def __init__(self, data: bytes = b"", rom_md5: str = "", frame_number: int | None = None,
                  episode_frame_number: int | None = None, mode: int | None = None,
                  difficulty: int | None = None):
         if not isinstance(data, (bytes, bytearray, memoryview)):  # bytes(5): five zero bytes
@@ -74,7 +83,9 @@ class ALEState:
         return isinstance(other, ALEState) and self._data == other._data
 
     __eq__ = equals
-    __hash__ = None
+
+    def __hash__(self):  # equal states hash alike; ale-py's states hash too
+        return hash(self._data)
 
 
 def _png_bytes(rgb: np.ndarray) -> bytes:
@@ -125,8 +136,16 @@ class ALEInterface:
 
     # ----- settings ------------------------------------------------------------------
     @staticmethod
-    def setLoggerMode(mode) -> None:
-        """Accepted for compatibility; hybridsim reports problems as exceptions."""
+    def setLoggerMode(mode: LoggerMode) -> None:
+        """Accepted for compatibility (hybridsim reports problems as exceptions); a mode
+        that is neither a LoggerMode nor its number is refused, as ale-py refuses it."""
+        kind = type(mode)
+        if kind is LoggerMode or (kind.__name__ == "LoggerMode" and kind.__module__.startswith("ale_py")):
+            return
+        if isinstance(mode, (int, np.integer)) and mode in {m.value for m in LoggerMode}:
+            return
+        raise TypeError(f"setLoggerMode takes a LoggerMode (hybridsim.LoggerMode or "
+                        f"ale_py.LoggerMode) or its number 0-2, got {kind.__name__} {mode!r}")
 
     def getInt(self, key: str) -> int:
         return self._settings.get(key, int)

@@ -33,6 +33,8 @@ ALE_SETTINGS: dict[str, tuple[type, object]] = {
     "cpu": (str, "low"),
 }
 
+# ALE registers "sound" with the text "false", so getString shows that until it is set.
+DEFAULT_TEXT = {"sound": "false"}
 
 # ALE features hybridsim does not have: setting them is an error rather than a no-op.
 UNSUPPORTED = {
@@ -42,6 +44,16 @@ UNSUPPORTED = {
     "record_screen_dir": "hybridsim does not record screens; save getScreenRGB() frames yourself",
     "record_sound_filename": "hybridsim does not emulate sound",
 }
+
+
+def setting_text(value) -> str:
+    """A setting as ALE's getString shows it: bools as 1/0, floats as C++ streams print
+    them (six significant digits: 0.25, 0.333333)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 class UnknownSettingError(KeyError, RuntimeError):
@@ -62,6 +74,7 @@ class Settings:
 
     def __init__(self):
         self._values = {name: default for name, (_, default) in ALE_SETTINGS.items()}
+        self._default_text = dict(DEFAULT_TEXT)
 
     def _check(self, key: str, kind: type) -> None:
         if key not in ALE_SETTINGS:
@@ -74,13 +87,20 @@ class Settings:
                                    f"use get{methods}/set{methods}")
 
     def get(self, key: str, kind: type):
+        # ALE keeps every setting as text: getString reads any key, getFloat an int key.
+        # The other cross-type reads (getInt of 0.25 is 0) are refused, not truncated.
+        expected = ALE_SETTINGS.get(key, (kind,))[0]
+        if kind is str and expected is not str:
+            return self._default_text.get(key) or setting_text(self._values[key])
+        if kind is float and expected is int:
+            return float(self._values[key])
         self._check(key, kind)
         return self._values[key]
 
     def set(self, key: str, value, kind: type) -> None:
         self._check(key, kind)
         if kind is int:
-            if isinstance(value, bool) or not hasattr(value, "__index__"):
+            if not hasattr(value, "__index__"):  # bools pass, as in ale-py (they are ints)
                 raise TypeError(f"setting {key!r} takes an int, got {type(value).__name__}")
             value = value.__index__()  # numpy integers too, as ale-py accepts them
             if not INT32_MIN <= value <= INT32_MAX:
@@ -90,8 +110,7 @@ class Settings:
                 raise TypeError(f"setting {key!r} takes a float, got {type(value).__name__}")
             value = float(value)
         elif kind is bool:
-            if not isinstance(value, (bool, np.bool_)) and not (
-                    isinstance(value, (int, np.integer)) and value in (0, 1)):
+            if not isinstance(value, (bool, np.bool_)):  # ale-py refuses 0 and 1 too
                 raise TypeError(f"setting {key!r} takes a bool, got {value!r}")
             value = bool(value)
         elif kind is str and not isinstance(value, str):
@@ -105,3 +124,4 @@ class Settings:
         if key == "max_num_frames_per_episode" and value < 0:
             raise ValueError(f"max_num_frames_per_episode must be >= 0 (0 = off), got {value}")
         self._values[key] = value
+        self._default_text.pop(key, None)

@@ -43,6 +43,40 @@ def test_settings_reject_unknown_keys_and_wrong_types():
     assert s.get("frame_skip", int) == 4
 
 
+def test_cross_type_reads_bool_ints_logger_modes_and_action_names_follow_ale_py():
+    """Side by side with ale-py: getString reads any key as ALE's text, getFloat an int key;
+    setInt takes a bool, setBool refuses 1; setLoggerMode refuses a str, takes 2; str(Action)
+    names the member; states hash. getInt of a float key stays refused (ale-py gives 0)."""
+    import hybridsim
+    from hybridsim.ale import ALEInterface, ALEState, LoggerMode
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+    ours, theirs = ALEInterface(), ale_py.ALEInterface()
+    for a in (ours, theirs):
+        a.setInt("frame_skip", True)
+        a.setBool("color_averaging", True)
+        a.setFloat("repeat_action_probability", 1 / 3)
+    for key in ALE_SETTINGS:
+        assert ours.getString(key) == theirs.getString(key), key
+    for key in ("random_seed", "frame_skip", "reward_min"):
+        assert ours.getFloat(key) == theirs.getFloat(key), key
+    for a in (ours, theirs):
+        with pytest.raises(TypeError):
+            a.setBool("color_averaging", 1)
+        with pytest.raises(TypeError):
+            type(a).setLoggerMode("x")
+        type(a).setLoggerMode(2)
+    with pytest.raises(TypeError, match="is a float, not a int"):
+        ours.getInt("repeat_action_probability")
+    ours.setLoggerMode(LoggerMode.Warning)
+    ours.setLoggerMode(ale_py.LoggerMode.Error)
+    assert hybridsim.LoggerMode is LoggerMode
+    assert [m.name for m in LoggerMode] == list(ale_py.LoggerMode.__members__)
+    assert str(Action.DOWNLEFTFIRE) == str(ale_py.Action.DOWNLEFTFIRE) == "Action.DOWNLEFTFIRE"
+    assert int(Action.FIRE) == 1
+    assert ALEState().getFrameNumber() == ale_py.ALEState().getFrameNumber() == 0
+    assert len({ALEState(b"ab"), ALEState(b"ab"), ALEState(b"cd")}) == 2
+
+
 def test_rom_lookup_and_errors(tmp_path):
     path = roms.rom_path("SpaceInvaders")
     assert path.name == "space_invaders.bin"
