@@ -135,8 +135,8 @@ def check_field_types(cls, values: dict, source) -> None:
     hints = typing.get_type_hints(cls)
     for name, value in list(values.items()):
         kind = hints[name]
-        if kind is int and isinstance(value, float) and value.is_integer():
-            values[name] = value = int(value)  # total_frames = 5e7 in TOML is a float
+        if kind is int and isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+            values[name] = value = int(value)  # total_frames = 5e7 in TOML is a float; 1e300 stays one
         if kind not in (int, float, str, bool):
             continue  # optional or composite fields: the dataclass's own checks apply
         if not has_field_type(kind, value):

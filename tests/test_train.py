@@ -415,6 +415,9 @@ def test_config_file_integral_floats_are_ints(tmp_path):
     path.write_text("total_frames = 5e7\nnum_envs = 8.0\n")
     cfg = build_config(TrainConfig, build_parser().parse_args(["train", "--config", str(path)]))
     assert (cfg.total_frames, cfg.num_envs) == (50_000_000, 8) and type(cfg.total_frames) is int
+    path.write_text("seed = 1e300\n")  # refused as the float it is, not as 300 digits
+    with pytest.raises(ValueError, match=r"setting 'seed' must be an int, got 1e\+300$"):
+        build_config(TrainConfig, build_parser().parse_args(["train", "--config", str(path)]))
 
 
 def test_resume_after_kill_9(tmp_path, capsys):
