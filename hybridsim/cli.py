@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import pathlib
 import signal
@@ -551,11 +552,23 @@ def main(argv=None) -> int:
     openmp_note = _wait_passively_on_a_busy_machine() if engine_command else None
     _join_mpi_job_early(argv_seen)
     replaced = _remember_early_stops() if training else {}  # a stop from here on gets a checkpoint
+    import warnings
+    formatwarning = warnings.formatwarning
+    warnings.formatwarning = functools.partial(_format_warning, argv_seen[:1], formatwarning)
     try:
         return _main(argv, openmp_note)
     finally:  # called in-process (tests, notebooks): the caller's handlers again
+        warnings.formatwarning = formatwarning
         for sig, handler in replaced.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def _format_warning(command, default, message, category, filename, lineno, line=None) -> str:
+    """hybridsim's own warnings as one line, as its errors are: their text says what happened,
+    the source line that raised them would not (other packages' warnings as Python shows them)."""
+    if pathlib.Path(filename).parent != pathlib.Path(__file__).parent:
+        return default(message, category, filename, lineno, line)
+    return f"hybridsim{''.join(' ' + c for c in command)}: warning: {message}\n"
 
 
 def _main(argv, openmp_note) -> int:

@@ -364,6 +364,14 @@ def test_a_damaged_global_frame_gives_no_negative_throughput(tmp_path):
         summary = analyze.analyze(path, plots=False)
     assert summary["overall"]["frames_per_second"] is None
     assert "throughput" not in analyze.format_summary(summary)
+    import subprocess  # on the command line: one line, not the source line that warned
+    import sys
+    run = subprocess.run([sys.executable, "-m", "hybridsim", "analyze", str(path), "--no-plots",
+                          "--out", str(tmp_path / "a")], capture_output=True, text=True)
+    err = run.stderr
+    assert run.returncode == 0, err
+    assert f"hybridsim analyze: warning: {path}: 30 of 30 step rows left out of the" in err, err
+    assert "warnings.warn" not in err and "RuntimeWarning" not in err, err
 
 
 def test_analyze_names_the_gaps_of_a_file(tmp_path):
