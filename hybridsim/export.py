@@ -80,22 +80,8 @@ def _check_stop(stop) -> None:
 def _synchronous_columns(path, env_id, rows: int, schedule: str) -> np.ndarray:
     """The rank's environment ids, one per column, if each of the rows of dataset `env_id`
     holds all of them in that order (the synchronous schedule)."""
-    first = env_id[0]
-    if schedule != "impala" and (first < 0).any():  # an a2c row holds every environment
-        raise trajlog.TrajectoryLogError(f"{path}: damaged trajectory file: steps/env_id row 0 holds "
-                                         f"{first.tolist()}, not environment ids")
-    step = max(1, (16 << 20) // max(1, env_id.shape[1] * env_id.dtype.itemsize))
-    for start in range(0, rows, step):
-        block = env_id[start:min(rows, start + step)]
-        same = ((block >= 0) & (block == first)).all(axis=1)
-        if same.all():
-            continue
-        if schedule != "impala":  # an a2c run's rows all hold the same environments
-            bad = start + int(np.argmin(same))
-            raise trajlog.TrajectoryLogError(
-                f"{path}: damaged trajectory file: steps/env_id row {bad} ({env_id[bad].tolist()}) differs "
-                f"from row 0 ({first.tolist()}), but the run's schedule ({schedule}) steps every "
-                f"environment in every row")
+    first = trajlog.synchronous_env_ids(path, env_id, rows, schedule)
+    if first is None:
         raise ValueError(f"{path}: an asynchronous (IMPALA) log: its rows hold whichever "
                          f"environments answered, so it cannot be re-emulated as one batch; "
                          f"export its episodes one at a time with `hybridsim replay FILE "

@@ -60,16 +60,31 @@ def run_config(f) -> dict:
     return cfg
 
 
-def _env_history(f, env_id: int) -> dict:
+def _env_history(f, path, env_id: int, schedule: str) -> dict:
+    """Environment env_id's logged steps in order. A run steps an environment at most once
+    a row and its frame count grows row by row, so an env_id or global_frame that breaks
+    either is named as damage (replayed, it would show as a disagreement with the run)."""
     steps = f["steps"]
     n = trajlog.common_rows(steps)
     env = steps["env_id"][:n]
-    rows, cols = np.nonzero(env == env_id)
-    order = np.argsort(steps["global_frame"][:n][rows, cols], kind="stable")
-    rows, cols = rows[order], cols[order]
+    if n:
+        trajlog.synchronous_env_ids(path, env, n, schedule)
+    rows, cols = np.nonzero(env == env_id)  # row by row
+    frames = steps["global_frame"][:n][rows, cols]
+    twice = np.nonzero(np.diff(rows) == 0)[0]
+    if twice.size:
+        raise trajlog.TrajectoryLogError(
+            f"{path}: damaged trajectory file: steps/env_id row {rows[twice[0]]} holds env {env_id} "
+            f"twice; cannot replay")
+    back = np.nonzero(np.diff(frames) <= 0)[0]
+    if back.size:
+        k = int(back[0])
+        raise trajlog.TrajectoryLogError(
+            f"{path}: damaged trajectory file: env {env_id}'s steps/global_frame goes from "
+            f"{frames[k]} (row {rows[k]}) to {frames[k + 1]} (row {rows[k + 1]}); cannot replay")
     take = {name: steps[name][:n][rows, cols] for name in
-            ("action", "reward_raw", "terminated", "truncated", "episode_id", "global_frame")}
-    take["step_index"], take["column"] = rows, cols
+            ("action", "reward_raw", "terminated", "truncated", "episode_id")}
+    take["global_frame"], take["step_index"], take["column"] = frames, rows, cols
     return take
 
 
@@ -116,7 +131,7 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
         episode_id = int(episodes["episode_id"][episode])
         cfg = run_config(f)
         num_actions = f["steps/behavior_logits"].shape[2]
-        history = _env_history(f, env_id)
+        history = _env_history(f, path, env_id, str(cfg.get("schedule", "a2c")))
         own_rows = history["episode_id"] == episode_id
         logits = (_behavior_logits(f, history["step_index"][own_rows], history["column"][own_rows])
                   if keep_transitions else None)

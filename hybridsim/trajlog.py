@@ -555,6 +555,31 @@ def _record_lost_rows(f, path, gaps: list, last_row_frames, kept: int, expected_
           f"in its `gaps` attribute (replay refuses episodes across a gap)", file=sys.stderr)
 
 
+def synchronous_env_ids(path, env_id, rows: int, schedule: str) -> np.ndarray | None:
+    """Row 0 of `env_id` (a dataset or an array) if its first `rows` rows all hold those
+    environments in that order, else None: an impala log, whose rows hold whichever
+    environments answered. An a2c log's rows must, so there a differing row, or a row 0
+    of fill values, is named as damage."""
+    first = env_id[0]
+    if schedule != "impala" and (first < 0).any():
+        raise TrajectoryLogError(f"{path}: damaged trajectory file: steps/env_id row 0 holds "
+                                 f"{first.tolist()}, not environment ids")
+    step = max(1, (16 << 20) // max(1, env_id.shape[1] * env_id.dtype.itemsize))  # 16 MB reads
+    for start in range(0, rows, step):
+        block = env_id[start:min(rows, start + step)]
+        same = ((block >= 0) & (block == first)).all(axis=1)
+        if same.all():
+            continue
+        if schedule == "impala":
+            return None
+        bad = start + int(np.argmin(same))
+        raise TrajectoryLogError(
+            f"{path}: damaged trajectory file: steps/env_id row {bad} ({env_id[bad].tolist()}) differs "
+            f"from row 0 ({first.tolist()}), but the run's schedule ({schedule}) steps every "
+            f"environment in every row")
+    return first
+
+
 def rank_file(run_dir, rank: int) -> pathlib.Path:
     return pathlib.Path(run_dir) / RANK_FILE_PATTERN.format(rank=rank)
 

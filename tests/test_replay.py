@@ -59,6 +59,29 @@ def test_tampered_log_is_caught(short_episode_run, tmp_path):
     assert "reward" in result.mismatches[0]
 
 
+def test_a_damaged_env_id_or_global_frame_is_named_not_replayed_as_a_mismatch(
+        short_episode_run, impala_run, tmp_path):
+    """Replay follows one environment by env_id and orders its steps by row: a changed
+    env_id (a2c: a row that differs; impala: an environment twice in a row) or a frame
+    count going back is named as damage, as export names it."""
+    cases = [(trajlog.rank_file(short_episode_run, 0), lambda f: f["steps/env_id"].__setitem__((7, 1), 0),
+              r"steps/env_id row 7 \(\[0, 0.*schedule \(a2c\) steps every"),
+             (trajlog.rank_file(short_episode_run, 0), lambda f: f["steps/global_frame"].__setitem__((9, 0), 4),
+              r"env 0's steps/global_frame goes from 72 \(row 8\) to 4 \(row 9\)"),
+             (trajlog.rank_file(impala_run[0], 0), lambda f: f["steps/env_id"].__setitem__((5, 1), f["steps/env_id"][5, 0]),
+              r"steps/env_id row 5 holds env \d twice")]
+    for k, (src, damage, message) in enumerate(cases):
+        copy = tmp_path / str(k) / src.name
+        copy.parent.mkdir()
+        copy.write_bytes(src.read_bytes())
+        with h5py.File(copy, "r+") as f:
+            damage(f)
+            env = int(f["steps/env_id"][5, 0])
+            episode = int(np.nonzero(f["episodes/env_id"][()] == (0 if k < 2 else env))[0][-1])
+        with pytest.raises(trajlog.TrajectoryLogError, match=f"{copy}: damaged trajectory file: {message}"):
+            replay.replay(copy, episode)
+
+
 def test_transitions_are_what_the_agent_saw_and_did(short_episode_run, tmp_path):
     """keep_transitions: one entry per step of the episode. Checked against the log (its
     actions, rewards, flags, behavior logits, and every logged observation, which is what
