@@ -64,12 +64,16 @@ def run_checksum_workload(repeats: int = 20, seed: int = 0) -> dict:
 
 
 def find_functional_test() -> pathlib.Path | None:
-    """Klaus Dormann's test image: $HYBRIDSIM_6502_TEST, or ../shared/testdata beside the repo."""
+    """Klaus Dormann's test image: $HYBRIDSIM_6502_TEST, else in $HYBRIDSIM_SHARED/testdata
+    (the tests' setting) or ../shared/testdata beside the repo."""
+    image = pathlib.Path("testdata") / "6502" / "6502_functional_test.bin"
     env = os.environ.get("HYBRIDSIM_6502_TEST")
     candidates = [pathlib.Path(env)] if env else []
+    if os.environ.get("HYBRIDSIM_SHARED"):
+        candidates.append(pathlib.Path(os.environ["HYBRIDSIM_SHARED"]) / image)
     for base in (pathlib.Path.cwd(), pathlib.Path(__file__).resolve().parent.parent):
         for up in (base, *base.parents[:2]):
-            candidates.append(up / "shared" / "testdata" / "6502" / "6502_functional_test.bin")
+            candidates.append(up / "shared" / image)
     return next((c for c in candidates if c.is_file()), None)
 
 
@@ -88,7 +92,8 @@ def bench_cpu(print_fn=print) -> list[dict]:
     if path is not None:
         results.append(run_functional_workload(path))
     else:
-        print_fn("(Klaus Dormann's functional test not found: set HYBRIDSIM_6502_TEST to use it)")
+        print_fn("(Klaus Dormann's functional test not found: set HYBRIDSIM_6502_TEST to the .bin, "
+                 "or HYBRIDSIM_SHARED to the folder holding testdata/)")
     results.append(run_checksum_workload())
     print_fn(f"6507 core, one thread, {platform.processor() or platform.machine()}, "
              f"{os.cpu_count()} logical CPUs")

@@ -263,7 +263,7 @@ def _cmd_info(args) -> int:
         # one write of line and newline: the launcher merges the ranks' stdout, and print()
         # writes its end separately when stdout is unbuffered (PYTHONUNBUFFERED), so two
         # ranks' lines could interleave
-        sys.stdout.write(sysinfo.brief() + "\n")
+        sys.stdout.write(sysinfo.brief(args.num_threads) + "\n")
         sys.stdout.flush()
         return 0
     report = sysinfo.collect(sections)
@@ -508,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", help="a checkpoint.pt written by hybridsim train (or its run directory)")
     p.add_argument("--episodes", type=int, default=10, help="episodes to play (default: 10)")
     p.add_argument("--env", default="hybridsim", choices=["hybridsim", "ale-py"],
-                   help="whose environment to play on")
+                   help="whose environment to play on (default: hybridsim)")
     p.add_argument("--num-envs", type=int, default=4, help="environments played in parallel (default: 4)")
     p.add_argument("--seed", type=int, default=12345,
                    help="environment and sampling seed, environment k gets seed + k (default: 12345)")
@@ -539,6 +539,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--brief", action="store_true",
                    help="one line: rank, host, usable cores, threads, GPUs (hybridsim-mpirun --check)")
+    p.add_argument("--num-threads", type=int, default=0,
+                   help="with --brief: the engine threads train would start with this "
+                        "--num-threads (default: 0, one per usable core)")
     p.add_argument("--sections", default=None,
                    help="comma-separated subset of hybridsim,host,packages,roms,launcher,torch,gpu")
     p.set_defaults(func=_cmd_info)

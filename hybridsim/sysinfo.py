@@ -173,9 +173,10 @@ def cpu_list(cpus) -> str:
     return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
 
 
-def brief() -> str:
+def brief(num_threads: int = 0) -> str:
     """One line per process, for checking where a launcher put each rank (hybridsim-mpirun
-    --check): rank, host, the cores it may run on, its threads, its GPUs."""
+    --check): rank, host, the cores it may run on, its threads (the engine's for train's
+    --num-threads num_threads), its GPUs."""
     from hybridsim import dist, gpu
     from hybridsim.vector import resolve_num_threads
     rank = dist.launcher_rank()
@@ -191,7 +192,7 @@ def brief() -> str:
     return (f"rank {'-' if rank is None else rank}/{ranks} local {dist.local_rank()} "
             f"host {socket.gethostname()} cores {cpu_list(cores)} ({len(cores)}) "
             f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '<unset>')} "
-            f"engine threads {resolve_num_threads(0, 1 << 30)} "
+            f"engine threads {resolve_num_threads(num_threads, 1 << 30)} "
             f"CUDA_VISIBLE_DEVICES={'<unset>' if visible is None else visible} GPUs {gpus}")
 
 

@@ -116,6 +116,7 @@ def test_brief_line_names_rank_cores_threads_and_gpus():
     assert f" cores {sysinfo.cpu_list(cores)} ({len(cores)}) OMP_NUM_THREADS=3 engine threads {len(cores)} " in line
     assert " CUDA_VISIBLE_DEVICES=2 GPUs " in line
     assert sysinfo.cpu_list([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8" and sysinfo.cpu_list([3]) == "3"
+    assert " engine threads 1 " in sysinfo.brief(1)  # train's --num-threads 1 (hybridsim-mpirun --check)
 
 
 def test_brief_line_reaches_stdout_in_one_write(monkeypatch):

@@ -320,20 +320,22 @@ def test_wrapper_runs_two_local_ranks(tmp_path):
 
 def test_wrapper_check_shows_where_each_rank_lands(tmp_path):
     """--check launches the ranks with the placement a training run gets, each printing
-    `hybridsim info --brief`, in rank order: different cores, one thread each, GPUs hidden."""
+    `hybridsim info --brief`, in rank order: different cores, one thread each, GPUs hidden.
+    Unbound ranks see every core, but train's engine still gets the wrapper's one thread."""
     exe = mpiexec_or_skip()
     env = dict(os.environ, PYTHONPATH=python_path())
-    proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1", *BIND_2X1,
-                           "--gpus-per-node", "0", "--mpiexec", exe, "--python", sys.executable, "--check"],
-                          capture_output=True, text=True, timeout=120, env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    lines = proc.stdout.splitlines()
-    assert [line.split()[:4] for line in lines] == [["rank", "0/2", "local", "0"], ["rank", "1/2", "local", "1"]], \
-        proc.stdout
-    assert all("OMP_NUM_THREADS=1 engine threads 1 CUDA_VISIBLE_DEVICES= GPUs " in line for line in lines)
-    if len(os.sched_getaffinity(0)) >= 2:  # bound to one core each, different cores
-        cores = [line.split(" cores ")[1].split()[0] for line in lines]
-        assert len(set(cores)) == 2 and all(c.isdigit() for c in cores), lines
+    for binding in ([BIND_2X1, ["--no-bind"]] if BIND_2X1 == [] else [BIND_2X1]):
+        proc = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1", *binding,
+                               "--gpus-per-node", "0", "--mpiexec", exe, "--python", sys.executable, "--check"],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        lines = proc.stdout.splitlines()
+        assert [line.split()[:4] for line in lines] == [["rank", "0/2", "local", "0"], ["rank", "1/2", "local", "1"]], \
+            proc.stdout
+        assert all("OMP_NUM_THREADS=1 engine threads 1 CUDA_VISIBLE_DEVICES= GPUs " in line for line in lines), lines
+        if binding == [] and len(os.sched_getaffinity(0)) >= 2:  # bound to one core each, different cores
+            cores = [line.split(" cores ")[1].split()[0] for line in lines]
+            assert len(set(cores)) == 2 and all(c.isdigit() for c in cores), lines
     # a Python without hybridsim: one line before the launch (each rank printed a traceback)
     bad = subprocess.run([str(WRAPPER), "--ranks-per-node", "2", *BIND_2X1, "--mpiexec", exe, "--python",
                           "/bin/false", "--check"], capture_output=True, text=True, timeout=120, env=env)
