@@ -1,5 +1,6 @@
 """Build the Cython extension over the portable core; metadata lives in setup.cfg."""
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -25,22 +26,28 @@ DIRECTIVES = {
 }
 
 
+CXX = shlex.split(os.environ.get("CXX") or "c++")  # the .cpp sources build with $CXX, not $CC
+HAVE_CXX = shutil.which(CXX[0]) is not None
+if not HAVE_CXX:  # the build fails with "No such file"; say what is missing first
+    sys.stderr.write(f"\nerror: no C++ compiler: {CXX[0]!r} (the CXX variable, or c++) is not on PATH; "
+                     f"install g++ or set CXX to one\n\n")
+
+
 def compiler_supports_openmp():
-    """Try to compile and link a tiny OpenMP program with the default C++ compiler."""
-    cxx = os.environ.get("CXX", "c++")
-    if shutil.which(cxx) is None:
+    """Try to compile and link a tiny OpenMP program with the C++ compiler."""
+    if not HAVE_CXX:
         return False
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "omp_check.cpp")
         with open(src, "w") as f:
             f.write("#include <omp.h>\nint main(){return omp_get_max_threads() > 0 ? 0 : 1;}\n")
-        result = subprocess.run([cxx, "-fopenmp", src, "-o", os.path.join(tmp, "omp_check")],
+        result = subprocess.run([*CXX, "-fopenmp", src, "-o", os.path.join(tmp, "omp_check")],
                                 capture_output=True)
         return result.returncode == 0
 
 
 USE_OPENMP = os.environ.get("HYBRIDSIM_NO_OPENMP", "0") != "1" and compiler_supports_openmp()
-if not USE_OPENMP:
+if not USE_OPENMP and HAVE_CXX:
     banner = "*" * 78
     msg = (f"\n{banner}\nWARNING: building hybridsim WITHOUT OpenMP: batched environments will run "
            f"on one thread.\nInstall a compiler with OpenMP support (g++ has it) and reinstall.\n{banner}\n")
@@ -69,6 +76,11 @@ extensions = [
     for name in sorted(os.listdir(PYX_DIR))
     if name.endswith(".pyx")
 ]
+
+
+if not extensions:  # an sdist made without MANIFEST.in's pyx/*.pyx: no compiled engine
+    sys.exit(f"error: no Cython sources (pyx/*.pyx) under {HERE}: hybridsim's extensions cannot "
+             f"be built from this tree or sdist")
 
 
 class ParallelBuildExt(build_ext):
