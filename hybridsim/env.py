@@ -48,6 +48,10 @@ class AtariEnv(ale_py.env.AtariEnv):
 
     def __init__(self, *args, **kwargs):
         self._check_arguments(*args, **kwargs)
+        # ale-py's constructor builds an ale_py.ALEInterface before the setter above replaces
+        # it, which printed ale-py's banner ("Powered by Stella") for every environment;
+        # ale-py's AtariEnv sets the same Error level itself, only after that construction.
+        ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
         super().__init__(*args, **kwargs)
 
     @staticmethod

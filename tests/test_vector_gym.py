@@ -19,7 +19,8 @@ def test_ids_mirror_ale_py():
 
 def test_ids_load_with_the_module_named_in_the_id():
     """gymnasium 1.x loads no plugins: in a fresh interpreter the ids exist after `import
-    hybridsim`, or with gymnasium's `module:id` form (as the docs say), not before."""
+    hybridsim`, or with gymnasium's `module:id` form (as the docs say), not before. The
+    environment does not print ale-py's banner (it printed one per environment)."""
     import subprocess
     import sys
     script = """
@@ -34,6 +35,7 @@ print(type(env.unwrapped).__module__)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["not", "registered", "before", "the", "import", "hybridsim.env"]
+    assert "Stella" not in done.stderr, done.stderr  # no ale-py banner for hybridsim's environment
 
 
 @pytest.mark.parametrize("env_id", ["Pong-v5", "BreakoutNoFrameskip-v4"])
