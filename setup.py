@@ -1,8 +1,6 @@
 """Build the Cython extension over the portable core; metadata lives in setup.cfg."""
 import os
-import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import warnings
@@ -11,6 +9,7 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.errors import CompileError, LinkError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORE_DIR = os.path.join(HERE, "cuda")
@@ -26,39 +25,14 @@ DIRECTIVES = {
 }
 
 
-CXX = shlex.split(os.environ.get("CXX") or "c++")  # the .cpp sources build with $CXX, not $CC
-HAVE_CXX = shutil.which(CXX[0]) is not None
-if not HAVE_CXX:  # the build fails with "No such file"; say what is missing first
-    sys.stderr.write(f"\nerror: no C++ compiler: {CXX[0]!r} (the CXX variable, or c++) is not on PATH; "
-                     f"install g++ or set CXX to one\n\n")
+COMPILE_ARGS = ["-O3", "-std=c++17", "-fno-strict-aliasing", "-Wno-unused-function", "-fvisibility=hidden"]
+NO_OPENMP_WARNING = """
+******************************************************************************
+WARNING: building hybridsim WITHOUT OpenMP: batched environments will run on one thread.
+Install a compiler with OpenMP support (g++ has it) and reinstall.
+******************************************************************************
+"""
 
-
-def compiler_supports_openmp():
-    """Try to compile and link a tiny OpenMP program with the C++ compiler."""
-    if not HAVE_CXX:
-        return False
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "omp_check.cpp")
-        with open(src, "w") as f:
-            f.write("#include <omp.h>\nint main(){return omp_get_max_threads() > 0 ? 0 : 1;}\n")
-        result = subprocess.run([*CXX, "-fopenmp", src, "-o", os.path.join(tmp, "omp_check")],
-                                capture_output=True)
-        return result.returncode == 0
-
-
-USE_OPENMP = os.environ.get("HYBRIDSIM_NO_OPENMP", "0") != "1" and compiler_supports_openmp()
-if not USE_OPENMP and HAVE_CXX:
-    banner = "*" * 78
-    msg = (f"\n{banner}\nWARNING: building hybridsim WITHOUT OpenMP: batched environments will run "
-           f"on one thread.\nInstall a compiler with OpenMP support (g++ has it) and reinstall.\n{banner}\n")
-    warnings.warn(msg)
-    sys.stderr.write(msg)
-
-compile_args = ["-O3", "-std=c++17", "-fno-strict-aliasing", "-Wno-unused-function", "-fvisibility=hidden"]
-link_args = []
-if USE_OPENMP:
-    compile_args.append("-fopenmp")
-    link_args.append("-fopenmp")
 
 # Every pyx/NAME.pyx becomes the extension hybridsim.NAME over the same core headers.
 PYX_DIR = os.path.join(HERE, "pyx")
@@ -70,8 +44,7 @@ extensions = [
         depends=[os.path.join(CORE_DIR, f) for f in sorted(os.listdir(CORE_DIR))]
         + [os.path.join("pyx", f) for f in sorted(os.listdir(PYX_DIR)) if f.endswith((".h", ".pxd"))],
         language="c++",
-        extra_compile_args=compile_args,
-        extra_link_args=link_args,
+        extra_compile_args=COMPILE_ARGS,
     )
     for name in sorted(os.listdir(PYX_DIR))
     if name.endswith(".pyx")
@@ -84,14 +57,46 @@ if not extensions:  # an sdist made without MANIFEST.in's pyx/*.pyx: no compiled
 
 
 class ParallelBuildExt(build_ext):
-    """Compiles the extensions side by side (one per core) unless -j/--parallel says otherwise.
-    pip runs build_ext without -j: on 2 cores `pip wheel .` took 397 s one after another,
-    232 s side by side."""
+    """Compiles the extensions side by side (one per core) unless -j/--parallel says otherwise
+    (pip runs build_ext without -j: on 2 cores `pip wheel .` took 397 s one after another,
+    232 s side by side), with OpenMP where the compiler setuptools chose has it. Checked
+    here, with that compiler, not when setup.py is read: sdist and egg_info need none."""
 
     def finalize_options(self):
         if self.parallel is None:
             self.parallel = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         super().finalize_options()
+
+    def build_extensions(self):
+        # setuptools >= 72 compiles C++ with compiler_so_cxx ($CXX or Python's own), older
+        # ones with compiler_so ($CC)
+        command = getattr(self.compiler, "compiler_so_cxx", None) or self.compiler.compiler_so
+        program = command[0] if command and not command[0].startswith("-") else ""  # CXX="  "
+        if not program or shutil.which(program) is None:
+            sys.exit(f"error: no C++ compiler: {program!r} (from $CXX, or the compiler Python "
+                     f"was built with) is not on PATH; install g++ or set CXX to one")
+        if os.environ.get("HYBRIDSIM_NO_OPENMP", "0") != "1" and self._links_openmp():
+            for extension in self.extensions:
+                extension.extra_compile_args = [*extension.extra_compile_args, "-fopenmp"]
+                extension.extra_link_args = [*extension.extra_link_args, "-fopenmp"]
+        else:
+            warnings.warn(NO_OPENMP_WARNING)
+            sys.stderr.write(NO_OPENMP_WARNING)
+        super().build_extensions()
+
+    def _links_openmp(self) -> bool:
+        """A tiny OpenMP program builds and links as the extensions will."""
+        with tempfile.TemporaryDirectory() as tmp:
+            source = os.path.join(tmp, "omp_check.cpp")
+            with open(source, "w") as f:
+                f.write("#include <omp.h>\nint omp_check() { return omp_get_max_threads(); }\n")
+            try:
+                objects = self.compiler.compile([source], output_dir=tmp, extra_postargs=["-fopenmp"])
+                self.compiler.link_shared_object(objects, os.path.join(tmp, "omp_check.so"),
+                                                 extra_postargs=["-fopenmp"], target_lang="c++")
+            except (CompileError, LinkError):
+                return False
+        return True
 
 
 setup(

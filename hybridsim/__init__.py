@@ -14,6 +14,11 @@ __version__ = "0.1.0"
 # `hybridsim train` sets it when its CPUs are already busy at its start (cli.py).
 
 
+class HybridsimWarning(RuntimeWarning):
+    """A warning hybridsim gives itself (a RuntimeWarning: filter either); the command line
+    prints these as one line, as it prints its errors."""
+
+
 def _packaged_dir(name: str, marker: str) -> str:
     """An installed data folder (hybridsim/NAME), or the source tree's NAME/ beside the package."""
     here = _os.path.dirname(_os.path.abspath(__file__))
@@ -47,7 +52,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'hybridsim' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "core_include_dir", "ALEInterface", "ALEState", "LoggerMode", "Action", "AtariVectorEnv"]
+__all__ = ["__version__", "HybridsimWarning", "core_include_dir", "ALEInterface", "ALEState", "LoggerMode", "Action", "AtariVectorEnv"]
 
 
 def _register_gymnasium_envs() -> None:

@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 
-from hybridsim import games_table, roms
+from hybridsim import HybridsimWarning, games_table, roms
 from hybridsim.actions import NUM_ACTIONS, Action, as_action_id
 from hybridsim.settings import Settings
 
@@ -142,7 +142,7 @@ class ALEInterface:
         kind = type(mode)
         if kind is LoggerMode or (kind.__name__ == "LoggerMode" and kind.__module__.startswith("ale_py")):
             return
-        if isinstance(mode, (int, np.integer)) and mode in {m.value for m in LoggerMode}:
+        if isinstance(mode, int) and mode in {m.value for m in LoggerMode}:  # ale-py: no numpy ints
             return
         raise TypeError(f"setLoggerMode takes a LoggerMode (hybridsim.LoggerMode or "
                         f"ale_py.LoggerMode) or its number 0-2, got {kind.__name__} {mode!r}")
@@ -220,7 +220,7 @@ class ALEInterface:
         if md5 != entry["md5"] and self._warn_on_other_image:  # ale-py prints a warning too
             warnings.warn(f"{games_table.rom_mismatch(entry['name'], path)}; played as ALE does: by "
                           f"its file name, with Stella's default cartridge properties",
-                          RuntimeWarning, stacklevel=2)
+                          HybridsimWarning, stacklevel=2)
         self._entry, self._md5, self._rom = entry, md5, data
         self._settings.set("rom_file", str(path), str)
         self._mode = entry.get("default_mode", 0)

@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 
-from hybridsim import storage, trajlog
+from hybridsim import HybridsimWarning, storage, trajlog
 
 BLOCK_ROWS = 1 << 15  # rows read at a time: of a long run only each row's time and frame are held
 
@@ -193,7 +193,7 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
         if scan["left_out"]:
             warnings.warn(f"{path}: {scan['left_out']} of {scan['rows']} step rows left out of the "
                           f"frame rate: their steps/global_frame is below 0 or out of order with the "
-                          f"rows around them (damaged rows)", RuntimeWarning, stacklevel=2)
+                          f"rows around them (damaged rows)", HybridsimWarning, stacklevel=2)
         per_rank[path.name] = stats
         coverage.append((scan["frames_run"], stats["frames_per_second"] or 0.0))
         all_episodes.append(episodes)

@@ -257,6 +257,8 @@ def _cmd_info(args) -> int:
     unknown = sorted(set(sections or ()) - set(sysinfo.SECTIONS))
     if unknown:
         raise ValueError(f"--sections: unknown {', '.join(unknown)}; choose from {', '.join(sysinfo.SECTIONS)}")
+    if args.num_threads and not args.brief:
+        raise ValueError("--num-threads sets the engine threads --brief shows; the report shows the machine's")
     if args.brief:
         if args.json or sections:
             raise ValueError("--brief prints one fixed line; it takes neither --json nor --sections")
@@ -568,8 +570,10 @@ def main(argv=None) -> int:
 
 def _format_warning(command, default, message, category, filename, lineno, line=None) -> str:
     """hybridsim's own warnings as one line, as its errors are: their text says what happened,
-    the source line that raised them would not (other packages' warnings as Python shows them)."""
-    if pathlib.Path(filename).parent != pathlib.Path(__file__).parent:
+    the source line that raised them would not (other warnings as Python shows them, also
+    numpy's or torch's raised on a line of hybridsim)."""
+    from hybridsim import HybridsimWarning
+    if not issubclass(category, HybridsimWarning):
         return default(message, category, filename, lineno, line)
     return f"hybridsim{''.join(' ' + c for c in command)}: warning: {message}\n"
 

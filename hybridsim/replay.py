@@ -67,7 +67,7 @@ def _env_history(f, path, env_id: int, schedule: str) -> dict:
     steps = f["steps"]
     n = trajlog.common_rows(steps)
     env = steps["env_id"][:n]
-    if n:
+    if n and not f.attrs.get("virtual"):  # a master's shorter ranks end in fill rows (-1)
         trajlog.synchronous_env_ids(path, env, n, schedule)
     rows, cols = np.nonzero(env == env_id)  # row by row
     frames = steps["global_frame"][:n][rows, cols]

@@ -92,8 +92,8 @@ class Settings:
         expected = ALE_SETTINGS.get(key, (kind,))[0]
         if kind is str and expected is not str:
             return self._default_text.get(key) or setting_text(self._values[key])
-        if kind is float and expected is int:
-            return float(self._values[key])
+        if kind is float and expected is int:  # through ALE's float: 2**31 - 1 reads 2**31
+            return float(np.float32(self._values[key]))
         self._check(key, kind)
         return self._values[key]
 

@@ -31,6 +31,7 @@ import uuid
 import h5py
 import numpy as np
 
+from hybridsim import HybridsimWarning
 from hybridsim.storage import StorageError, free_bytes
 
 FORMAT_VERSION = 1
@@ -882,7 +883,7 @@ def _check_ranks(f: h5py.File, path: pathlib.Path) -> bool:
             warnings.warn(f"{path}: covers {then[0]} of the {now[0]} step rows and {then[1]} of the "
                           f"{now[1]} episode rows {name} holds now (written before the run went on); "
                           f"rewrite it with hybridsim.trajlog.write_master({str(path.parent)!r}) or "
-                          f"read the rank files", RuntimeWarning, stacklevel=2)
+                          f"read the rank files", HybridsimWarning, stacklevel=2)
     return swmr
 
 

@@ -51,6 +51,8 @@ from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from hybridsim import HybridsimWarning
+
 BACKENDS = ("cpu", "gpu", "hybrid")
 ASYNC_ORDERS = ("completion", "submission")
 STATE_MAGIC = b"HSVEC2"  # format 2: a digest of the payload follows the fingerprint
@@ -307,7 +309,7 @@ class AtariVectorEnv(VectorEnv):
             why = ("the gpu backend has no CPU workers" if backend == "gpu" else
                    "the hybrid backend's CPU part runs on OpenMP's threads (OMP_PROC_BIND and OMP_PLACES place them)")
             warnings.warn(f"thread_affinity_offset={int(thread_affinity_offset)} is not applied: it pins "
-                          f"backend='cpu' workers; {why}", RuntimeWarning, stacklevel=2)
+                          f"backend='cpu' workers; {why}", HybridsimWarning, stacklevel=2)
         interpolations = {"area": 3, "linear": 1}  # cv2.INTER_AREA / INTER_LINEAR codes
         if resize_interpolation not in interpolations:
             raise ValueError(f"resize_interpolation must be 'area' (ale-py's, the default) or 'linear', "
@@ -420,7 +422,7 @@ class AtariVectorEnv(VectorEnv):
                       for t, (core, err) in enumerate(zip(self.worker_cores or (), errors)) if err]
             if failed:
                 warnings.warn(f"thread_affinity_offset={int(thread_affinity_offset)}: could not pin "
-                              f"{'; '.join(failed)} (those keep the caller's affinity)", RuntimeWarning,
+                              f"{'; '.join(failed)} (those keep the caller's affinity)", HybridsimWarning,
                               stacklevel=2)
 
     @property
@@ -469,7 +471,7 @@ class AtariVectorEnv(VectorEnv):
             problem = games_table.rom_mismatch(self.game, self._rom_path)
             if problem:  # runs (ALE accepts it by name too), but say so
                 warnings.warn(f"{problem}; hybridsim runs it with those settings anyway",
-                              RuntimeWarning, stacklevel=3)
+                              HybridsimWarning, stacklevel=3)
             self._rom_bytes = emulator_kwargs(entry, data)[0]
         ale.reset_game()
         return ale._emu.raw_state()

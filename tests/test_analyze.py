@@ -374,6 +374,18 @@ def test_a_damaged_global_frame_gives_no_negative_throughput(tmp_path):
     assert "warnings.warn" not in err and "RuntimeWarning" not in err, err
 
 
+def test_only_hybridsims_own_warnings_print_as_one_line():
+    """numpy's and torch's warnings raised on a line of hybridsim keep Python's form."""
+    import warnings
+    from hybridsim import HybridsimWarning
+    from hybridsim.cli import _format_warning
+    where = analyze.__file__
+    assert (_format_warning(["analyze"], warnings.formatwarning, "x", HybridsimWarning, where, 1)
+            == "hybridsim analyze: warning: x\n")
+    numpy_style = _format_warning(["analyze"], warnings.formatwarning, "divide by zero", RuntimeWarning, where, 1)
+    assert "RuntimeWarning: divide by zero" in numpy_style and where in numpy_style
+
+
 def test_analyze_names_the_gaps_of_a_file(tmp_path):
     path = trajlog.rank_file(tmp_path, 0)
     write_rank(path, 30, 2, 4, seed=1)

@@ -72,6 +72,9 @@ def test_master_stitches_ranks_of_different_sizes(tmp_path):
     assert np.isnan(steps["value"][12:, 3:]).all()
     episodes = trajlog.read_episodes(master)
     assert list(episodes["env_id"]) == [0, 0, 3]
+    from hybridsim import replay  # replay follows an env through the master: rank 1's fill rows are no damage
+    with trajlog.open_trajectory_file(master) as f:
+        assert [replay._env_history(f, master, env, "a2c")["action"].size for env in (0, 3)] == [20, 12]
 
 
 def test_reader_follows_a_live_writer_in_swmr_mode(tmp_path):
