@@ -7,12 +7,11 @@ Settings are read when a ROM is loaded, as in ALE.
 """
 from __future__ import annotations
 
+import enum
+import functools
 import os
 import pathlib
 import time
-
-import enum
-import functools
 import warnings
 
 import numpy as np
@@ -203,7 +202,7 @@ class ALEInterface:
         if seed == -1:  # ALE: -1 seeds the environment RNG from the clock
             seed = int(time.time() * 1000) & 0x7FFFFFFF
         seed &= 0xFFFFFFFF  # other negative seeds: ALE seeds its mt19937 with (uint32_t)seed
-        image, kwargs = emulator_kwargs(entry, data)
+        image, kwargs = emulator_kwargs(entry, data, md5=md5)
         s = self._settings
         for key, value in entry.get("settings", {}).items():  # ALE's modifyEnvironmentSettings
             s.set(key, value, int)
@@ -218,7 +217,7 @@ class ALEInterface:
             paddle_min=s.get("paddle_min", int), paddle_max=s.get("paddle_max", int),
             system_random_seed=s.get("system_random_seed", int) & 0xFFFFFFFF, **kwargs)
         if md5 != entry["md5"] and self._warn_on_other_image:  # ale-py prints a warning too
-            warnings.warn(f"{games_table.rom_mismatch(entry['name'], path)}; played as ALE does: by "
+            warnings.warn(f"{games_table.rom_mismatch(entry['name'], path, md5)}; played as ALE does: by "
                           f"its file name, with Stella's default cartridge properties",
                           HybridsimWarning, stacklevel=2)
         self._entry, self._md5, self._rom = entry, md5, data

@@ -62,11 +62,12 @@ def mode_select_for(recipe, mode):
     return spec
 
 
-def emulator_kwargs(entry, rom, mode=None):
-    """(image, kwargs) for Emulator(image, game_id, **kwargs) from a games.json record."""
+def emulator_kwargs(entry, rom, mode=None, md5=None):
+    """(image, kwargs) for Emulator(image, game_id, **kwargs) from a games.json record
+    (`md5`: the ROM's, where the caller has it already)."""
     # Stella finds a cartridge's properties by its md5: an image matched by its file name
     # alone (a modified ROM, which ALE accepts with a warning) gets Stella's defaults
-    props = entry["properties"] if md5_hex(rom) == entry["md5"] else {}
+    props = entry["properties"] if (md5 or md5_hex(rom)) == entry["md5"] else {}
     cart, image = detect_cart_type(rom, props.get("Cartridge.Type", "AUTO-DETECT"))
     fmt = props.get("Display.Format", "AUTO-DETECT")
     mode = entry.get("default_mode", 0) if mode is None else mode

@@ -49,14 +49,15 @@ def by_name(name: str) -> dict:
                          f"supported: {', '.join(known)}") from None
 
 
-def rom_mismatch(name: str, path) -> str | None:
-    """Why the ROM at `path` is not the image ale-py ships for game `name`, or None.
+def rom_mismatch(name: str, path, md5: str | None = None) -> str | None:
+    """Why the ROM at `path` (whose md5 is `md5`, where the caller has it) is not the image
+    ale-py ships for game `name`, or None.
 
     Both emulators accept such a file by its stem, but its settings (controllers, start
     actions, score addresses) are those of the shipped image, so results are meaningless,
     and ale-py can spin forever inside loadROM on an image that is not a game at all."""
     expected = by_name(name)["md5"]
-    found = roms.md5_hex(roms.read_rom(path))
+    found = md5 or roms.md5_hex(roms.read_rom(path))
     if found == expected:
         return None
     other = _by_md5().get(found)

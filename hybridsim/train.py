@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from hybridsim import dist, storage, sysinfo, vtrace
+from hybridsim.actions import NUM_ACTIONS
 from hybridsim.models import (RunningObservationNorm, activation_bytes_per_observation, build_model,
                               match_optimizer_state_layout, note_step, to_device)
 from hybridsim.optim import RMSpropTF
@@ -503,7 +504,7 @@ class Trainer:
                              f"{memory / 2**30:,.1f} GiB of {where}")
         minibatches = cfg.num_minibatches if cfg.schedule == "a2c" else 1
         batch = (cfg.num_steps + 1) * -(-cfg.rollout_width() // minibatches)
-        probe = build_model(cfg.model, OBSERVATION_SHAPE, 18, cfg.obs_normalization, cfg.use_lstm)
+        probe = build_model(cfg.model, OBSERVATION_SHAPE, NUM_ACTIONS, cfg.obs_normalization, cfg.use_lstm)
         learner = batch * activation_bytes_per_observation(probe, OBSERVATION_SHAPE)
         if observations + learner > memory:
             raise ValueError(f"num_steps {cfg.num_steps} x {cfg.rollout_width()} trajectories: the rollout's "

@@ -464,15 +464,13 @@ class AtariVectorEnv(VectorEnv):
         ale.loadROM(self._rom_path)
         self._template_ale = ale
         if not hasattr(self, "_rom_bytes"):  # the cartridge image the emulator maps
-            from hybridsim import games_table, roms
+            from hybridsim import games_table
             from hybridsim.console_props import emulator_kwargs
-            data = roms.read_rom(self._rom_path)
-            entry = games_table.find(roms.md5_hex(data), self._rom_path.stem)
-            problem = games_table.rom_mismatch(self.game, self._rom_path)
+            problem = games_table.rom_mismatch(self.game, self._rom_path, ale._md5)
             if problem:  # runs (ALE accepts it by name too), but say so
                 warnings.warn(f"{problem}; hybridsim runs it with those settings anyway",
                               HybridsimWarning, stacklevel=3)
-            self._rom_bytes = emulator_kwargs(entry, data)[0]
+            self._rom_bytes = emulator_kwargs(ale._entry, ale._rom, md5=ale._md5)[0]
         ale.reset_game()
         return ale._emu.raw_state()
 
