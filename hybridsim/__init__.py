@@ -49,10 +49,19 @@ def __getattr__(name):
     if name == "Action":
         from hybridsim.actions import Action
         return Action
+    if name == "AtariEnv":  # gymnasium's single environment (needs gymnasium and ale-py)
+        from hybridsim.env import AtariEnv
+        return AtariEnv
     raise AttributeError(f"module 'hybridsim' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "HybridsimWarning", "core_include_dir", "ALEInterface", "ALEState", "LoggerMode", "Action", "AtariVectorEnv"]
+__all__ = ["__version__", "HybridsimWarning", "core_include_dir", "ALEInterface", "ALEState", "LoggerMode", "Action",
+           "AtariEnv", "AtariVectorEnv"]
+
+
+def __dir__():
+    # the lazily loaded names too, for completion in an interactive session
+    return sorted(set(globals()) | set(__all__))
 
 
 def _register_gymnasium_envs() -> None:

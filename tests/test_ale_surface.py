@@ -19,6 +19,19 @@ def test_action_enum_mirrors_ale_py():
         as_action_id("fire")
 
 
+def test_top_level_names_stand_in_for_ale_py_s():
+    import hybridsim
+    # ale-py's public names but SDL_SUPPORT, AtariEnvStepMetadata and ALEVectorInterface
+    # (no display, and the vector environment is AtariVectorEnv), loaded on first use
+    missing = {"SDL_SUPPORT", "AtariEnvStepMetadata", "ALEVectorInterface"}
+    for name in set(ale_py.__all__) - missing:
+        assert name in hybridsim.__all__ and name in dir(hybridsim), name
+        assert getattr(hybridsim, name).__name__ == getattr(ale_py, name).__name__, name
+    assert issubclass(hybridsim.AtariEnv, ale_py.AtariEnv)
+    with pytest.raises(AttributeError, match="no attribute 'AtariEnvs'"):
+        hybridsim.AtariEnvs
+
+
 def test_setting_defaults_match_ale_py():
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
     reference = ale_py.ALEInterface()
