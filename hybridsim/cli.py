@@ -370,14 +370,13 @@ def _config_file_source(args, message: str) -> str:
 
 
 def _after_report(trainer, code: int) -> int:
-    """A non-zero exit under `python -m mpi4py` aborts the job from the first rank to exit:
-    the other ranks wait until rank 0 has printed its report, and a moment longer."""
+    """Every rank ends a stop together, once rank 0 has printed its report, with MPI
+    finalized so that the stop's status is not taken for a failure (dist.finalize_stopped_job)."""
+    from hybridsim import dist
     sys.stdout.flush()
     sys.stderr.flush()
     trainer.comm.barrier()
-    if trainer.rank != 0:
-        import time
-        time.sleep(1.0)
+    dist.finalize_stopped_job()
     return code
 
 

@@ -398,6 +398,16 @@ def abort_job(code: int, message: str | None = None) -> None:
     sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
 
 
+def finalize_stopped_job() -> None:
+    """MPI_Finalize now, on every rank of a job of several that stops together with a
+    non-zero status (a stop by signal, a failed write), after a barrier: mpi4py's runner
+    would turn that status into MPI_Abort at exit, which MPICH reports per rank as "Abort(3)
+    on node 0 ..." and Open MPI as an aborted job, as if the stop had failed. mpiexec still
+    exits with the ranks' status; nothing may use MPI after this."""
+    if in_job_of_several_ranks():
+        sys.modules["mpi4py.MPI"].Finalize()
+
+
 def in_job_of_several_ranks() -> bool:
     """Whether MPI runs, with other ranks (MPI_Abort would end them too)."""
     mpi = sys.modules.get("mpi4py.MPI")

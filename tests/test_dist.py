@@ -858,3 +858,32 @@ def test_a_rank_added_on_resume_records_no_lost_rows(tmp_path):
         assert "gaps" not in f.attrs and f["steps"]["action"].shape[0] > 0
     with h5py.File(trajlog.rank_file(run, 0), "r", locking=False) as f:
         assert "gaps" not in f.attrs
+
+
+def test_two_ranks_stopped_by_a_signal_end_with_status_3_and_no_abort(tmp_path):
+    """A stop by SIGUSR1 (Slurm's warning before the time limit) on every rank: a checkpoint,
+    exit status 3 from mpiexec, and no "Abort(3) on node 0" per rank (mpi4py's runner turned
+    the ranks' status 3 into MPI_Abort; they now finalize MPI together first)."""
+    exe = mpiexec()
+    script = tmp_path / "stop_when_built.py"
+    script.write_text(textwrap.dedent("""\
+        import os, signal, sys
+        import hybridsim.train as train
+        from hybridsim.cli import main
+        built = train.Trainer.__init__
+        def built_then_signalled(self, *a, **k):
+            built(self, *a, **k)
+            os.kill(os.getpid(), signal.SIGUSR1)
+        train.Trainer.__init__ = built_then_signalled
+        sys.exit(main(sys.argv[1:]))
+        """))
+    run = tmp_path / "run"
+    proc = subprocess.run([exe, "-n", "2", sys.executable, "-m", "mpi4py", str(script), "train",
+                           *TRAIN_ARGS, "--total-frames", "100000", "--num-envs", "2", "--log-dir", str(run)],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(pathlib.Path(dist.__file__).parent.parent)))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 3, output[-3000:]
+    assert "stopped by a signal" in proc.stdout and "Abort" not in output, output[-3000:]
+    state = torch.load(run / "checkpoint.pt", weights_only=False)
+    assert state["world_size"] == 2 and 0 < state["frames"] < 100000

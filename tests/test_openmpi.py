@@ -32,7 +32,7 @@ def open_mpi_mpirun() -> str:
         exe = shutil.which(name)
         if exe:
             version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
-            if "Open MPI" in version:
+            if "Open MPI" in version or "OpenRTE" in version:  # mpirun.openmpi says OpenRTE
                 break
     else:
         pytest.skip("no Open MPI mpirun (scripts/ci_install_system.sh installs openmpi-bin)")

@@ -160,6 +160,7 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path):
     assert info["JobState"] == "COMPLETED" and info.get("Restarts") == "1", \
         f"{info}\n{text}\n{cluster.daemon_logs(60)}"
     assert "requeueing" in text and "resuming from" in text, text
+    assert "Abort(" not in text, text  # the stop's status 3 is no MPI_Abort (dist.finalize_stopped_job)
     frames = metrics_frames(log_dir)
     stopped = int(text.split("stopped by a signal at ")[1].split()[0].replace(",", ""))
     target = int(budget.read_text())
