@@ -387,6 +387,14 @@ def phosphor_tables(tv="NTSC"):
     return avg_index
 
 
+class OutputShapeError(ValueError, RuntimeError):
+    """An output array of the wrong shape (ale-py raises RuntimeError for it: both catch it)."""
+
+
+class OutputTypeError(ValueError, TypeError):
+    """An output that is no writable C-contiguous uint8 array (ale-py: TypeError)."""
+
+
 cdef class Emulator:
     cdef AleEnv* env
     cdef FrameBuffers fbs
@@ -611,11 +619,16 @@ cdef class Emulator:
     def _check_out(self, out, shape):
         if out is None:
             return np.empty(shape, dtype=np.uint8)
-        if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or tuple(out.shape) != shape \
-                or not out.flags.c_contiguous:
-            raise ValueError(f"out must be a C-contiguous uint8 array of shape {shape}")
+        wanted = f"out must be a C-contiguous uint8 array of shape {shape}"
+        if not isinstance(out, np.ndarray):
+            raise OutputTypeError(f"{wanted}, got a {type(out).__name__}")
+        if out.dtype != np.uint8 or not out.flags.c_contiguous:
+            layout = "" if out.flags.c_contiguous else "non-contiguous "
+            raise OutputTypeError(f"{wanted}, got a {layout}{out.dtype} array of shape {out.shape}")
+        if tuple(out.shape) != shape:
+            raise OutputShapeError(f"{wanted}, got shape {out.shape}")
         if not out.flags.writeable:  # Cython's own words: "buffer source array is read-only"
-            raise ValueError("out must be a writable array; this one is read-only")
+            raise OutputTypeError("out must be a writable array; this one is read-only")
         return out
 
     cdef const uint8_t* _indices(self):

@@ -206,3 +206,25 @@ def test_argument_types_are_named_where_the_extension_spoke_cython():
     for data in (5, 2**40, None):
         with pytest.raises(TypeError, match="ALEState needs serialized state bytes"):
             ALEState(data)
+
+
+def test_a_wrong_output_array_raises_what_ale_py_raises_too():
+    """ale-py answers a wrong shape with RuntimeError and a wrong type, dtype, layout or a
+    read-only array with TypeError; hybridsim's errors are those classes and ValueError."""
+    from hybridsim.ale import ALEInterface
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+    path = str(roms.rom_path("pong"))
+    ours, theirs = ALEInterface(), ale_py.ALEInterface()
+    ours.loadROM(path)
+    theirs.loadROM(path)
+    read_only = np.zeros((210, 160, 3), np.uint8)
+    read_only.flags.writeable = False
+    cases = [("getScreenRGB", np.zeros((10, 10, 3), np.uint8)), ("getScreenGrayscale", np.zeros((210, 10), np.uint8)),
+             ("getScreenRGB", np.zeros((210, 160, 3), np.float32)), ("getRAM", [0] * 128),
+             ("getRAM", np.zeros(256, np.uint8)[::2]), ("getScreenRGB", read_only)]
+    for method, out in cases:
+        with pytest.raises((RuntimeError, TypeError)) as reference:
+            getattr(theirs, method)(out)
+        with pytest.raises(type(reference.value), match="out must be a") as raised:
+            getattr(ours, method)(out)
+        assert isinstance(raised.value, ValueError), (method, raised.value)
