@@ -127,6 +127,7 @@ def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", ove
         # a resume that could not restore the environments restarted them all from their
         # seeds at a recorded frame: reset before the first row past it
         frame = steps["global_frame"][:rows, 0]
+        _check_frames_grow(path, columns, 0, frame[:, None], None)  # before it places the restarts
         restart_rows = {int(np.searchsorted(frame, r, "right")) for r in restarts} - {0, rows}
         vec, obs = replay.make_replay_env(path, cfg, seed, columns.size)
         tmp = f"{out}.{os.getpid()}.tmp"
@@ -189,6 +190,8 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
         for start in range(0, rows, block_rows):
             stop_row = min(rows, start + block_rows)
             log = {name: steps[name][start:stop_row] for name in copies}
+            _check_frames_grow(path, columns, start, log["global_frame"],
+                               None if start == 0 else steps["global_frame"][start - 1])
             actions = log["action"]
             if ((actions < 0) | (actions >= num_actions)).any():
                 raise trajlog.TrajectoryLogError(f"{path}: damaged trajectory file: steps/action rows "
@@ -251,6 +254,20 @@ def _check_room(out, nbytes: int) -> None:
                                    f"{free / 1e6:.1f} MB free on its file system, the next rows need up "
                                    f"to {(nbytes + HEADROOM_BYTES) / 1e6:.1f} MB; stopped before writing "
                                    f"them; nothing was written")
+
+
+def _check_frames_grow(path, columns, start, frames, before) -> None:
+    """Every environment's global_frame grows row by row (rows start.. of `frames`, after
+    the row `before`): the dataset copies the column, so damage there is named, not copied."""
+    stacked = frames if before is None else np.concatenate([np.asarray(before)[None], frames])
+    first = start if before is None else start - 1
+    back = np.argwhere(np.diff(stacked, axis=0) <= 0)
+    if back.size:
+        r, c = (int(v) for v in back[0])
+        raise trajlog.TrajectoryLogError(
+            f"{path}: damaged trajectory file: env {int(columns[c])}'s steps/global_frame goes from "
+            f"{stacked[r, c]} (row {first + r}) to {stacked[r + 1, c]} (row {first + r + 1}); nothing "
+            f"was written")
 
 
 def _check_row(path, r, log, i, reward, terminated, truncated) -> None:

@@ -640,6 +640,18 @@ def test_export_refuses_what_it_cannot_reproduce(short_episode_run, impala_run, 
                                                          r"\(\[0, 99.*schedule \(a2c\) steps every"):
         export.export_dataset(damaged, out)
     with h5py.File(damaged, "r+") as f:
+        f["steps/env_id"][7, 1] = 1
+        f["steps/global_frame"][9, 0] = 4  # column 0's frames place the restarts
+    with pytest.raises(trajlog.TrajectoryLogError, match=r"env 0's steps/global_frame goes from 72 \(row 8\) to 4 "):
+        export.export_dataset(damaged, out)
+    with h5py.File(damaged, "r+") as f:
+        f["steps/global_frame"][9, 0] = 80
+        f["steps/global_frame"][export.BLOCK_ROWS, 1] = 0  # another column's, a block's first row
+    with pytest.raises(trajlog.TrajectoryLogError, match=rf"env 1's steps/global_frame goes from \d+ \(row "
+                                                         rf"{export.BLOCK_ROWS - 1}\) to 0 \(row {export.BLOCK_ROWS}\); "
+                                                         rf"nothing was written"):
+        export.export_dataset(damaged, out)
+    with h5py.File(damaged, "r+") as f:
         f["steps/env_id"][0, 0] = -1
     with pytest.raises(trajlog.TrajectoryLogError, match=r"steps/env_id row 0 holds \[-1, 1.*not environment ids"):
         export.export_dataset(damaged, out)
