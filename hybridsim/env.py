@@ -13,6 +13,7 @@ imports it first).
 from __future__ import annotations
 
 import inspect
+import operator
 
 import ale_py
 import ale_py.env
@@ -89,20 +90,19 @@ class AtariEnv(ale_py.env.AtariEnv):
         if self.continuous:
             return super().step(self._continuous_action(action))
         if not (type(action) is int and 0 <= action < len(self._action_set)):
-            # numpy ints and 0-d int arrays; a Python bool is an int (and in gymnasium's
-            # Discrete, and ale-py plays it), numpy's bool is neither: refused like the rest
-            if isinstance(action, (int, np.integer)):  # also ints beyond int64 (2**70)
-                value = int(action)
-            else:
-                index = np.asarray(action)
-                if index.shape != () or index.dtype.kind not in "iu":
-                    raise TypeError(f"action must be an int index into the action set, got {action!r}")
-                value = int(index)
+            # what indexes ale-py's action set (operator.index): numpy ints, 0-d int arrays,
+            # one-element int tensors (a policy run on obs[None]); a Python bool is an int (and
+            # in gymnasium's Discrete, and ale-py plays it), numpy's bool is neither
+            try:
+                value = operator.index(action)  # also ints beyond int64 (2**70)
+            except TypeError:
+                raise TypeError(f"action must be an int index into the action set, got {action!r}") from None
             if not 0 <= value < len(self._action_set):
                 size = len(self._action_set)
                 raise ActionOutOfRangeError(f"action must be in 0..{size - 1} (the action set has "
                                             f"{size} actions), got {value}")
-        return super().step(int(action))
+            action = value
+        return super().step(action)
 
     @staticmethod
     def _continuous_action(action) -> np.ndarray:

@@ -191,3 +191,21 @@ def test_bool_actions_and_unavailable_modes_behave_as_on_ale_py():
                 gymnasium.make(env_id, **kwargs)
         with pytest.raises(ValueError, match="is not available for pong"):
             gymnasium.make("hybridsim/Pong-v5", **kwargs)
+
+
+def test_an_action_is_whatever_indexes_ale_py_s_action_set():
+    """A one-element int tensor (a policy run on obs[None]) plays on ale-py, which indexes
+    its action set with it; it was refused here. A float or longer one is refused by both."""
+    torch = pytest.importorskip("torch")
+    ours, theirs = gymnasium.make("hybridsim/Pong-v5"), gymnasium.make("ALE/Pong-v5")
+    ours.reset(seed=5)
+    theirs.reset(seed=5)
+    for action in (torch.tensor([3]), torch.tensor(2), np.array(1, np.uint8), np.int16(4)):
+        x, y = ours.step(action), theirs.step(action)
+        assert np.array_equal(x[0], y[0]) and x[1:] == y[1:]
+    for action in (torch.tensor([1.0]), torch.tensor([1, 2]), np.array([1])):
+        with pytest.raises(TypeError):
+            theirs.step(action)
+        with pytest.raises(TypeError, match="action must be an int index into the action set"):
+            ours.step(action)
+    ours.close(), theirs.close()
