@@ -101,6 +101,15 @@ def _png_bytes(rgb: np.ndarray) -> bytes:
             + chunk(b"IEND", b""))
 
 
+class RamIndexError(IndexError, RuntimeError, TypeError):
+    """setRAM's index outside 0..127 (ale-py raises RuntimeError above it, and its binding
+    a TypeError below 0: each catches it)."""
+
+
+class RamValueError(ValueError, TypeError):
+    """setRAM's value outside 0..255 (ale-py's binding refuses it as a TypeError)."""
+
+
 class UnavailableSettingError(ValueError, RuntimeError):
     """A mode or difficulty the game does not have. A ValueError, and a RuntimeError as
     ale-py's ("Invalid game mode requested"), so code written for either catches it."""
@@ -323,9 +332,9 @@ class ALEInterface:
         _require_int("setRAM index", index)
         _require_int("setRAM value", value)
         if not 0 <= index < 128:
-            raise IndexError(f"setRAM index {index} out of range 0..127")
+            raise RamIndexError(f"setRAM index {index} out of range 0..127")
         if not 0 <= value <= 255:
-            raise ValueError(f"setRAM value {value} out of range 0..255")
+            raise RamValueError(f"setRAM value {value} out of range 0..255")
         emu.set_ram(index, value)
 
     def getScreenDims(self) -> tuple:
@@ -379,7 +388,10 @@ class ALEInterface:
     def restoreState(self, state) -> None:
         emu = self._require_rom()
         if not isinstance(state, ALEState):
-            raise TypeError(f"restoreState takes a hybridsim ALEState, got {type(state).__name__}")
+            kind = f"{type(state).__module__}.{type(state).__qualname__}"
+            why = (" (ale-py's states hold its own emulator's layout; clone one with this interface's "
+                   "cloneState)" if kind.startswith("ale_py") else "")
+            raise TypeError(f"restoreState takes a hybridsim.ALEState, got {kind}{why}")
         if state._rom_md5 and state._rom_md5 != self._md5:
             raise ValueError("restoreState: this state was cloned from another ROM "
                              f"(md5 {state._rom_md5}, loaded {self._md5})")

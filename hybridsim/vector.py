@@ -767,6 +767,13 @@ class AtariVectorEnv(VectorEnv):
         self._sent.clear()
         self._in_flight[:] = False
 
+    def xla(self):
+        """ale-py's JAX interface (its engine registered as XLA FFI targets) has no
+        counterpart here: a clear error instead of an AttributeError."""
+        raise NotImplementedError("hybridsim.AtariVectorEnv has no JAX/XLA interface (ale-py's xla() registers "
+                                  "its C++ engine as XLA FFI targets); step it from Python, or through "
+                                  "jax.pure_callback")
+
     # ----- snapshots -----------------------------------------------------------------------
     def _fingerprint(self, num_envs: int | None = None) -> str:
         """This environment's game, settings and build; num_envs: those of a synchronous

@@ -149,8 +149,15 @@ def test_set_ram_matches_ale_py():
         assert ours.act(1 + frame % 3) == ref.act(1 + frame % 3)
         np.testing.assert_array_equal(ours.getRAM(), ref.getRAM(), err_msg=f"frame {frame}")
         np.testing.assert_array_equal(ours.getScreen(), ref.getScreen(), err_msg=f"frame {frame}")
+    for index, value in ((128, 0), (-1, 0), (0, 256), (0, -1)):  # ale-py's classes, also ours
+        with pytest.raises((RuntimeError, TypeError)) as reference:
+            ref.setRAM(index, value)
+        with pytest.raises(type(reference.value), match="setRAM (index|value)"):
+            ours.setRAM(index, value)
     with pytest.raises(IndexError):
         ours.setRAM(128, 0)
+    with pytest.raises(ValueError):
+        ours.setRAM(0, 300)
 
 
 @pytest.mark.parametrize("system_seed", [99, -5])

@@ -228,3 +228,5 @@ def test_a_wrong_output_array_raises_what_ale_py_raises_too():
         with pytest.raises(type(reference.value), match="out must be a") as raised:
             getattr(ours, method)(out)
         assert isinstance(raised.value, ValueError), (method, raised.value)
+    with pytest.raises(TypeError, match="got ale_py.*ALEState .ale-py's states hold its own"):
+        ours.restoreState(theirs.cloneState())

@@ -872,3 +872,38 @@ def test_cores_are_the_process_s_under_omp_proc_bind():
     if bound != "1":
         pytest.skip(f"this libgomp did not bind the calling thread (it may run on {bound} cores)")
     assert rest == f"{usable[:2]} {len(usable)}"
+
+
+def test_same_step_final_obs_with_life_loss_info():
+    """SameStep with life_loss_info: a lost life sets terminated without a reset; its
+    final_obs row is zeros (ale-py's holds an older frame: docs/VECTOR.md), the rows of
+    episodes that ended equal ale-py's, and everything else matches as always."""
+    kwargs = dict(noop_max=0, repeat_action_probability=0.0, num_threads=1, autoreset_mode="SameStep",
+                  life_loss_info=True, max_num_frames_per_episode=1500)
+    ours, theirs = AtariVectorEnv("breakout", 2, **kwargs), AleVectorEnv("breakout", 2, **kwargs)
+    ours.reset(seed=3), theirs.reset(seed=3)
+    rng = np.random.default_rng(1)
+    before = np.zeros(2, np.int64)
+    lives_lost = games_ended = 0
+    for t in range(400):
+        actions = rng.integers(0, 4, 2)
+        a, b = ours.step(actions), theirs.step(actions)
+        for x, y in zip(a[:4], b[:4]):
+            np.testing.assert_array_equal(x, y, err_msg=f"step {t}")
+        went_on = a[4]["episode_frame_number"] > before  # no reset in this step
+        before = a[4]["episode_frame_number"].astype(np.int64)
+        lost = a[2] & went_on
+        ended = (a[2] | a[3]) & ~went_on
+        assert ("final_obs" in a[4]) == ("final_obs" in b[4]) == bool((a[2] | a[3]).any()), t
+        if "final_obs" in a[4]:
+            assert not a[4]["final_obs"][lost].any(), t
+            np.testing.assert_array_equal(a[4]["final_obs"][ended], b[4]["final_obs"][ended], err_msg=f"step {t}")
+        lives_lost += int(lost.sum())
+        games_ended += int(ended.sum())
+    theirs.close()
+    assert lives_lost >= 2 and games_ended >= 1, (lives_lost, games_ended)
+
+
+def test_xla_says_there_is_no_jax_interface():
+    with pytest.raises(NotImplementedError, match="no JAX/XLA interface"):
+        AtariVectorEnv("pong", 1).xla()
