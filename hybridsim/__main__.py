@@ -1,3 +1,3 @@
-from hybridsim.cli import main
+from hybridsim.cli import run
 
-raise SystemExit(main())
+raise SystemExit(run())

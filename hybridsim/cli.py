@@ -369,14 +369,17 @@ def _config_file_source(args, message: str) -> str:
             f"--{name.replace('_', '-')} on the command line overrides it)")
 
 
+_stopped_together = False  # a stop every rank took (_after_report): run() finalizes MPI for it
+
+
 def _after_report(trainer, code: int) -> int:
-    """Every rank ends a stop together, once rank 0 has printed its report, with MPI
-    finalized so that the stop's status is not taken for a failure (dist.finalize_stopped_job)."""
-    from hybridsim import dist
+    """Every rank ends a stop together, once rank 0 has printed its report (run() then
+    finalizes MPI, so the stop's status is not taken for a failure)."""
+    global _stopped_together
     sys.stdout.flush()
     sys.stderr.flush()
     trainer.comm.barrier()
-    dist.finalize_stopped_job()
+    _stopped_together = True
     return code
 
 
@@ -547,6 +550,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated subset of hybridsim,host,packages,roms,launcher,torch,gpu")
     p.set_defaults(func=_cmd_info)
     return parser
+
+
+def run(argv=None) -> int:
+    """The command line's entry point (the `hybridsim` script, `python -m hybridsim`): main(),
+    then, after a stop every rank took together with a non-zero status, MPI_Finalize
+    (dist.finalize_stopped_job). main() called in a process that goes on keeps MPI."""
+    global _stopped_together
+    _stopped_together = False
+    code = main(argv)
+    if code and _stopped_together:
+        from hybridsim import dist
+        dist.finalize_stopped_job()
+    return code
 
 
 def main(argv=None) -> int:
@@ -808,4 +824,4 @@ def _abort_mpi_job(code: int, message: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

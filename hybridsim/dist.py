@@ -399,13 +399,15 @@ def abort_job(code: int, message: str | None = None) -> None:
 
 
 def finalize_stopped_job() -> None:
-    """MPI_Finalize now, on every rank of a job of several that stops together with a
-    non-zero status (a stop by signal, a failed write), after a barrier: mpi4py's runner
-    would turn that status into MPI_Abort at exit, which MPICH reports per rank as "Abort(3)
-    on node 0 ..." and Open MPI as an aborted job, as if the stop had failed. mpiexec still
-    exits with the ranks' status; nothing may use MPI after this."""
-    if in_job_of_several_ranks():
-        sys.modules["mpi4py.MPI"].Finalize()
+    """MPI_Finalize now, in a process that ends a run with a non-zero status every rank took
+    together (a stop by signal, a failed write: cli.run): mpi4py's runner would turn that
+    status into MPI_Abort at exit, reported by MPICH as "Abort(3) on node 0 ..." per rank,
+    by Open MPI as MPI_ABORT and by srun as a cancelled step, as if the stop had failed.
+    Open MPI's mpirun still says a process "returned a non-zero exit code" (true) and that
+    it ended the job (all ranks are past this by then). Nothing may use MPI afterwards."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
 
 
 def in_job_of_several_ranks() -> bool:

@@ -92,7 +92,8 @@ class AtariEnv(ale_py.env.AtariEnv):
         if not (type(action) is int and 0 <= action < len(self._action_set)):
             # what indexes ale-py's action set (operator.index): numpy ints, 0-d int arrays,
             # one-element int tensors (a policy run on obs[None]); a Python bool is an int (and
-            # in gymnasium's Discrete, and ale-py plays it), numpy's bool is neither
+            # in gymnasium's Discrete, and ale-py plays it), numpy's bool is neither. Negative
+            # ones are refused (ale-py's list indexing plays -1 as the last action)
             try:
                 value = operator.index(action)  # also ints beyond int64 (2**70)
             except TypeError:

@@ -257,17 +257,11 @@ def _check_room(out, nbytes: int) -> None:
 
 
 def _check_frames_grow(path, columns, start, frames, before) -> None:
-    """Every environment's global_frame grows row by row (rows start.. of `frames`, after
-    the row `before`): the dataset copies the column, so damage there is named, not copied."""
+    """Rows start.. of `frames` (each column's global_frame), after the row `before`: the
+    dataset copies the column, so damage there is named, not copied."""
     stacked = frames if before is None else np.concatenate([np.asarray(before)[None], frames])
     first = start if before is None else start - 1
-    back = np.argwhere(np.diff(stacked, axis=0) <= 0)
-    if back.size:
-        r, c = (int(v) for v in back[0])
-        raise trajlog.TrajectoryLogError(
-            f"{path}: damaged trajectory file: env {int(columns[c])}'s steps/global_frame goes from "
-            f"{stacked[r, c]} (row {first + r}) to {stacked[r + 1, c]} (row {first + r + 1}); nothing "
-            f"was written")
+    trajlog.check_frames_grow(path, stacked, np.arange(first, first + len(stacked)), columns, "nothing was written")
 
 
 def _check_row(path, r, log, i, reward, terminated, truncated) -> None:

@@ -76,12 +76,7 @@ def _env_history(f, path, env_id: int, schedule: str) -> dict:
         raise trajlog.TrajectoryLogError(
             f"{path}: damaged trajectory file: steps/env_id row {rows[twice[0]]} holds env {env_id} "
             f"twice; cannot replay")
-    back = np.nonzero(np.diff(frames) <= 0)[0]
-    if back.size:
-        k = int(back[0])
-        raise trajlog.TrajectoryLogError(
-            f"{path}: damaged trajectory file: env {env_id}'s steps/global_frame goes from "
-            f"{frames[k]} (row {rows[k]}) to {frames[k + 1]} (row {rows[k + 1]}); cannot replay")
+    trajlog.check_frames_grow(path, frames[:, None], rows, [env_id], "cannot replay")
     take = {name: steps[name][:n][rows, cols] for name in
             ("action", "reward_raw", "terminated", "truncated", "episode_id")}
     take["global_frame"], take["step_index"], take["column"] = frames, rows, cols

@@ -556,6 +556,20 @@ def _record_lost_rows(f, path, gaps: list, last_row_frames, kept: int, expected_
           f"in its `gaps` attribute (replay refuses episodes across a gap)", file=sys.stderr)
 
 
+def check_frames_grow(path, frames, rows, env_ids, consequence: str) -> None:
+    """TrajectoryLogError naming the first place where an environment's steps/global_frame
+    does not grow down its rows (frames[i, k]: environment env_ids[k]'s frame in file row
+    rows[i]): a run steps an environment at most once a row and its frame count only grows,
+    so anything else is damage, which a reader must not replay or copy."""
+    frames = np.asarray(frames)
+    back = np.argwhere(np.diff(frames, axis=0) <= 0)
+    if back.size:
+        i, k = (int(v) for v in back[0])
+        raise TrajectoryLogError(
+            f"{path}: damaged trajectory file: env {int(env_ids[k])}'s steps/global_frame goes from "
+            f"{frames[i, k]} (row {int(rows[i])}) to {frames[i + 1, k]} (row {int(rows[i + 1])}); {consequence}")
+
+
 def synchronous_env_ids(path, env_id, rows: int, schedule: str) -> np.ndarray | None:
     """Row 0 of `env_id` (a dataset or an array) if its first `rows` rows all hold those
     environments in that order, else None: an impala log, whose rows hold whichever

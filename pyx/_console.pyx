@@ -595,7 +595,7 @@ cdef class Emulator:
         return self.env.episode_frame_number
 
     def get_ram(self, out=None):
-        out = self._check_out(out, (128,))
+        out = self._check_out(out, (128,), OutputTypeError)
         cdef uint8_t[::1] view = out
         memcpy(&view[0], self.env.console.riot.ram, 128)
         return out
@@ -616,19 +616,22 @@ cdef class Emulator:
         with nogil:
             console_materialize(rom_ptr, self.fbs)
 
-    def _check_out(self, out, shape):
+    def _check_out(self, out, shape, shape_error=OutputShapeError):
+        """`out`, or a new array, of `shape`; refused as ale-py refuses it: a wrong type, dtype,
+        layout or a read-only array as TypeError, then a wrong shape as `shape_error`
+        (its screens say RuntimeError, its getRAM's binding TypeError); all ValueErrors too."""
         if out is None:
             return np.empty(shape, dtype=np.uint8)
         wanted = f"out must be a C-contiguous uint8 array of shape {shape}"
         if not isinstance(out, np.ndarray):
-            raise OutputTypeError(f"{wanted}, got a {type(out).__name__}")
+            raise OutputTypeError(f"{wanted}, got {type(out).__name__}")
         if out.dtype != np.uint8 or not out.flags.c_contiguous:
             layout = "" if out.flags.c_contiguous else "non-contiguous "
-            raise OutputTypeError(f"{wanted}, got a {layout}{out.dtype} array of shape {out.shape}")
-        if tuple(out.shape) != shape:
-            raise OutputShapeError(f"{wanted}, got shape {out.shape}")
+            raise OutputTypeError(f"{wanted}, got {layout}{out.dtype} of shape {out.shape}")
         if not out.flags.writeable:  # Cython's own words: "buffer source array is read-only"
             raise OutputTypeError("out must be a writable array; this one is read-only")
+        if tuple(out.shape) != shape:
+            raise shape_error(f"{wanted}, got shape {out.shape}")
         return out
 
     cdef const uint8_t* _indices(self):

@@ -217,11 +217,13 @@ def test_a_wrong_output_array_raises_what_ale_py_raises_too():
     ours, theirs = ALEInterface(), ale_py.ALEInterface()
     ours.loadROM(path)
     theirs.loadROM(path)
-    read_only = np.zeros((210, 160, 3), np.uint8)
-    read_only.flags.writeable = False
+    read_only, read_only_small = np.zeros((210, 160, 3), np.uint8), np.zeros((10, 10, 3), np.uint8)
+    read_only.flags.writeable = read_only_small.flags.writeable = False
     cases = [("getScreenRGB", np.zeros((10, 10, 3), np.uint8)), ("getScreenGrayscale", np.zeros((210, 10), np.uint8)),
              ("getScreenRGB", np.zeros((210, 160, 3), np.float32)), ("getRAM", [0] * 128),
-             ("getRAM", np.zeros(256, np.uint8)[::2]), ("getScreenRGB", read_only)]
+             ("getRAM", np.zeros(256, np.uint8)[::2]), ("getScreenRGB", read_only),
+             ("getRAM", np.zeros(127, np.uint8)), ("getRAM", np.zeros((128, 1), np.uint8)),
+             ("getScreenRGB", read_only_small)]
     for method, out in cases:
         with pytest.raises((RuntimeError, TypeError)) as reference:
             getattr(theirs, method)(out)

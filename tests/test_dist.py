@@ -863,19 +863,21 @@ def test_a_rank_added_on_resume_records_no_lost_rows(tmp_path):
 def test_two_ranks_stopped_by_a_signal_end_with_status_3_and_no_abort(tmp_path):
     """A stop by SIGUSR1 (Slurm's warning before the time limit) on every rank: a checkpoint,
     exit status 3 from mpiexec, and no "Abort(3) on node 0" per rank (mpi4py's runner turned
-    the ranks' status 3 into MPI_Abort; they now finalize MPI together first)."""
+    the ranks' status 3 into MPI_Abort; the entry point now finalizes MPI first). main()
+    called in-process keeps MPI: here a first stopped call, then a resumed one through run()."""
     exe = mpiexec()
     script = tmp_path / "stop_when_built.py"
     script.write_text(textwrap.dedent("""\
         import os, signal, sys
         import hybridsim.train as train
-        from hybridsim.cli import main
+        from hybridsim.cli import main, run
         built = train.Trainer.__init__
         def built_then_signalled(self, *a, **k):
             built(self, *a, **k)
             os.kill(os.getpid(), signal.SIGUSR1)
         train.Trainer.__init__ = built_then_signalled
-        sys.exit(main(sys.argv[1:]))
+        print("first call:", main(sys.argv[1:]), flush=True)
+        sys.exit(run(sys.argv[1:] + ["--resume"]))
         """))
     run = tmp_path / "run"
     proc = subprocess.run([exe, "-n", "2", sys.executable, "-m", "mpi4py", str(script), "train",
@@ -884,6 +886,8 @@ def test_two_ranks_stopped_by_a_signal_end_with_status_3_and_no_abort(tmp_path):
                           env=dict(os.environ, PYTHONPATH=str(pathlib.Path(dist.__file__).parent.parent)))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 3, output[-3000:]
-    assert "stopped by a signal" in proc.stdout and "Abort" not in output, output[-3000:]
+    assert proc.stdout.count("first call: 3") == 2 and proc.stdout.count("stopped by a signal") == 2, output[-3000:]
+    assert "Abort" not in output, output[-3000:]
+    stops = [int(x.replace(",", "")) for x in re.findall(r"stopped by a signal at ([\d,]+) frames", proc.stdout)]
     state = torch.load(run / "checkpoint.pt", weights_only=False)
-    assert state["world_size"] == 2 and 0 < state["frames"] < 100000
+    assert 0 < stops[0] < stops[1] == state["frames"] < 100000 and state["world_size"] == 2, stops  # resumed
