@@ -369,17 +369,12 @@ def _config_file_source(args, message: str) -> str:
             f"--{name.replace('_', '-')} on the command line overrides it)")
 
 
-_stopped_together = False  # a stop every rank took (_after_report): run() finalizes MPI for it
-
-
 def _after_report(trainer, code: int) -> int:
     """Every rank ends a stop together, once rank 0 has printed its report (run() then
     finalizes MPI, so the stop's status is not taken for a failure)."""
-    global _stopped_together
     sys.stdout.flush()
     sys.stderr.flush()
     trainer.comm.barrier()
-    _stopped_together = True
     return code
 
 
@@ -554,12 +549,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv=None) -> int:
     """The command line's entry point (the `hybridsim` script, `python -m hybridsim`): main(),
-    then, after a stop every rank took together with a non-zero status, MPI_Finalize
-    (dist.finalize_stopped_job). main() called in a process that goes on keeps MPI."""
-    global _stopped_together
-    _stopped_together = False
+    then, after a stop every rank took together (its statuses come only from _after_report),
+    MPI_Finalize (dist.finalize_stopped_job). main() called in a process that goes on keeps MPI."""
     code = main(argv)
-    if code and _stopped_together:
+    if code in (PREEMPTED_EXIT_CODE, STORAGE_EXIT_CODE):
         from hybridsim import dist
         dist.finalize_stopped_job()
     return code

@@ -187,11 +187,12 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
         final_index = g.create_dataset("final_index", (0, 2), np.int64, maxshape=(None, 2),
                                        chunks=(BLOCK_ROWS, 2))
         ended = np.zeros(width, bool)  # which environments the previous row's step ended
+        last_frames = None  # the previous block's last global_frame row
         for start in range(0, rows, block_rows):
             stop_row = min(rows, start + block_rows)
             log = {name: steps[name][start:stop_row] for name in copies}
-            _check_frames_grow(path, columns, start, log["global_frame"],
-                               None if start == 0 else steps["global_frame"][start - 1])
+            _check_frames_grow(path, columns, start, log["global_frame"], last_frames)
+            last_frames = log["global_frame"][-1]  # the next block's `before`, not read again
             actions = log["action"]
             if ((actions < 0) | (actions >= num_actions)).any():
                 raise trajlog.TrajectoryLogError(f"{path}: damaged trajectory file: steps/action rows "
@@ -259,7 +260,7 @@ def _check_room(out, nbytes: int) -> None:
 def _check_frames_grow(path, columns, start, frames, before) -> None:
     """Rows start.. of `frames` (each column's global_frame), after the row `before`: the
     dataset copies the column, so damage there is named, not copied."""
-    stacked = frames if before is None else np.concatenate([np.asarray(before)[None], frames])
+    stacked = frames if before is None else np.concatenate([before[None], frames])
     first = start if before is None else start - 1
     trajlog.check_frames_grow(path, stacked, np.arange(first, first + len(stacked)), columns, "nothing was written")
 

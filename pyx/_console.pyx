@@ -622,16 +622,17 @@ cdef class Emulator:
         (its screens say RuntimeError, its getRAM's binding TypeError); all ValueErrors too."""
         if out is None:
             return np.empty(shape, dtype=np.uint8)
-        wanted = f"out must be a C-contiguous uint8 array of shape {shape}"
         if not isinstance(out, np.ndarray):
-            raise OutputTypeError(f"{wanted}, got {type(out).__name__}")
+            raise OutputTypeError(f"out must be a C-contiguous uint8 array of shape {shape}, got "
+                                  f"{type(out).__name__}")
         if out.dtype != np.uint8 or not out.flags.c_contiguous:
             layout = "" if out.flags.c_contiguous else "non-contiguous "
-            raise OutputTypeError(f"{wanted}, got {layout}{out.dtype} of shape {out.shape}")
+            raise OutputTypeError(f"out must be a C-contiguous uint8 array of shape {shape}, got "
+                                  f"{layout}{out.dtype} of shape {out.shape}")
         if not out.flags.writeable:  # Cython's own words: "buffer source array is read-only"
             raise OutputTypeError("out must be a writable array; this one is read-only")
         if tuple(out.shape) != shape:
-            raise shape_error(f"{wanted}, got shape {out.shape}")
+            raise shape_error(f"out must be a C-contiguous uint8 array of shape {shape}, got shape {out.shape}")
         return out
 
     cdef const uint8_t* _indices(self):

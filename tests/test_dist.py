@@ -876,7 +876,8 @@ def test_two_ranks_stopped_by_a_signal_end_with_status_3_and_no_abort(tmp_path):
             built(self, *a, **k)
             os.kill(os.getpid(), signal.SIGUSR1)
         train.Trainer.__init__ = built_then_signalled
-        print("first call:", main(sys.argv[1:]), flush=True)
+        code = main(sys.argv[1:])
+        print(f"first call: {code}", flush=True)  # one write: the ranks' lines must not interleave
         sys.exit(run(sys.argv[1:] + ["--resume"]))
         """))
     run = tmp_path / "run"
