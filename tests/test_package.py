@@ -91,3 +91,20 @@ def test_the_sdist_carries_what_the_build_needs(tmp_path):
     needed = set(tracked.stdout.split()) | {"setup.py", "setup.cfg", "pyproject.toml", "LICENSE"}
     assert not needed - inside, sorted(needed - inside)
     assert not {n for n in inside if n.startswith("pyx/") and n.endswith(".cpp")}  # generated
+
+
+def test_a_build_without_a_cpp_compiler_names_it(tmp_path):
+    """No traceback and no half-built tree: setuptools' one "error:" line names the compiler."""
+    import os
+    import pathlib
+    repo = pathlib.Path(__file__).resolve().parent.parent
+    if not (repo / "setup.py").exists():
+        pytest.skip("not a source checkout")
+    missing = str(tmp_path / "no-such-g++")
+    result = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-temp", str(tmp_path / "t"),
+                             "--build-lib", str(tmp_path / "l")], cwd=repo, capture_output=True, text=True,
+                            env={**os.environ, "CXX": missing}, timeout=300)
+    assert result.returncode != 0
+    assert f"error: no C++ compiler: {missing!r}" in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert not list((tmp_path / "l").rglob("*.so"))
