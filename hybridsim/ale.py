@@ -324,6 +324,13 @@ class ALEInterface:
         return 128
 
     def getRAM(self, buffer: np.ndarray | None = None):
+        if buffer is not None and not isinstance(buffer, (np.ndarray, list, tuple)):
+            # ale-py fills any writable 128-byte uint8 buffer (bytearray, memoryview, array('B')):
+            # a view of its memory, whose dtype, shape and writability the core then checks
+            try:
+                buffer = np.asarray(memoryview(buffer))
+            except TypeError:
+                pass  # no buffer protocol: refused by the core, naming its type
         ram = self._require_rom().get_ram(buffer)
         return None if buffer is not None else ram
 

@@ -1,4 +1,6 @@
 """The parts of the ale_py-compatible surface that need no emulation: actions, settings, ROMs."""
+import array
+
 import numpy as np
 import pytest
 
@@ -223,12 +225,20 @@ def test_a_wrong_output_array_raises_what_ale_py_raises_too():
              ("getScreenRGB", np.zeros((210, 160, 3), np.float32)), ("getRAM", [0] * 128),
              ("getRAM", np.zeros(256, np.uint8)[::2]), ("getScreenRGB", read_only),
              ("getRAM", np.zeros(127, np.uint8)), ("getRAM", np.zeros((128, 1), np.uint8)),
-             ("getScreenRGB", read_only_small)]
+             ("getScreenRGB", read_only_small), ("getRAM", bytes(128)), ("getRAM", bytearray(64)),
+             ("getRAM", array.array("b", bytes(128))), ("getRAM", memoryview(bytearray(512)).cast("i"))]
     for method, out in cases:
         with pytest.raises((RuntimeError, TypeError)) as reference:
             getattr(theirs, method)(out)
         with pytest.raises(type(reference.value), match="out must be a") as raised:
             getattr(ours, method)(out)
         assert isinstance(raised.value, ValueError), (method, raised.value)
+    for ale in (ours, theirs):  # a writable 128-byte uint8 buffer is filled, as an array is
+        for _ in range(60):
+            ale.act(0)
+    for make in (bytearray, lambda n: memoryview(bytearray(n)), lambda n: array.array("B", bytes(n))):
+        filled = [make(128), make(128)]
+        assert ours.getRAM(filled[0]) is None and theirs.getRAM(filled[1]) is None
+        assert bytes(filled[0]) == bytes(filled[1]) == ours.getRAM().tobytes() and any(filled[0])
     with pytest.raises(TypeError, match="got ale_py.*ALEState .ale-py's states hold its own"):
         ours.restoreState(theirs.cloneState())
