@@ -23,6 +23,23 @@ def roms_dir() -> pathlib.Path:
     return pathlib.Path(ale_py.roms.__file__).parent
 
 
+def _ale_py_roms():
+    roms_dir()  # the same message when ale-py is missing
+    import ale_py.roms
+    return ale_py.roms
+
+
+def get_rom_path(name: str):
+    """ale_py.roms.get_rom_path, for code that swapped `ale_py` for `hybridsim`: the path of
+    the installed ROM for a snake_case name, None (with a warning) for an unknown one."""
+    return _ale_py_roms().get_rom_path(name)
+
+
+def get_all_rom_ids() -> list:
+    """ale_py.roms.get_all_rom_ids: the snake_case names of the installed ROMs."""
+    return _ale_py_roms().get_all_rom_ids()
+
+
 def snake_case(name: str) -> str:
     """'SpaceInvaders' or 'space-invaders' -> 'space_invaders' (ALE's ROM file stems)."""
     name = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)

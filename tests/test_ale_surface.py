@@ -242,3 +242,13 @@ def test_a_wrong_output_array_raises_what_ale_py_raises_too():
         assert bytes(filled[0]) == bytes(filled[1]) == ours.getRAM().tobytes() and any(filled[0])
     with pytest.raises(TypeError, match="got ale_py.*ALEState .ale-py's states hold its own"):
         ours.restoreState(theirs.cloneState())
+
+
+def test_rom_lookups_answer_as_ale_pys_do():
+    """`import hybridsim as ale_py` code calls roms.get_rom_path and roms.get_all_rom_ids."""
+    import hybridsim
+    ids = hybridsim.roms.get_all_rom_ids()
+    assert ids == ale_py.roms.get_all_rom_ids() and "pong" in ids
+    assert [hybridsim.roms.get_rom_path(i) for i in ids] == [ale_py.roms.get_rom_path(i) for i in ids]
+    with pytest.warns(UserWarning, match="Rom SpaceInvaders not supported"):
+        assert hybridsim.roms.get_rom_path("SpaceInvaders") is None
