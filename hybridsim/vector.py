@@ -41,6 +41,7 @@ import hashlib
 import io
 import json
 import os
+import threading
 import warnings
 import zipfile
 from typing import Any
@@ -169,14 +170,17 @@ def check_action_indices(actions, n: int, num_actions: int) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
-def _on_engine_device(method):
-    """Run `method` with the GPU engine's device current: CuPy allocates and launches on the
-    current device, which need not be the environment's (device=1 in a process left on 0)."""
+def _engine_call(method):
+    """Run `method` one thread at a time, with the GPU engine's device current. Threads
+    sharing an environment (a checkpoint thread's get_state beside the acting thread's
+    step) take turns: the engine releases the GIL, and two calls in it at once stepped or
+    copied the same consoles together. CuPy allocates and launches on the current device,
+    which need not be the environment's (device=1 in a process left on 0)."""
     @functools.wraps(method)
-    def run_on_device(self, *args, **kwargs):
-        with self._device_scope():
+    def call(self, *args, **kwargs):
+        with self._turn, self._device_scope():
             return method(self, *args, **kwargs)
-    return run_on_device
+    return call
 
 
 def is_real(value) -> bool:
@@ -250,6 +254,7 @@ class AtariVectorEnv(VectorEnv):
         device: int = 0,
         gpu_options: dict | None = None,
     ):
+        self._turn = threading.RLock()  # _engine_call's: first, as close() may follow a failed start
         if not isinstance(game, str):
             raise TypeError(f"game must be a game's name, such as 'pong', got {game!r}")
         if backend not in BACKENDS:
@@ -538,7 +543,7 @@ class AtariVectorEnv(VectorEnv):
         return out
 
     # ----- gymnasium API -------------------------------------------------------------------
-    @_on_engine_device
+    @_engine_call
     def reset(self, *, seed: int | np.ndarray | None = None, options: dict[str, Any] | None = None):
         """Reset the environments (all, or options["reset_mask"]); seed: an int gives
         environment k of those reset seed + k, an array one seed each, None keeps seeds."""
@@ -636,12 +641,13 @@ class AtariVectorEnv(VectorEnv):
             return self._engine.check_actions(actions, n, len(self.action_set)), self._ones[:n]
         return check_action_indices(actions, n, len(self.action_set)), self._ones[:n]
 
+    @_engine_call
     def step(self, actions):
         """Step every environment of the batch: (obs, rewards, terminations, truncations, info)."""
         self.send(actions)
         return self.recv()
 
-    @_on_engine_device
+    @_engine_call
     def send(self, actions, env_ids=None) -> None:
         """Queue one step for env_ids (default: the environments of the last result)."""
         self._check_open("send")
@@ -675,7 +681,7 @@ class AtariVectorEnv(VectorEnv):
                              f"since); these are still running: {busy.tolist()}")
         self._submit(ids, self._no_force[: len(ids)], acts, strengths)
 
-    @_on_engine_device
+    @_engine_call
     def recv(self):
         """The next batch_size results: (obs, rewards, terminations, truncations, info)."""
         self._check_open("recv")
@@ -783,7 +789,7 @@ class AtariVectorEnv(VectorEnv):
             (len(self._engine.template_state), self._engine.obs_bytes))
         return hashlib.md5(cfg.encode() + self._rom_bytes).hexdigest()
 
-    @_on_engine_device
+    @_engine_call
     def get_state(self) -> bytes:
         """Every environment's state (consoles, RNGs, raw frames, frame stacks and, in async
         mode, results not yet received) as bytes. Async mode waits for running steps."""
@@ -899,7 +905,7 @@ class AtariVectorEnv(VectorEnv):
     _STAGE = ("stage_obs", "stage_final", "stage_reward", "stage_terminated", "stage_truncated",
               "stage_lives", "stage_frame", "stage_episode_frame", "stage_has_final")
 
-    @_on_engine_device
+    @_engine_call
     def set_state(self, state: bytes):
         """Restore get_state()'s bytes (same game and settings). Returns (obs, info) of the
         last result's environments as they stand, to carry on with send()/step()."""
@@ -1014,6 +1020,7 @@ class AtariVectorEnv(VectorEnv):
         return data
 
     # ----- misc ----------------------------------------------------------------------------
+    @_engine_call
     def close_extras(self, **kwargs) -> None:
         self._drain()
         if self.backend == "cpu":

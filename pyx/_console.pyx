@@ -396,6 +396,9 @@ class OutputTypeError(ValueError, TypeError):
 
 
 cdef class Emulator:
+    # Every method keeps the GIL, as ale-py's ALEInterface does (two threads acting on two
+    # of its consoles took as long as one thread acting on both): threads sharing one
+    # console take turns instead of stepping it or reading it at the same time.
     cdef AleEnv* env
     cdef FrameBuffers fbs
     cdef bytes rom
@@ -517,8 +520,7 @@ cdef class Emulator:
         self.fbs.shown = 0
         cdef const uint8_t* rom_ptr = self.rom
         cdef uint32_t seed = <uint32_t>int(random_seed)
-        with nogil:
-            env_load(self.env[0], props, cfg, seed, rom_ptr, self.fbs)
+        env_load(self.env[0], props, cfg, seed, rom_ptr, self.fbs)
         self.height = self.env.console.height
         self.blend = phosphor_tables(self.tv_standard) if color_averaging else None
         # A state only fits the same ROM, mapper, display window and TV standard (ALE
@@ -561,8 +563,7 @@ cdef class Emulator:
     def reset_game(self):
         cdef const uint8_t* rom_ptr = self.rom
         self._arm_replay()
-        with nogil:
-            env_reset(self.env[0], rom_ptr, self.fbs)
+        env_reset(self.env[0], rom_ptr, self.fbs)
 
     def act(self, int action_a, int action_b=18, float paddle_strength=1.0,
             float paddle_strength_b=0.0):
@@ -575,9 +576,8 @@ cdef class Emulator:
         cdef const uint8_t* rom_ptr = self.rom
         cdef int32_t reward
         self._arm_replay()
-        with nogil:
-            reward = env_act(self.env[0], rom_ptr, self.fbs, action_a, action_b,
-                             paddle_strength, paddle_strength_b)
+        reward = env_act(self.env[0], rom_ptr, self.fbs, action_a, action_b,
+                         paddle_strength, paddle_strength_b)
         return reward
 
     def game_over(self, with_truncation=True):
@@ -613,8 +613,7 @@ cdef class Emulator:
         """Draws the frames left undrawn; every pixel read goes through here."""
         cdef const uint8_t* rom_ptr = self.rom
         self.screen_read = True
-        with nogil:
-            console_materialize(rom_ptr, self.fbs)
+        console_materialize(rom_ptr, self.fbs)
 
     def _check_out(self, out, shape, shape_error=OutputShapeError):
         """`out`, or a new array, of `shape`; refused as ale-py refuses it: a wrong type, dtype,
@@ -662,12 +661,11 @@ cdef class Emulator:
         cdef int i, n = self.height * 160
         cdef uint32_t rgb
         cdef uint8_t* dst = &view[0, 0, 0]
-        with nogil:
-            for i in range(n):
-                rgb = table[src[i]]
-                dst[3 * i] = (rgb >> 16) & 0xFF
-                dst[3 * i + 1] = (rgb >> 8) & 0xFF
-                dst[3 * i + 2] = rgb & 0xFF
+        for i in range(n):
+            rgb = table[src[i]]
+            dst[3 * i] = (rgb >> 16) & 0xFF
+            dst[3 * i + 1] = (rgb >> 8) & 0xFF
+            dst[3 * i + 2] = rgb & 0xFF
         return out
 
     def get_screen_grayscale(self, out=None):
@@ -677,9 +675,8 @@ cdef class Emulator:
         cdef const uint8_t* src = self._indices()
         cdef uint8_t* dst = &view[0, 0]
         cdef int i, n = self.height * 160
-        with nogil:
-            for i in range(n):
-                dst[i] = palette_gray(table, src[i])
+        for i in range(n):
+            dst[i] = palette_gray(table, src[i])
         return out
 
     def clone_state(self, include_rng=False):

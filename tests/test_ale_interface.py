@@ -217,3 +217,43 @@ def test_arguments_are_not_coerced(tmp_path):
         other.getScreenGrayscale(np.zeros((1, 210, 160), np.uint8))
     with pytest.raises(ValueError, match=r"shape \(210, 160\)"):
         other.getScreenGrayscale(np.zeros((210, 160, 2), np.uint8)[:, :, :1])
+
+
+THREADS_SHARING_A_CONSOLE = """
+import threading
+import hybridsim
+from hybridsim import roms
+def loaded():
+    ale = hybridsim.ALEInterface()
+    ale.setFloat("repeat_action_probability", 0.25)
+    ale.loadROM(roms.rom_path("pong"))
+    return ale
+shared, alone = loaded(), loaded()
+def actor():
+    for _ in range(1500):
+        shared.act(3)
+def reader():
+    for _ in range(300):
+        shared.getScreenRGB()
+        shared.cloneState()
+threads = [threading.Thread(target=f) for f in (actor, actor, reader)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+for _ in range(3000):
+    alone.act(3)
+print(shared.cloneState().serialize() == alone.cloneState().serialize(),
+      (shared.getScreenRGB() == alone.getScreenRGB()).all(), shared.getFrameNumber())
+"""
+
+
+def test_threads_sharing_a_console_take_turns():
+    """ale-py's ALEInterface keeps the GIL in act, so threads sharing one take turns; ours
+    released it, and two threads stepped (or read) one console at once. In a subprocess:
+    a regression may crash. Sticky actions draw from the console's generator in call order,
+    and both threads send the same action, so any interleaving ends in the same state."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", THREADS_SHARING_A_CONSOLE], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout == "True True 3000\n", \
+        (done.returncode, done.stdout, done.stderr[-2000:])

@@ -829,27 +829,6 @@ def test_close_joins_the_worker_threads():
     assert not set(_threads()) - before
 
 
-def test_two_threads_stepping_one_pinned_env_take_turns():
-    """Each synchronous batch waits for its own jobs (two threads sharing one env crashed
-    the process: one took the other's completions and returned while its jobs ran)."""
-    code = ("import threading, numpy as np\n"
-            "from hybridsim.vector import AtariVectorEnv\n"
-            "env = AtariVectorEnv('pong', 8, num_threads=2, thread_affinity_offset=0, noop_max=0)\n"
-            "env.reset(seed=0)\n"
-            "def run():\n"
-            "    for _ in range(150):\n"
-            "        try:\n"
-            "            env.step(np.zeros(8, np.int64))\n"
-            "        except ValueError:\n"  # send/recv bookkeeping is not for two threads
-            "            pass\n"
-            "threads = [threading.Thread(target=run) for _ in range(2)]\n"
-            "[t.start() for t in threads]\n"
-            "[t.join() for t in threads]\n"
-            "print('done')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout == "done\n", (done.returncode, done.stderr[-2000:])
-
-
 @needs_affinity
 @pytest.mark.skipif(len(getattr(os, "sched_getaffinity", lambda _: ())(0)) < 2, reason="needs 2 cores")
 def test_cores_are_the_process_s_under_omp_proc_bind():
@@ -907,3 +886,42 @@ def test_same_step_final_obs_with_life_loss_info():
 def test_xla_says_there_is_no_jax_interface():
     with pytest.raises(NotImplementedError, match="no JAX/XLA interface"):
         AtariVectorEnv("pong", 1).xla()
+
+
+THREADS_SHARING_AN_ENV = """
+import sys, threading, numpy as np
+from hybridsim.vector import AtariVectorEnv
+kw = dict(num_threads=2, thread_affinity_offset=int(sys.argv[1]), repeat_action_probability=0.25,
+          noop_max=30, max_num_frames_per_episode=150)
+shared, alone = AtariVectorEnv("breakout", 6, **kw), AtariVectorEnv("breakout", 6, **kw)
+shared.reset(seed=5)
+alone.reset(seed=5)
+actions = np.full(6, 3, np.int64)
+snapshots = []
+def stepper():
+    for _ in range(150):
+        shared.step(actions)
+def snapshotter():
+    for _ in range(30):
+        snapshots.append(shared.get_state())
+threads = [threading.Thread(target=f) for f in (stepper, stepper, snapshotter)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+for _ in range(300):
+    alone.step(actions)
+probe = AtariVectorEnv("breakout", 6, **kw)
+for state in snapshots[::6]:  # each a whole state, taken between two steps
+    probe.set_state(state)
+print(shared.get_state() == alone.get_state(), len(snapshots))
+"""
+
+
+@pytest.mark.parametrize("pinned", [False, pytest.param(True, marks=needs_affinity)], ids=["openmp", "pinned-workers"])
+def test_threads_sharing_an_environment_take_turns(pinned):
+    """Two threads stepping one environment while a third snapshots it: the engine releases
+    the GIL, and two calls ran in it at once (a crash, or send/recv bookkeeping errors with
+    pinned workers). Each call now waits for the others, so 2 x 150 steps from two threads
+    end where 300 steps from one thread do. In a subprocess: a regression crashes."""
+    done = subprocess.run([sys.executable, "-c", THREADS_SHARING_AN_ENV, "0" if pinned else "-1"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout == "True 30\n", (done.returncode, done.stdout, done.stderr[-2000:])
