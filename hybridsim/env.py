@@ -133,7 +133,5 @@ def make_vector_env(game: str, num_envs: int = 1, **kwargs):
                         f"of the game's default mode and difficulty")
     for key in SINGLE_ENV_ONLY:
         kwargs.pop(key, None)
-    frameskip = kwargs.pop("frameskip", 4)
-    if isinstance(frameskip, tuple):
-        raise ValueError(f"the vector environment needs an int frameskip, got {frameskip}")
-    return AtariVectorEnv(game, num_envs, frameskip=frameskip, **kwargs)
+    # a (low, high) frameskip: AtariVectorEnv raises gymnasium's error, as ale-py's does
+    return AtariVectorEnv(game, num_envs, frameskip=kwargs.pop("frameskip", 4), **kwargs)

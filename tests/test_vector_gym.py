@@ -62,6 +62,13 @@ def test_make_vec_uses_the_batched_engine():
     assert obs.shape == (2, 4, 84, 84) and list(info["env_id"]) == [0, 1]
     obs, rew, term, trunc, info = env.step(np.array([1, 2]))
     assert obs.shape == (2, 4, 84, 84)
+    import ale_py
+    gymnasium.register_envs(ale_py)
+    for bad in ((2, 5), 2.0):  # the single environment's random range: gymnasium's error on both
+        with pytest.raises(gymnasium.error.Error, match=f"Invalid frameskip type: {type(bad)}"):
+            gymnasium.make_vec("ALE/Breakout-v5", num_envs=2, vectorization_mode="vector_entry_point", frameskip=bad)
+        with pytest.raises(gymnasium.error.Error, match=f"Invalid frameskip type: {type(bad)}"):
+            gymnasium.make_vec("hybridsim/Breakout-v5", num_envs=2, frameskip=bad)
 
 
 def test_other_ids_vectorize_the_single_environment_as_ale_py():
