@@ -73,7 +73,7 @@ class ParallelBuildExt(build_ext):
         command = getattr(self.compiler, "compiler_so_cxx", None) or self.compiler.compiler_so
         program = command[0] if command and not command[0].startswith("-") else ""  # CXX="  "
         if not program or shutil.which(program) is None:
-            # setuptools prints a DistutilsError as "error: ..." and exits 1; callers can catch it
+            # setuptools prints a CompileError as "error: ..." and exits 1; callers can catch it
             raise CompileError(f"no C++ compiler: {program!r} (from $CXX, or the compiler Python "
                                f"was built with) is not on PATH; install g++ or set CXX to one")
         if os.environ.get("HYBRIDSIM_NO_OPENMP", "0") != "1" and self._links_openmp():

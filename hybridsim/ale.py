@@ -101,6 +101,27 @@ def _png_bytes(rgb: np.ndarray) -> bytes:
             + chunk(b"IEND", b""))
 
 
+def _output_view(buffer):
+    """An output argument as the core's checks see it. ale-py fills any writable uint8
+    buffer it can view as an array: numpy arrays, buffer-protocol objects (bytearray,
+    memoryview, array('B')) and DLPack tensors in host memory (a CPU torch.uint8 tensor).
+    Those become a view of their memory, whose dtype, shape and writability the core then
+    checks; anything else goes on to the core, which refuses it by name."""
+    if buffer is None or isinstance(buffer, (np.ndarray, list, tuple)):
+        return buffer
+    if hasattr(buffer, "__dlpack__"):
+        try:
+            return np.from_dlpack(buffer)
+        except (BufferError, RuntimeError, TypeError, ValueError) as exc:  # a GPU tensor, say
+            from hybridsim._console import OutputTypeError
+            raise OutputTypeError(f"out must be a writable uint8 array in host memory; this "
+                                  f"{type(buffer).__name__} cannot be viewed as one ({exc})") from exc
+    try:
+        return np.asarray(memoryview(buffer))
+    except TypeError:
+        return buffer
+
+
 class RamIndexError(IndexError, RuntimeError, TypeError):
     """setRAM's index outside 0..127 (ale-py raises RuntimeError above it, and its binding
     a TypeError below 0: each catches it)."""
@@ -324,14 +345,7 @@ class ALEInterface:
         return 128
 
     def getRAM(self, buffer: np.ndarray | None = None):
-        if buffer is not None and not isinstance(buffer, (np.ndarray, list, tuple)):
-            # ale-py fills any writable 128-byte uint8 buffer (bytearray, memoryview, array('B')):
-            # a view of its memory, whose dtype, shape and writability the core then checks
-            try:
-                buffer = np.asarray(memoryview(buffer))
-            except TypeError:
-                pass  # no buffer protocol: refused by the core, naming its type
-        ram = self._require_rom().get_ram(buffer)
+        ram = self._require_rom().get_ram(_output_view(buffer))
         return None if buffer is not None else ram
 
     def setRAM(self, index: int, value: int) -> None:
@@ -348,20 +362,21 @@ class ALEInterface:
         return tuple(self._require_rom().screen_shape)
 
     def getScreen(self, buffer: np.ndarray | None = None):
-        screen = self._require_rom().get_screen(buffer)
+        screen = self._require_rom().get_screen(_output_view(buffer))
         return None if buffer is not None else screen
 
     def getScreenRGB(self, buffer: np.ndarray | None = None):
-        screen = self._require_rom().get_screen_rgb(buffer)
+        screen = self._require_rom().get_screen_rgb(_output_view(buffer))
         return None if buffer is not None else screen
 
     def getScreenGrayscale(self, buffer: np.ndarray | None = None):
         # (H, W, 1), the shape of a gymnasium grayscale observation, is filled too (ale-py
         # 0.12.1 refuses it: "Expected a numpy array with two dimensions")
-        if isinstance(buffer, np.ndarray) and buffer.ndim == 3 and buffer.shape[2] == 1:
-            self._require_rom().get_screen_grayscale(buffer[:, :, 0])  # a view: never a copy
+        out = _output_view(buffer)
+        if isinstance(out, np.ndarray) and out.ndim == 3 and out.shape[2] == 1:
+            self._require_rom().get_screen_grayscale(out[:, :, 0])  # a view: never a copy
             return None
-        screen = self._require_rom().get_screen_grayscale(buffer)
+        screen = self._require_rom().get_screen_grayscale(out)
         return None if buffer is not None else screen
 
     def saveScreenPNG(self, filename) -> None:

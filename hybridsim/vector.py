@@ -174,12 +174,26 @@ def _engine_call(method):
     """Run `method` one thread at a time, with the GPU engine's device current. Threads
     sharing an environment (a checkpoint thread's get_state beside the acting thread's
     step) take turns: the engine releases the GIL, and two calls in it at once stepped or
-    copied the same consoles together. CuPy allocates and launches on the current device,
-    which need not be the environment's (device=1 in a process left on 0)."""
+    copied the same consoles together. A call from inside another on the same thread (a
+    signal handler's) is refused: it took the steps the interrupted call was collecting.
+    CuPy allocates and launches on the current device, which need not be the
+    environment's (device=1 in a process left on 0)."""
+    name = method.__name__
+
     @functools.wraps(method)
     def call(self, *args, **kwargs):
-        with self._turn, self._device_scope():
-            return method(self, *args, **kwargs)
+        me = threading.get_ident()
+        if self._turn_holder == me:
+            raise RuntimeError(f"AtariVectorEnv.{name}() called while this thread is inside another call of "
+                               f"the same environment (from a signal handler?); set a flag there and call "
+                               f"{name}() after the call under way returns")
+        with self._turn:
+            self._turn_holder = me
+            try:
+                with self._device_scope():
+                    return method(self, *args, **kwargs)
+            finally:
+                self._turn_holder = None
     return call
 
 
@@ -254,7 +268,7 @@ class AtariVectorEnv(VectorEnv):
         device: int = 0,
         gpu_options: dict | None = None,
     ):
-        self._turn = threading.RLock()  # _engine_call's: first, as close() may follow a failed start
+        self._turn, self._turn_holder = threading.Lock(), None  # _engine_call's
         if not isinstance(game, str):
             raise TypeError(f"game must be a game's name, such as 'pong', got {game!r}")
         if backend not in BACKENDS:
@@ -644,12 +658,20 @@ class AtariVectorEnv(VectorEnv):
     @_engine_call
     def step(self, actions):
         """Step every environment of the batch: (obs, rewards, terminations, truncations, info)."""
-        self.send(actions)
-        return self.recv()
+        self._send(actions)
+        return self._recv()
 
     @_engine_call
     def send(self, actions, env_ids=None) -> None:
         """Queue one step for env_ids (default: the environments of the last result)."""
+        self._send(actions, env_ids)
+
+    @_engine_call
+    def recv(self):
+        """The next batch_size results: (obs, rewards, terminations, truncations, info)."""
+        return self._recv()
+
+    def _send(self, actions, env_ids=None) -> None:
         self._check_open("send")
         if self._last_ids is None:
             raise RuntimeError("send() called before reset()")
@@ -681,9 +703,7 @@ class AtariVectorEnv(VectorEnv):
                              f"since); these are still running: {busy.tolist()}")
         self._submit(ids, self._no_force[: len(ids)], acts, strengths)
 
-    @_engine_call
-    def recv(self):
-        """The next batch_size results: (obs, rewards, terminations, truncations, info)."""
+    def _recv(self):
         self._check_open("recv")
         if self._last_ids is None:  # the async check below would ask for send(), which refuses too
             raise RuntimeError("recv() called before reset()")
@@ -841,6 +861,7 @@ class AtariVectorEnv(VectorEnv):
             view[len(head):start] = _digest(view[start:])
         return buf.getvalue()  # the buffer's own bytes, not a copy (no views left)
 
+    @_engine_call
     def compose_state(self, parts) -> bytes:
         """A state for this environment made of environments taken from other snapshots,
         for set_state(). parts: (state, ids) pairs, each state get_state()'s bytes of a

@@ -252,3 +252,31 @@ def test_rom_lookups_answer_as_ale_pys_do():
     assert [hybridsim.roms.get_rom_path(i) for i in ids] == [ale_py.roms.get_rom_path(i) for i in ids]
     with pytest.warns(UserWarning, match="Rom SpaceInvaders not supported"):
         assert hybridsim.roms.get_rom_path("SpaceInvaders") is None
+
+
+def test_cpu_tensors_are_filled_as_ale_py_fills_them():
+    """ale-py takes a CPU torch.uint8 tensor as the output of getRAM and the screens (through
+    DLPack) and refuses a wrong dtype, shape or layout; hybridsim refused every tensor."""
+    torch = pytest.importorskip("torch")
+    from hybridsim.ale import ALEInterface
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+    path = str(roms.rom_path("pong"))
+    ours, theirs = ALEInterface(), ale_py.ALEInterface()
+    for ale in (ours, theirs):
+        ale.loadROM(path)
+        for _ in range(60):
+            ale.act(0)
+    u8 = dict(dtype=torch.uint8)
+    filled = [("getRAM", (128,)), ("getScreen", (210, 160)), ("getScreenRGB", (210, 160, 3)),
+              ("getScreenGrayscale", (210, 160))]
+    for method, shape in filled:
+        mine, reference = torch.zeros(shape, **u8), torch.zeros(shape, **u8)
+        assert getattr(ours, method)(mine) is None and getattr(theirs, method)(reference) is None
+        assert torch.equal(mine, reference) and mine.any(), method
+    refused = [("getRAM", torch.zeros(128, dtype=torch.float32)), ("getRAM", torch.zeros(127, **u8)),
+               ("getScreen", torch.zeros(210, 80, **u8)), ("getScreen", torch.zeros(210, 320, **u8)[:, ::2])]
+    for method, out in refused:
+        with pytest.raises((RuntimeError, TypeError)) as reference:
+            getattr(theirs, method)(out)
+        with pytest.raises(type(reference.value), match="out must be a"):
+            getattr(ours, method)(out)
