@@ -269,6 +269,7 @@ class AtariVectorEnv(VectorEnv):
         gpu_options: dict | None = None,
     ):
         self._turn, self._turn_holder = threading.Lock(), None  # _engine_call's
+        self._device_scope = contextlib.nullcontext  # the GPU engine's, once it is built
         if not isinstance(game, str):
             raise TypeError(f"game must be a game's name, such as 'pong', got {game!r}")
         if backend not in BACKENDS:
@@ -390,7 +391,6 @@ class AtariVectorEnv(VectorEnv):
         self.device = device
         self._xp = np
         self._deliver = None
-        self._device_scope = contextlib.nullcontext
         if gpu_options is not None and not isinstance(gpu_options, dict):
             raise ValueError(f"gpu_options must be a dict, got {type(gpu_options).__name__}")
         if backend == "cpu":
@@ -1043,6 +1043,8 @@ class AtariVectorEnv(VectorEnv):
     # ----- misc ----------------------------------------------------------------------------
     @_engine_call
     def close_extras(self, **kwargs) -> None:
+        if "_in_flight" not in self.__dict__:  # __init__ failed before a step could be sent
+            return
         self._drain()
         if self.backend == "cpu":
             self._engine.pool_stop()  # join the worker threads, as ale-py's close() does

@@ -725,6 +725,21 @@ def test_workers_are_pinned_to_cores_offset_on(batch_size):
     env.close()
 
 
+@pytest.mark.parametrize("fails_in", ["settings", "seeding"])
+def test_close_after_a_failed_start_does_nothing(monkeypatch, fails_in):
+    """A subclass (or a caller holding the object) may close() an environment whose
+    __init__ raised: an AttributeError from the half-built object hid the first error."""
+    if fails_in == "seeding":
+        def refuse(*args):
+            raise RuntimeError("no seeds today")
+        monkeypatch.setattr(AtariVectorEnv, "_reseed", refuse)
+    env = AtariVectorEnv.__new__(AtariVectorEnv)
+    with pytest.raises((ValueError, RuntimeError)):
+        env.__init__("pong", 4, batch_size=2, num_threads=2, noop_max=0 if fails_in == "seeding" else -1)
+    env.close()
+    assert env.closed
+
+
 def test_unpinned_workers_keep_the_process_affinity():
     env = AtariVectorEnv("pong", 4, batch_size=2, num_threads=2, noop_max=0)
     assert env.worker_cores is None
