@@ -245,6 +245,26 @@ def _cmd_games(args) -> int:
     return 0
 
 
+def _cmd_launchers(args) -> int:
+    import shlex
+    from hybridsim import launchers
+    if args.dest is None:
+        print(launchers.launch_dir())
+        return 0
+    folder, written = launchers.copy_launch_files(args.dest)
+    kept = len(launchers.LAUNCH_FILES) - len(written)
+    print(f"wrote {len(written)} launch files into {folder}"
+          + (f" ({kept} already there, identical)" if kept else ""))
+    home, python = shlex.quote(str(folder.parent)), shlex.quote(sys.executable)
+    print("submit a Slurm job (mpi_launch/README.md lists their settings), e.g.\n"
+          f"  HYBRIDSIM_DIR={home} PYTHON={python} GAME=pong LOG_DIR=runs/pong sbatch "
+          f"{home}/mpi_launch/slurm/single_node.sbatch\n"
+          "or launch the ranks yourself:\n"
+          f"  PYTHON={python} {home}/mpi_launch/hybridsim-mpirun --ranks-per-node 4 -- "
+          f"--game pong --log-dir runs/pong")
+    return 0
+
+
 def _cmd_info(args) -> int:
     import json
     from hybridsim import sysinfo
@@ -533,6 +553,12 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=TRAIN_EXIT_CODES)
     add_dataclass_arguments(p, TrainConfig)
     p.set_defaults(func=_cmd_train)
+    p = sub.add_parser("launchers", help="copy the mpirun wrapper and Slurm templates out of the "
+                                         "installed package (for a pip-installed hybridsim)")
+    p.add_argument("dest", nargs="?", default=None,
+                   help="the folder to hold mpi_launch/ (on a file system the nodes see); "
+                        "without it, print where they are installed")
+    p.set_defaults(func=_cmd_launchers)
     p = sub.add_parser("info", help="what this process sees: build, cores and threads, packages, "
                                     "ROMs, MPI launcher, torch, GPUs")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -172,10 +172,14 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path):
 
 def test_multi_node_template_on_one_node(cluster, tmp_path):
     # This cluster has one node: the template's path (node list from Slurm, hydra's srun
-    # proxies, ranks per node) with --nodes=1.
-    log_dir, out = tmp_path / "run", tmp_path / "job.out"
-    job = cluster.sbatch(LAUNCH / "slurm" / "multi_node.sbatch", "--nodes=1", *SMALL_JOB,
-                         f"--output={out}", env=job_env(LOG_DIR=log_dir, TOTAL_FRAMES=1000),
+    # proxies, ranks per node) with --nodes=1. Submitted as a pip-installed hybridsim's
+    # user would: a copy made by `hybridsim launchers`, outside any checkout.
+    log_dir, out, site = tmp_path / "run", tmp_path / "job.out", tmp_path / "site"
+    copied = subprocess.run([sys.executable, "-m", "hybridsim", "launchers", str(site)], capture_output=True,
+                            text=True, timeout=60, env=dict(os.environ, PYTHONPATH=python_path()))
+    assert copied.returncode == 0, copied.stderr
+    job = cluster.sbatch(site / "mpi_launch" / "slurm" / "multi_node.sbatch", "--nodes=1", *SMALL_JOB,
+                         f"--output={out}", env=job_env(LOG_DIR=log_dir, TOTAL_FRAMES=1000, HYBRIDSIM_DIR=site),
                          cwd=tmp_path)
     info = cluster.wait_job(job, timeout=170)
     assert info["JobState"] == "COMPLETED", read(out)

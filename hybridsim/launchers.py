@@ -1,0 +1,101 @@
+"""The MPI and Slurm launch files (the repository's mpi_launch/), installed with the package
+as hybridsim/mpi_launch so that a pip-installed hybridsim has them too.
+
+- `hybridsim-mpirun ARGS`: runs the installed wrapper (mpi_launch/README.md), with this
+  Python as the ranks' interpreter unless `--python` or $PYTHON says otherwise.
+- `hybridsim launchers DEST`: copies the files to DEST/mpi_launch/, where a batch system's
+  nodes see them; the Slurm templates then run with `HYBRIDSIM_DIR=DEST`.
+"""
+from __future__ import annotations
+
+import filecmp
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+
+# Relative to mpi_launch/; the executable ones get mode 755 in a copy. A wheel keeps the
+# modes of package data, but a copy must not depend on how the package was installed.
+LAUNCH_FILES = {
+    "README.md": False,
+    "hybridsim-mpirun": True,
+    "rank_env.sh": True,
+    "slurm/preemptible.sh": False,
+    "slurm/single_node.sbatch": True,
+    "slurm/multi_node.sbatch": True,
+    "slurm/array.sbatch": True,
+}
+
+
+def launch_dir() -> pathlib.Path:
+    """The installed hybridsim/mpi_launch, or, running from a source tree, the checkout's."""
+    package = pathlib.Path(__file__).resolve().parent
+    for folder in (package / "mpi_launch", package.parent / "mpi_launch"):
+        if all((folder / name).is_file() for name in LAUNCH_FILES):
+            return folder
+    raise FileNotFoundError(f"hybridsim at {package} has no complete mpi_launch/ folder (in it or beside "
+                            f"it); reinstall hybridsim (`pip install hybridsim[mpi]`)")
+
+
+def copy_launch_files(dest) -> tuple[pathlib.Path, list[str]]:
+    """Copy the launch files into DEST/mpi_launch/. A file already there with other contents
+    (a template someone edited) is never overwritten: the copy is refused, naming it, before
+    anything is written. Returns the folder and the files it wrote (identical ones stay)."""
+    source = launch_dir()
+    target = pathlib.Path(dest).expanduser().absolute() / "mpi_launch"
+    if target.resolve() == source.resolve():
+        raise ValueError(f"{target} is where the launch files are installed; copy them somewhere else")
+    if target.exists() and not target.is_dir():
+        raise NotADirectoryError(f"{target} exists and is not a directory")
+    differing, to_write = [], []
+    for name in LAUNCH_FILES:
+        path = target / name
+        if path.is_dir() or (path.exists() and not path.is_file()):
+            differing.append(f"{path} (not a file)")
+        elif not path.exists():
+            to_write.append(name)
+        elif not filecmp.cmp(source / name, path, shallow=False):
+            differing.append(str(path))
+    if differing:
+        raise FileExistsError(f"{len(differing)} launch file(s) already exist with other contents, left "
+                              f"as they are: {', '.join(differing)}; move them away or choose another "
+                              f"destination")
+    for name in to_write:
+        path = target / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # a temporary file renamed into place: an interrupted copy leaves no half template
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(handle, "wb") as out, open(source / name, "rb") as src:
+                shutil.copyfileobj(src, out)
+            os.chmod(temporary, 0o755 if LAUNCH_FILES[name] else 0o644)
+            os.replace(temporary, path)
+        except BaseException:
+            pathlib.Path(temporary).unlink(missing_ok=True)
+            raise
+    return target, to_write
+
+
+def mpirun(argv=None) -> int:
+    """The `hybridsim-mpirun` script: exec the installed bash wrapper. Its ranks run this
+    Python (the one with hybridsim) unless $PYTHON or --python names another."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        script = launch_dir() / "hybridsim-mpirun"
+    except FileNotFoundError as exc:
+        print(f"hybridsim-mpirun: error: {exc}", file=sys.stderr)
+        return 2
+    bash = shutil.which("bash")
+    if bash is None:
+        print("hybridsim-mpirun: error: no bash on PATH; the wrapper is a bash script", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    env.setdefault("PYTHON", sys.executable)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(bash, [bash, str(script), *argv], env)
+    except OSError as exc:
+        print(f"hybridsim-mpirun: error: cannot run {bash}: {exc}", file=sys.stderr)
+    return 2
