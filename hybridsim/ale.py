@@ -118,7 +118,7 @@ def _output_view(buffer):
                                   f"{type(buffer).__name__} cannot be viewed as one ({exc})") from exc
     try:
         return np.asarray(memoryview(buffer))
-    except TypeError:
+    except (TypeError, ValueError):  # no buffer, or a released memoryview: the core names it
         return buffer
 
 

@@ -226,7 +226,9 @@ def test_a_wrong_output_array_raises_what_ale_py_raises_too():
              ("getRAM", np.zeros(256, np.uint8)[::2]), ("getScreenRGB", read_only),
              ("getRAM", np.zeros(127, np.uint8)), ("getRAM", np.zeros((128, 1), np.uint8)),
              ("getScreenRGB", read_only_small), ("getRAM", bytes(128)), ("getRAM", bytearray(64)),
-             ("getRAM", array.array("b", bytes(128))), ("getRAM", memoryview(bytearray(512)).cast("i"))]
+             ("getRAM", array.array("b", bytes(128))), ("getRAM", memoryview(bytearray(512)).cast("i")),
+             ("getRAM", memoryview(bytearray(128)))]
+    cases[-1][1].release()  # a released view: a plain ValueError before
     for method, out in cases:
         with pytest.raises((RuntimeError, TypeError)) as reference:
             getattr(theirs, method)(out)
