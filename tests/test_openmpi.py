@@ -4,7 +4,9 @@ and directly (test_dist.py and test_slurm.py use pip's MPICH). Skipped without O
 (the PyPI wheels 4.1+ carry an Open MPI build next to the MPICH one)."""
 import os
 import pathlib
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -87,6 +89,34 @@ def test_wrapper_trains_two_open_mpi_ranks_like_one_rank(tmp_path):
     torch.testing.assert_close(p1, p2, rtol=1e-4, atol=1e-5)
     for rank in (0, 1):
         assert (tmp_path / "two" / f"traj_rank{rank:05d}.h5").is_file()
+
+
+def test_sigusr1_to_the_wrapper_checkpoints_and_ends_with_status_3(tmp_path):
+    """What the Slurm templates do before the time limit, under Open MPI: SIGUSR1 to the
+    wrapper (exec'd into mpirun, which forwards it to the ranks) ends the job with status 3,
+    which the templates requeue on, after a checkpoint the run resumes from."""
+    exe = open_mpi_mpirun()
+    run = tmp_path / "run"
+    job = subprocess.Popen([str(WRAPPER), "--ranks-per-node", "2", "--threads-per-rank", "1", *BIND_2X1,
+                            "--gpus-per-node", "0", "--mpiexec", exe, "--python", sys.executable, "--",
+                            *TRAIN_ARGS, "--total-frames", "10000000", "--num-envs", "2", "--log-dir", str(run)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job_env())
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "metrics.csv").is_file() or len((run / "metrics.csv").read_text().splitlines()) < 3:
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()[0][-3000:]
+            time.sleep(0.5)
+        job.send_signal(signal.SIGUSR1)
+        output = job.communicate(timeout=120)[0]
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    assert job.returncode == 3, output[-3000:]
+    stopped = re.findall(r"stopped by a signal at ([\d,]+) frames", output)
+    assert len(stopped) == 1, output[-3000:]  # rank 0 reports it
+    state = torch.load(run / "checkpoint.pt", weights_only=False)
+    assert state["frames"] == int(stopped[0].replace(",", "")) > 0 and state["world_size"] == 2
 
 
 @pytest.mark.parametrize("mode", ["kill", "exception"])
