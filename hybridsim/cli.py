@@ -186,6 +186,8 @@ def _cmd_replay(args) -> int:
 def _cmd_export(args) -> int:
     from hybridsim import export
     _given_paths(args, "file", "output")
+    if pathlib.Path(args.file).is_dir():
+        return _export_run(args)
     try:
         summary = export.export_dataset(args.file, args.output, env=args.env, compression=args.compression,
                                         overwrite=args.overwrite,
@@ -199,6 +201,46 @@ def _cmd_export(args) -> int:
           f"and episode end matches the log")
     print(f"wrote {args.output}")
     return 0
+
+
+def _export_run(args) -> int:
+    """Every rank file of a run directory, one after another (each re-emulation already uses
+    every core). A rank whose log the emulator does not reproduce, or that cannot be exported
+    (an asynchronous or damaged log), is reported and the others go on: status 1 if some
+    did not match, 2 if some failed. A stop signal, a full disk or another write error ends
+    the export there; the datasets written so far stay."""
+    from hybridsim import export, storage, trajlog
+    pairs = export.run_exports(args.file, args.output, overwrite=args.overwrite)
+    mismatched, failed, written = [], [], 0
+    for path, out in pairs:
+        try:
+            summary = export.export_dataset(
+                path, out, env=args.env, compression=args.compression, overwrite=args.overwrite,
+                report=lambda text, name=path.name: print(f"export {name}: {text}", file=sys.stderr, flush=True))
+        except export.ExportMismatch as exc:
+            print(f"{path.name}: MISMATCH {exc}", flush=True)
+            mismatched.append(path.name)
+            continue
+        except storage.StorageError:
+            print(f"{written} of {len(pairs)} datasets written into {args.output} before the error below",
+                  file=sys.stderr, flush=True)
+            raise
+        except (ValueError, trajlog.TrajectoryLogError) as exc:
+            print(f"{path.name}: not exported: {exc}", flush=True)
+            failed.append(path.name)
+            continue
+        except BaseException:
+            print(f"{written} of {len(pairs)} datasets written into {args.output} before the stop",
+                  file=sys.stderr, flush=True)
+            raise
+        written += 1
+        print(f"{path.name}: re-emulated {summary['rows']:,} steps of {summary['environments']} environments "
+              f"({summary['episodes_ended']} episode ends) in {summary['seconds']:.1f} s, all matching the log; "
+              f"wrote {out}", flush=True)
+    print(f"wrote {written} of {len(pairs)} datasets into {args.output}"
+          + (f"; the re-emulation does NOT reproduce {', '.join(mismatched)}" if mismatched else "")
+          + (f"; not exported: {', '.join(failed)}" if failed else ""))
+    return 2 if failed else 1 if mismatched else 0
 
 
 def _cmd_eval(args) -> int:
@@ -510,8 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "/final_index (row, column) for each step that ended an episode. Each reward, "
                        "episode end and logged observation is checked against the file; on a "
                        "difference nothing is written. Synchronous logs without gaps only.")
-    p.add_argument("file", help="a traj_rank*.h5 file")
-    p.add_argument("output", help="the dataset to write (a new .h5 file)")
+    p.add_argument("file", help="a traj_rank*.h5 file, or a run directory: each of its rank files in turn")
+    p.add_argument("output", help="the dataset to write (a new .h5 file); for a run directory, the folder "
+                                  "for its datasets (dataset_rankNNNNN.h5 for traj_rankNNNNN.h5)")
     p.add_argument("--env", default="run", choices=["run", "hybridsim", "ale-py"],
                    help="whose emulator re-emulates: the run's backend (default), hybridsim's CPU "
                         "engine, or ale-py")

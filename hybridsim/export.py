@@ -1,4 +1,5 @@
-"""`hybridsim export FILE OUTPUT.h5`: a rank's whole trajectory log as an offline dataset.
+"""`hybridsim export FILE OUTPUT.h5`: a rank's whole trajectory log as an offline dataset
+(`hybridsim export RUN_DIR OUT_DIR`: every rank's, one dataset per rank file).
 
 Training logs actions, rewards and flags for every step but observations for few (they
 are most of the bytes). Every environment's history follows from its seed and its
@@ -47,6 +48,37 @@ def check_output(out: str, overwrite: bool = False) -> None:
     if trajlog.has_log_name(out):  # analyze and resume would read it as one of a run's logs
         raise ValueError(f"output {out}: a trajectory log's name; name the dataset otherwise, "
                          f"e.g. dataset_{pathlib.Path(out).name}")
+
+
+def dataset_name(rank_file) -> str:
+    """A run directory's export names each rank's dataset after its file:
+    traj_rank00003.h5 -> dataset_rank00003.h5."""
+    return "dataset_" + pathlib.Path(rank_file).name.removeprefix("traj_")
+
+
+def run_exports(run_dir, out_dir, overwrite: bool = False) -> list[tuple[pathlib.Path, pathlib.Path]]:
+    """(rank file, dataset) for each rank file of `run_dir`, the datasets in `out_dir` (made
+    if missing). Every dataset is checked before any rank is re-emulated: one that exists
+    (without `overwrite`) or cannot be written refuses the whole export, naming them."""
+    files = trajlog.rank_files(run_dir)
+    out_dir = pathlib.Path(out_dir)
+    made = not out_dir.exists()
+    storage.check_output_directory(out_dir, "output")
+    pairs = [(path, out_dir / dataset_name(path)) for path in files]
+    problems = []
+    for _, out in pairs:
+        try:
+            check_output(str(out), overwrite)
+        except (ValueError, OSError) as exc:
+            problems.append(str(exc))
+    if problems:
+        if made:
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        raise FileExistsError(f"{len(problems)} of the {len(pairs)} datasets cannot be written, so none "
+                              f"was: {'; '.join(problems[:3])}{more}")
+    return pairs
 
 
 @contextlib.contextmanager

@@ -857,3 +857,45 @@ def test_export_of_another_ranks_file(tmp_path):
         assert list(g.attrs["env_ids"]) == [2, 3]
         assert set(f["observations/index"][:, 1]) == {2}  # the rank's first environment's
     _assert_export_holds_every_replayed_episode(path, out)
+
+    # the whole run directory: each rank's dataset, as the rank file's own export
+    datasets = tmp_path / "datasets"
+    (datasets / "nested").mkdir(parents=True)  # an existing folder takes them beside its files
+    whole = subprocess.run([sys.executable, "-m", "hybridsim", "export", str(run), str(datasets)],
+                           capture_output=True, text=True, timeout=300)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    assert f"wrote 2 of 2 datasets into {datasets}" in whole.stdout
+    assert sorted(p.name for p in datasets.iterdir()) == ["dataset_rank00000.h5", "dataset_rank00001.h5", "nested"]
+    with h5py.File(out, "r") as mine, h5py.File(datasets / "dataset_rank00001.h5", "r") as theirs:
+        assert set(mine) == set(theirs) and list(theirs.attrs["env_ids"]) == [2, 3]
+        for name in mine:
+            assert np.array_equal(mine[name][()], theirs[name][()]), name
+    _assert_export_holds_every_replayed_episode(trajlog.rank_file(run, 0), datasets / "dataset_rank00000.h5")
+
+    # every output is checked before any rank runs: one existing dataset refuses them all
+    (datasets / "dataset_rank00000.h5").unlink()
+    before = (datasets / "dataset_rank00001.h5").read_bytes()
+    again = subprocess.run([sys.executable, "-m", "hybridsim", "export", str(run), str(datasets)],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2, again.stderr
+    assert ("error: 1 of the 2 datasets cannot be written, so none was: output "
+            f"{datasets / 'dataset_rank00001.h5'}: already exists") in again.stderr
+    assert not (datasets / "dataset_rank00000.h5").exists()
+    assert (datasets / "dataset_rank00001.h5").read_bytes() == before
+
+    # a rank the emulator does not reproduce is reported; the others are still exported
+    with h5py.File(trajlog.rank_file(run, 1), "r+") as f:
+        f["steps/reward_raw"][3, 1] += 1.0
+    mixed = subprocess.run([sys.executable, "-m", "hybridsim", "export", str(run), str(tmp_path / "mixed")],
+                           capture_output=True, text=True, timeout=300)
+    assert mixed.returncode == 1, mixed.stderr[-2000:]
+    assert "traj_rank00001.h5: MISMATCH" in mixed.stdout and "step row 3" in mixed.stdout
+    assert "the re-emulation does NOT reproduce traj_rank00001.h5" in mixed.stdout
+    assert sorted(p.name for p in (tmp_path / "mixed").iterdir()) == ["dataset_rank00000.h5"]
+    with h5py.File(trajlog.rank_file(run, 0), "r+") as f:  # rows missing: it cannot be exported
+        f.attrs["gaps"] = json.dumps([[800, 1600]])
+    failed = subprocess.run([sys.executable, "-m", "hybridsim", "export", str(run), str(tmp_path / "failed")],
+                            capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 2, failed.stderr[-2000:]
+    assert "traj_rank00000.h5: not exported: " in failed.stdout and "lacks the step rows" in failed.stdout
+    assert "wrote 0 of 2 datasets" in failed.stdout and "not exported: traj_rank00000.h5" in failed.stdout
