@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import pathlib
 import platform
+import sys
 
 import numpy as np
 
@@ -198,11 +199,11 @@ print(json.dumps({"fps": a["steps"] * batch * 4 / dt}))
 
 
 def find_envpool_python(explicit: str | None = None) -> str | None:
-    """An interpreter with envpool importable: explicit, this one, or /tmp/epvenv (None: skip)."""
+    """An interpreter with envpool importable: the one named, else this one (None: skip).
+    Never a fixed path elsewhere: on a shared machine anyone could put a program there."""
     import shutil
     import subprocess
-    import sys
-    candidates = [explicit] if explicit else [sys.executable, "/tmp/epvenv/bin/python"]
+    candidates = [explicit] if explicit else [sys.executable]
     for py in candidates:
         if py and (os.path.isfile(py) or shutil.which(py)):
             ok = subprocess.run([py, "-c", "import envpool"], capture_output=True).returncode == 0
@@ -271,7 +272,7 @@ def bench_vector(games=VECTOR_GAMES, num_envs: int = 16, threads: int = 2, steps
         raise ValueError(f"--envpool-python {envpool_python}: not an interpreter that can "
                          f"import envpool")
     if envpool_py is None:
-        tried = envpool_python or "this interpreter and /tmp/epvenv/bin/python"
+        tried = envpool_python or f"this interpreter ({sys.executable})"
         print_fn(f"(EnvPool is not importable by {tried}: its column is skipped; "
                  "pass --envpool-python PATH)")
     mode = f"async, batches of {batch_size}" if 0 < batch_size < num_envs else "sync"
