@@ -297,12 +297,17 @@ def _cmd_launchers(args) -> int:
     kept = len(launchers.LAUNCH_FILES) - len(written)
     print(f"wrote {len(written)} launch files into {folder}"
           + (f" ({kept} already there, identical)" if kept else ""))
-    home, python = shlex.quote(str(folder.parent)), shlex.quote(sys.executable)
+    home = shlex.quote(str(folder.parent))
+    # this Python, and the mpiexec beside it (pip's MPICH, which its mpi4py goes with)
+    interpreter = f"PYTHON={shlex.quote(sys.executable)}"
+    mpiexec = launchers.python_mpiexec()
+    if mpiexec:
+        interpreter += f" MPIEXEC={shlex.quote(mpiexec)}"
     print("submit a Slurm job (mpi_launch/README.md lists their settings), e.g.\n"
-          f"  HYBRIDSIM_DIR={home} PYTHON={python} GAME=pong LOG_DIR=runs/pong sbatch "
+          f"  HYBRIDSIM_DIR={home} {interpreter} GAME=pong LOG_DIR=runs/pong sbatch "
           f"{home}/mpi_launch/slurm/single_node.sbatch\n"
           "or launch the ranks yourself:\n"
-          f"  PYTHON={python} {home}/mpi_launch/hybridsim-mpirun --ranks-per-node 4 -- "
+          f"  {interpreter} {home}/mpi_launch/hybridsim-mpirun --ranks-per-node 4 -- "
           f"--game pong --log-dir runs/pong")
     return 0
 
@@ -505,7 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (--vector)")
     p.add_argument("--scaling", default="1,2", help="thread counts of the --vector scaling table ('' = none)")
     p.add_argument("--envpool-python", default=None,
-                   help="interpreter with envpool installed (default: this one, else /tmp/epvenv/bin/python)")
+                   help="interpreter with envpool installed (default: this one)")
     p.set_defaults(func=_cmd_bench, default_of=p.get_default)
     p = sub.add_parser("verify", help="compare hybridsim with ale-py frame by frame")
     which = p.add_mutually_exclusive_group()
@@ -624,7 +629,35 @@ def run(argv=None) -> int:
     if code in (PREEMPTED_EXIT_CODE, STORAGE_EXIT_CODE):
         from hybridsim import dist
         dist.finalize_stopped_job()
+    try:  # what is still buffered, here rather than at exit, where Python would print a traceback
+        sys.stdout.flush()
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise
+        return _reader_gone()
     return code
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reading end was closed (`hybridsim games | head -2`):
+    poll(2) reports POLLERR for such a write end."""
+    import select
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll, or stdout is no file
+        return False
+
+
+def _reader_gone() -> int:
+    """End quietly, as a program killed by SIGPIPE would (status 128 + 13): what remains for
+    stdout goes nowhere, so Python's flush at exit raises nothing more."""
+    import os
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def main(argv=None) -> int:
@@ -663,6 +696,8 @@ def _main(argv, openmp_note) -> int:
     try:
         return args.func(args)
     except (ValueError, RuntimeError, OSError, TypeError) as exc:
+        if isinstance(exc, BrokenPipeError) and _stdout_reader_gone():
+            return _reader_gone()
         _abort_mpi_job(2, f"hybridsim {args.command}: error: {exc}")
         return 2
     except SystemExit:

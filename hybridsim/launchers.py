@@ -2,7 +2,8 @@
 as hybridsim/mpi_launch so that a pip-installed hybridsim has them too.
 
 - `hybridsim-mpirun ARGS`: runs the installed wrapper (mpi_launch/README.md), with this
-  Python as the ranks' interpreter unless `--python` or $PYTHON says otherwise.
+  Python as the ranks' interpreter, and the mpiexec installed beside it (pip's MPICH) as
+  the launcher where there is one, unless the options or $PYTHON / $MPIEXEC say otherwise.
 - `hybridsim launchers DEST`: copies the files to DEST/mpi_launch/, where a batch system's
   nodes see them; the Slurm templates then run with `HYBRIDSIM_DIR=DEST`.
 """
@@ -38,18 +39,26 @@ def launch_dir() -> pathlib.Path:
                             f"it); reinstall hybridsim (`pip install hybridsim[mpi]`)")
 
 
+def python_mpiexec() -> str | None:
+    """The mpiexec installed beside this Python (`pip install hybridsim[mpi]` puts MPICH's
+    there), which its mpi4py was installed to go with; None if there is none."""
+    path = pathlib.Path(sys.executable).parent / "mpiexec"
+    return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+
+
 def copy_launch_files(dest) -> tuple[pathlib.Path, list[str]]:
     """Copy the launch files into DEST/mpi_launch/. A file already there with other contents
     (a template someone edited) is never overwritten: the copy is refused, naming it, before
-    anything is written. Returns the folder and the files it wrote (identical ones stay)."""
+    anything is written. Returns the folder and the files it wrote; an identical one stays,
+    its executable bits restored if it lost them."""
     source = launch_dir()
     target = pathlib.Path(dest).expanduser().absolute() / "mpi_launch"
     if target.resolve() == source.resolve():
         raise ValueError(f"{target} is where the launch files are installed; copy them somewhere else")
     if target.exists() and not target.is_dir():
         raise NotADirectoryError(f"{target} exists and is not a directory")
-    differing, to_write = [], []
-    for name in LAUNCH_FILES:
+    differing, to_write, to_mark = [], [], []
+    for name, executable in LAUNCH_FILES.items():
         path = target / name
         if path.is_dir() or (path.exists() and not path.is_file()):
             differing.append(f"{path} (not a file)")
@@ -57,6 +66,8 @@ def copy_launch_files(dest) -> tuple[pathlib.Path, list[str]]:
             to_write.append(name)
         elif not filecmp.cmp(source / name, path, shallow=False):
             differing.append(str(path))
+        elif executable and not os.access(path, os.X_OK):
+            to_mark.append(path)
     if differing:
         raise FileExistsError(f"{len(differing)} launch file(s) already exist with other contents, left "
                               f"as they are: {', '.join(differing)}; move them away or choose another "
@@ -74,12 +85,17 @@ def copy_launch_files(dest) -> tuple[pathlib.Path, list[str]]:
         except BaseException:
             pathlib.Path(temporary).unlink(missing_ok=True)
             raise
+    for path in to_mark:  # the contents are ours; only the mode changes
+        os.chmod(path, path.stat().st_mode | 0o111)
     return target, to_write
 
 
 def mpirun(argv=None) -> int:
     """The `hybridsim-mpirun` script: exec the installed bash wrapper. Its ranks run this
-    Python (the one with hybridsim) unless $PYTHON or --python names another."""
+    Python (the one with hybridsim) unless $PYTHON or --python names another, launched by
+    the mpiexec beside it if there is one, unless $MPIEXEC or --mpiexec names another:
+    another MPI's mpiexec on PATH (the system's Open MPI) would start ranks whose mpi4py
+    was installed for pip's MPICH."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         script = launch_dir() / "hybridsim-mpirun"
@@ -92,6 +108,9 @@ def mpirun(argv=None) -> int:
         return 2
     env = dict(os.environ)
     env.setdefault("PYTHON", sys.executable)
+    beside = python_mpiexec()
+    if beside:
+        env.setdefault("MPIEXEC", beside)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -59,9 +59,14 @@ def test_launchers_copies_the_files_and_never_overwrites_an_edited_one(tmp_path)
         assert (copy / name).read_bytes() == (launchers.launch_dir() / name).read_bytes()
         assert stat.S_IMODE((copy / name).stat().st_mode) == (0o755 if executable else 0o644), name
     assert sorted(p.name for p in copy.rglob(".*")) == []  # no temporary file left
+    (copy / "rank_env.sh").chmod(0o644)  # a copy that lost its modes gets them back
     again = hybridsim_command("launchers", str(tmp_path / "site"))
     assert again.returncode == 0 and "wrote 0 launch files" in again.stdout
     assert "(7 already there, identical)" in again.stdout
+    assert stat.S_IMODE((copy / "rank_env.sh").stat().st_mode) == 0o755
+    beside = launchers.python_mpiexec()  # pip's MPICH beside this Python, if installed so
+    assert (f"PYTHON={sys.executable} MPIEXEC={beside} " if beside else f"PYTHON={sys.executable} GAME") \
+        in again.stdout
 
     template = copy / "slurm" / "single_node.sbatch"
     template.write_text(template.read_text().replace("--time=24:00:00", "--time=02:00:00"))
@@ -112,11 +117,28 @@ def test_hybridsim_mpirun_runs_the_installed_wrapper_with_this_python(tmp_path):
     assert done.returncode == 0, done.stderr
     words = done.stdout.split()
     rank_env = str(launchers.launch_dir() / "rank_env.sh")
-    assert words[words.index(rank_env) + 1:] == [sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train",
-                                                 "--game", "pong", "--num-threads", "1", "--torch-threads", "1"]
+    python, *rest = words[words.index(rank_env) + 1:]
+    # the console script's own interpreter: this venv's python, maybe by another of its names
+    assert os.path.samefile(python, sys.executable), python
+    assert rest == ["-m", "mpi4py", "-m", "hybridsim", "train", "--game", "pong", "--num-threads", "1",
+                    "--torch-threads", "1"]
     chosen = subprocess.run([*start, *args], capture_output=True, text=True, timeout=60,
                             env={**env, "PYTHON": "/opt/other/python3"})
     assert f"{rank_env} /opt/other/python3 -m mpi4py" in chosen.stdout, chosen.stdout + chosen.stderr
     bad = subprocess.run([*start, "--ranks-per-node", "0"], capture_output=True, text=True, timeout=60,
                          env=env)
     assert bad.returncode == 2 and "hybridsim-mpirun" in bad.stderr, bad.stderr
+
+    # no --mpiexec: the mpiexec beside this Python, not another MPI's first on PATH
+    beside = launchers.python_mpiexec()
+    if beside is None:
+        return
+    other = tmp_path / "other"
+    other.mkdir()
+    fake_mpiexec(other)
+    path_first = {**{k: v for k, v in env.items() if k != "MPIEXEC"},
+                  "PATH": f"{other}{os.pathsep}{env.get('PATH', '')}"}
+    default = subprocess.run([*start, "--ranks-per-node", "1", "--threads-per-rank", "1", "--no-bind", "--dry-run",
+                              "--", "--game", "pong"], capture_output=True, text=True, timeout=60, env=path_first)
+    assert default.returncode == 0, default.stderr
+    assert default.stdout.split()[0] == beside, default.stdout

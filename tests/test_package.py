@@ -108,3 +108,20 @@ def test_a_build_without_a_cpp_compiler_names_it(tmp_path):
     assert f"error: no C++ compiler: {missing!r}" in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert not list((tmp_path / "l").rglob("*.so"))
+
+
+@pytest.mark.parametrize("command", [["games"], ["info", "--brief"], ["launchers"],
+                                     ["verify", "--games", "pong", "--frames", "30"]])
+def test_a_closed_output_pipe_ends_quietly(command):
+    """`hybridsim games | head -2`: stdout's reader has gone. A status of 128 + SIGPIPE, as
+    a program the signal ended, and no traceback or 'error: Broken pipe' (status 2, which
+    reads as bad settings). Both paths: a print that fails, and the flush at the end."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # gone before anything is written
+    try:
+        done = subprocess.run([sys.executable, "-m", "hybridsim", *command], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141, done.stderr
+    assert "Traceback" not in done.stderr and "Broken pipe" not in done.stderr, done.stderr
