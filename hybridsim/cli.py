@@ -203,9 +203,14 @@ def _cmd_export(args) -> int:
     return 0
 
 
+def _export_ended(path, written, pairs, output) -> None:
+    print(f"the export ended at {path.name}, with {written} of {len(pairs)} datasets written into {output}",
+          file=sys.stderr, flush=True)
+
+
 def _export_run(args) -> int:
-    """Every rank file of a run directory, one after another (each re-emulation already uses
-    every core). A rank whose log the emulator does not reproduce, or that cannot be exported
+    """Every rank file of a run directory, one after another (each re-emulation steps its
+    rank's environments in parallel; docs/HDF5_LAYOUT.md runs several at once). A rank whose log the emulator does not reproduce, or that cannot be exported
     (an asynchronous or damaged log), is reported and the others go on: status 1 if some
     did not match, 2 if some failed. A stop signal, a full disk or another write error ends
     the export there; the datasets written so far stay."""
@@ -221,17 +226,15 @@ def _export_run(args) -> int:
             print(f"{path.name}: MISMATCH {exc}", flush=True)
             mismatched.append(path.name)
             continue
-        except storage.StorageError:
-            print(f"{written} of {len(pairs)} datasets written into {args.output} before the error below",
-                  file=sys.stderr, flush=True)
-            raise
         except (ValueError, trajlog.TrajectoryLogError) as exc:
+            if isinstance(exc, storage.StorageError):  # a full disk: the next ranks would fail too
+                _export_ended(path, written, pairs, args.output)
+                raise
             print(f"{path.name}: not exported: {exc}", flush=True)
             failed.append(path.name)
             continue
         except BaseException:
-            print(f"{written} of {len(pairs)} datasets written into {args.output} before the stop",
-                  file=sys.stderr, flush=True)
+            _export_ended(path, written, pairs, args.output)
             raise
         written += 1
         print(f"{path.name}: re-emulated {summary['rows']:,} steps of {summary['environments']} environments "

@@ -93,9 +93,9 @@ def copy_launch_files(dest) -> tuple[pathlib.Path, list[str]]:
 def mpirun(argv=None) -> int:
     """The `hybridsim-mpirun` script: exec the installed bash wrapper. Its ranks run this
     Python (the one with hybridsim) unless $PYTHON or --python names another, launched by
-    the mpiexec beside it if there is one, unless $MPIEXEC or --mpiexec names another:
-    another MPI's mpiexec on PATH (the system's Open MPI) would start ranks whose mpi4py
-    was installed for pip's MPICH."""
+    the mpiexec beside it if there is one, unless $MPIEXEC or --mpiexec names another: the
+    MPI installed with that Python, as an activated environment would find it, rather than
+    whichever mpiexec is first on PATH (a cluster's Open MPI module, say)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         script = launch_dir() / "hybridsim-mpirun"

@@ -764,6 +764,18 @@ def test_export_stops_before_a_write_the_disk_has_no_room_for(short_episode_run,
     assert out.read_bytes() == b"the previous export"
 
 
+def test_a_run_directory_export_ends_at_a_full_disk(short_episode_run, tmp_path, monkeypatch, capsys):
+    """The next ranks would meet the same full disk: the export ends there, saying how far
+    it got, with status 2 (not each rank reported as 'not exported' in turn)."""
+    from hybridsim import cli, storage
+    monkeypatch.setattr(storage, "free_bytes", lambda where: export.HEADROOM_BYTES)
+    assert cli.main(["export", str(short_episode_run), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "the export ended at traj_rank00000.h5, with 0 of 1 datasets written into" in err, err
+    assert "No space left on device" in err and "not exported" not in err
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 def test_export_onto_a_real_full_disk_ends_with_an_error(short_episode_run, small_fs):
     fs = small_fs("1m")
     done = subprocess.run([sys.executable, "-m", "hybridsim", "export",
