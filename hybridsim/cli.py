@@ -138,7 +138,7 @@ def _given_paths(args, *names) -> None:
     '', eval '') or "not given" (--gif '')."""
     for name in names:
         if getattr(args, name, None) == "":
-            flag = name if name in ("target", "checkpoint", "file", "output") else f"--{name.replace('_', '-')}"
+            flag = name if name in ("target", "checkpoint", "file", "output", "dest") else f"--{name.replace('_', '-')}"
             raise ValueError(f"{flag}: an empty path; name a file or directory")
 
 
@@ -226,10 +226,10 @@ def _export_run(args) -> int:
             print(f"{path.name}: MISMATCH {exc}", flush=True)
             mismatched.append(path.name)
             continue
+        except storage.StorageError:  # a full disk: the next ranks would fail too
+            _export_ended(path, written, pairs, args.output)
+            raise
         except (ValueError, trajlog.TrajectoryLogError) as exc:
-            if isinstance(exc, storage.StorageError):  # a full disk: the next ranks would fail too
-                _export_ended(path, written, pairs, args.output)
-                raise
             print(f"{path.name}: not exported: {exc}", flush=True)
             failed.append(path.name)
             continue
@@ -296,12 +296,14 @@ def _cmd_launchers(args) -> int:
     if args.dest is None:
         print(launchers.launch_dir())
         return 0
-    folder, written = launchers.copy_launch_files(args.dest)
+    _given_paths(args, "dest")
+    folder, written, replaced = launchers.copy_launch_files(args.dest, overwrite=args.overwrite)
     kept = len(launchers.LAUNCH_FILES) - len(written)
     print(f"wrote {len(written)} launch files into {folder}"
-          + (f" ({kept} already there, identical)" if kept else ""))
+          + (f" ({kept} already there, identical)" if kept else "")
+          + (f"; replaced {', '.join(replaced)}" if replaced else ""))
     home = shlex.quote(str(folder.parent))
-    # this Python, and the mpiexec beside it (pip's MPICH, which its mpi4py goes with)
+    # this Python, and pip's MPICH installed for it (which its mpi4py goes with)
     interpreter = f"PYTHON={shlex.quote(sys.executable)}"
     mpiexec = launchers.python_mpiexec()
     if mpiexec:
@@ -310,7 +312,7 @@ def _cmd_launchers(args) -> int:
           f"  HYBRIDSIM_DIR={home} {interpreter} GAME=pong LOG_DIR=runs/pong sbatch "
           f"{home}/mpi_launch/slurm/single_node.sbatch\n"
           "or launch the ranks yourself:\n"
-          f"  {interpreter} {home}/mpi_launch/hybridsim-mpirun --ranks-per-node 4 -- "
+          f"  {interpreter} bash {home}/mpi_launch/hybridsim-mpirun --ranks-per-node 2 -- "
           f"--game pong --log-dir runs/pong")
     return 0
 
@@ -609,6 +611,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dest", nargs="?", default=None,
                    help="the folder to hold mpi_launch/ (on a file system the nodes see); "
                         "without it, print where they are installed")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace files in DEST/mpi_launch/ that differ (a copy from another hybridsim "
+                        "version, or edited); without it such a copy is refused")
     p.set_defaults(func=_cmd_launchers)
     p = sub.add_parser("info", help="what this process sees: build, cores and threads, packages, "
                                     "ROMs, MPI launcher, torch, GPUs")

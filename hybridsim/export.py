@@ -62,8 +62,10 @@ def run_exports(run_dir, out_dir, overwrite: bool = False) -> list[tuple[pathlib
     (without `overwrite`) or cannot be written refuses the whole export, naming them."""
     files = trajlog.rank_files(run_dir)
     out_dir = pathlib.Path(out_dir)
-    made = not out_dir.exists()
-    storage.check_output_directory(out_dir, "output")
+    if not out_dir.exists() and out_dir.suffix.lower() in (".h5", ".hdf5"):
+        raise ValueError(f"output {out_dir}: a run directory exports into a folder, one dataset per rank "
+                         f"file; name a folder (or one rank file, traj_rankNNNNN.h5, for one dataset)")
+    storage.check_output_directory(out_dir, "output")  # (a folder it makes holds no dataset yet)
     pairs = [(path, out_dir / dataset_name(path)) for path in files]
     problems = []
     for _, out in pairs:
@@ -72,9 +74,6 @@ def run_exports(run_dir, out_dir, overwrite: bool = False) -> list[tuple[pathlib
         except (ValueError, OSError) as exc:
             problems.append(str(exc))
     if problems:
-        if made:
-            with contextlib.suppress(OSError):
-                out_dir.rmdir()
         more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
         raise FileExistsError(f"{len(problems)} of the {len(pairs)} datasets cannot be written, so none "
                               f"was: {'; '.join(problems[:3])}{more}")

@@ -2,7 +2,7 @@
 as hybridsim/mpi_launch so that a pip-installed hybridsim has them too.
 
 - `hybridsim-mpirun ARGS`: runs the installed wrapper (mpi_launch/README.md), with this
-  Python as the ranks' interpreter, and the mpiexec installed beside it (pip's MPICH) as
+  Python as the ranks' interpreter, and pip's MPICH installed for it (`hybridsim[mpi]`) as
   the launcher where there is one, unless the options or $PYTHON / $MPIEXEC say otherwise.
 - `hybridsim launchers DEST`: copies the files to DEST/mpi_launch/, where a batch system's
   nodes see them; the Slurm templates then run with `HYBRIDSIM_DIR=DEST`.
@@ -14,7 +14,8 @@ import os
 import pathlib
 import shutil
 import sys
-import tempfile
+
+from hybridsim import storage
 
 # Relative to mpi_launch/; the executable ones get mode 755 in a copy. A wheel keeps the
 # modes of package data, but a copy must not depend on how the package was installed.
@@ -40,16 +41,27 @@ def launch_dir() -> pathlib.Path:
 
 
 def python_mpiexec() -> str | None:
-    """The mpiexec installed beside this Python (`pip install hybridsim[mpi]` puts MPICH's
-    there), which its mpi4py was installed to go with; None if there is none."""
-    path = pathlib.Path(sys.executable).parent / "mpiexec"
-    return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+    """The mpiexec of pip's MPICH (`pip install hybridsim[mpi]`) as installed for this
+    Python (its venv's bin/, or ~/.local/bin for a --user install), which its mpi4py goes
+    with; None without that package."""
+    from importlib import metadata
+    try:
+        files = metadata.distribution("mpich").files or []
+    except metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if file.name == "mpiexec" and file.parent.name in ("bin", "Scripts"):
+            path = pathlib.Path(os.path.normpath(file.locate()))  # the RECORD's ../../../bin
+            if path.is_file() and os.access(path, os.X_OK):
+                return str(path)
+    return None
 
 
-def copy_launch_files(dest) -> tuple[pathlib.Path, list[str]]:
+def copy_launch_files(dest, overwrite: bool = False) -> tuple[pathlib.Path, list[str], list[str]]:
     """Copy the launch files into DEST/mpi_launch/. A file already there with other contents
-    (a template someone edited) is never overwritten: the copy is refused, naming it, before
-    anything is written. Returns the folder and the files it wrote; an identical one stays,
+    (a template someone edited, or a copy from another hybridsim version) is not overwritten
+    unless `overwrite`: the copy is refused, naming it, before anything is written. Returns
+    the folder, the files it wrote, and those of them it replaced; an identical one stays,
     its executable bits restored if it lost them."""
     source = launch_dir()
     target = pathlib.Path(dest).expanduser().absolute() / "mpi_launch"
@@ -68,34 +80,32 @@ def copy_launch_files(dest) -> tuple[pathlib.Path, list[str]]:
             differing.append(str(path))
         elif executable and not os.access(path, os.X_OK):
             to_mark.append(path)
-    if differing:
-        raise FileExistsError(f"{len(differing)} launch file(s) already exist with other contents, left "
-                              f"as they are: {', '.join(differing)}; move them away or choose another "
-                              f"destination")
-    for name in to_write:
+    if any(text.endswith("(not a file)") for text in differing):
+        raise FileExistsError(f"in the way of the launch files: {', '.join(differing)}")
+    if differing and not overwrite:
+        raise FileExistsError(f"{len(differing)} launch file(s) already exist with other contents (edited, or "
+                              f"copied by another hybridsim version), left as they are: {', '.join(differing)}; "
+                              f"move them away, choose another destination, or pass --overwrite to replace them")
+    replaced = [str(pathlib.Path(p).relative_to(target)) for p in differing]
+    for name in to_write + replaced:
         path = target / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        # a temporary file renamed into place: an interrupted copy leaves no half template
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(handle, "wb") as out, open(source / name, "rb") as src:
-                shutil.copyfileobj(src, out)
-            os.chmod(temporary, 0o755 if LAUNCH_FILES[name] else 0o644)
-            os.replace(temporary, path)
-        except BaseException:
-            pathlib.Path(temporary).unlink(missing_ok=True)
-            raise
+
+        def write(out, name=name):  # the mode set before the rename: never a half-made script
+            out.write((source / name).read_bytes())
+            os.fchmod(out.fileno(), 0o755 if LAUNCH_FILES[name] else 0o644)
+        storage.write_output(path, "a launch file", write)
     for path in to_mark:  # the contents are ours; only the mode changes
         os.chmod(path, path.stat().st_mode | 0o111)
-    return target, to_write
+    return target, to_write + replaced, replaced
 
 
 def mpirun(argv=None) -> int:
     """The `hybridsim-mpirun` script: exec the installed bash wrapper. Its ranks run this
     Python (the one with hybridsim) unless $PYTHON or --python names another, launched by
-    the mpiexec beside it if there is one, unless $MPIEXEC or --mpiexec names another: the
-    MPI installed with that Python, as an activated environment would find it, rather than
-    whichever mpiexec is first on PATH (a cluster's Open MPI module, say)."""
+    pip's MPICH installed for it if there is one, unless $MPIEXEC, --mpiexec or --mpi-flavor
+    says otherwise: the MPI installed with that Python's mpi4py, rather than whichever
+    mpiexec is first on PATH (a cluster's Open MPI module, say)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         script = launch_dir() / "hybridsim-mpirun"
@@ -109,7 +119,8 @@ def mpirun(argv=None) -> int:
     env = dict(os.environ)
     env.setdefault("PYTHON", sys.executable)
     beside = python_mpiexec()
-    if beside:
+    # not with --mpi-flavor: a launcher of that flavour is meant, which may not be MPICH's
+    if beside and not any(a == "--mpi-flavor" or a.startswith("--mpi-flavor=") for a in argv):
         env.setdefault("MPIEXEC", beside)
     sys.stdout.flush()
     sys.stderr.flush()

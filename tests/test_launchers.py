@@ -73,24 +73,38 @@ def test_launchers_copies_the_files_and_never_overwrites_an_edited_one(tmp_path)
     (copy / "rank_env.sh").unlink()
     refused = hybridsim_command("launchers", str(tmp_path / "site"))
     assert refused.returncode == 2
-    assert (f"hybridsim launchers: error: 1 launch file(s) already exist with other contents, left as "
-            f"they are: {template}") in refused.stderr
+    assert (f"hybridsim launchers: error: 1 launch file(s) already exist with other contents (edited, or "
+            f"copied by another hybridsim version), left as they are: {template}; ") in refused.stderr
     assert "--time=02:00:00" in template.read_text()
     assert not (copy / "rank_env.sh").exists()  # refused before anything was written
+    replaced = hybridsim_command("launchers", str(tmp_path / "site"), "--overwrite")
+    assert replaced.returncode == 0, replaced.stderr
+    assert "wrote 2 launch files" in replaced.stdout and "replaced slurm/single_node.sbatch" in replaced.stdout
+    assert template.read_bytes() == (launchers.launch_dir() / "slurm" / "single_node.sbatch").read_bytes()
+    assert stat.S_IMODE(template.stat().st_mode) == 0o755 and (copy / "rank_env.sh").is_file()
+    assert sorted(p.name for p in copy.rglob(".*")) + sorted(p.name for p in copy.rglob("*.tmp")) == []
 
 
-@pytest.mark.parametrize("case", ["a file", "the installed folder"])
+@pytest.mark.parametrize("case", ["a file", "a folder in the way", "the installed folder", "an empty path"])
 def test_launchers_refuses_a_destination_it_cannot_use(tmp_path, case):
+    dest = tmp_path / "x"
     if case == "a file":
-        dest = tmp_path / "x"
         (dest / "mpi_launch").parent.mkdir()
         (dest / "mpi_launch").write_text("")
         message = f"{dest / 'mpi_launch'} exists and is not a directory"
-    else:
+    elif case == "a folder in the way":
+        (dest / "mpi_launch" / "rank_env.sh").mkdir(parents=True)
+        message = f"in the way of the launch files: {dest / 'mpi_launch' / 'rank_env.sh'} (not a file)"
+    elif case == "the installed folder":
         dest = launchers.launch_dir().parent
         message = "is where the launch files are installed"
-    done = hybridsim_command("launchers", str(dest))
+    else:
+        dest = ""
+        message = "dest: an empty path"
+    done = subprocess.run([sys.executable, "-m", "hybridsim", "launchers", str(dest), "--overwrite"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not (tmp_path / "mpi_launch").exists()
 
 
 def test_a_copied_template_finds_its_launch_files(tmp_path):
@@ -142,3 +156,20 @@ def test_hybridsim_mpirun_runs_the_installed_wrapper_with_this_python(tmp_path):
                               "--", "--game", "pong"], capture_output=True, text=True, timeout=60, env=path_first)
     assert default.returncode == 0, default.stderr
     assert default.stdout.split()[0] == beside, default.stdout
+
+
+def test_hybridsim_mpirun_leaves_the_launcher_to_an_mpi_flavour_given(monkeypatch):
+    """pip's MPICH is the default launcher, but not when --mpi-flavor names the kind wanted
+    (its hydra would be refused as not Open MPI), nor over $MPIEXEC."""
+    beside = launchers.python_mpiexec()
+    if beside is None:
+        pytest.skip("no pip MPICH installed for this Python")
+    started = []
+    monkeypatch.setattr(os, "execve", lambda program, args, env: started.append(env))
+    monkeypatch.delenv("MPIEXEC", raising=False)
+    launchers.mpirun(["--dry-run", "--", "--game", "pong"])
+    launchers.mpirun(["--mpi-flavor", "openmpi", "--dry-run", "--", "--game", "pong"])
+    launchers.mpirun(["--mpi-flavor=openmpi", "--dry-run", "--", "--game", "pong"])
+    monkeypatch.setenv("MPIEXEC", "/opt/site/mpiexec")
+    launchers.mpirun(["--dry-run", "--", "--game", "pong"])
+    assert [env.get("MPIEXEC") for env in started] == [beside, None, None, "/opt/site/mpiexec"]

@@ -776,6 +776,14 @@ def test_a_run_directory_export_ends_at_a_full_disk(short_episode_run, tmp_path,
     assert list((tmp_path / "out").iterdir()) == []
 
 
+def test_a_run_directory_export_to_a_file_name_is_refused(short_episode_run, tmp_path, capsys):
+    """`export RUN_DIR out.h5` made a folder named out.h5: a run exports into a folder."""
+    from hybridsim import cli
+    assert cli.main(["export", str(short_episode_run), str(tmp_path / "out.h5")]) == 2
+    assert "a run directory exports into a folder, one dataset per rank file" in capsys.readouterr().err
+    assert not (tmp_path / "out.h5").exists()
+
+
 def test_export_onto_a_real_full_disk_ends_with_an_error(short_episode_run, small_fs):
     fs = small_fs("1m")
     done = subprocess.run([sys.executable, "-m", "hybridsim", "export",
