@@ -69,24 +69,24 @@ def copy_launch_files(dest, overwrite: bool = False) -> tuple[pathlib.Path, list
         raise ValueError(f"{target} is where the launch files are installed; copy them somewhere else")
     if target.exists() and not target.is_dir():
         raise NotADirectoryError(f"{target} exists and is not a directory")
-    differing, to_write, to_mark = [], [], []
+    in_the_way, differing, to_write, to_mark = [], [], [], []
     for name, executable in LAUNCH_FILES.items():
         path = target / name
         if path.is_dir() or (path.exists() and not path.is_file()):
-            differing.append(f"{path} (not a file)")
+            in_the_way.append(f"{path} (not a file)")
         elif not path.exists():
             to_write.append(name)
         elif not filecmp.cmp(source / name, path, shallow=False):
-            differing.append(str(path))
+            differing.append(path)
         elif executable and not os.access(path, os.X_OK):
             to_mark.append(path)
-    if any(text.endswith("(not a file)") for text in differing):
-        raise FileExistsError(f"in the way of the launch files: {', '.join(differing)}")
+    if in_the_way:
+        raise FileExistsError(f"in the way of the launch files: {', '.join(in_the_way)}")
     if differing and not overwrite:
         raise FileExistsError(f"{len(differing)} launch file(s) already exist with other contents (edited, or "
-                              f"copied by another hybridsim version), left as they are: {', '.join(differing)}; "
+                              f"copied by another hybridsim version), left as they are: {', '.join(map(str, differing))}; "
                               f"move them away, choose another destination, or pass --overwrite to replace them")
-    replaced = [str(pathlib.Path(p).relative_to(target)) for p in differing]
+    replaced = [str(path.relative_to(target)) for path in differing]
     for name in to_write + replaced:
         path = target / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,7 +120,8 @@ def mpirun(argv=None) -> int:
     env.setdefault("PYTHON", sys.executable)
     beside = python_mpiexec()
     # not with --mpi-flavor: a launcher of that flavour is meant, which may not be MPICH's
-    if beside and not any(a == "--mpi-flavor" or a.startswith("--mpi-flavor=") for a in argv):
+    options = argv[:argv.index("--")] if "--" in argv else argv  # the wrapper's, not train's
+    if beside and not any(a == "--mpi-flavor" or a.startswith("--mpi-flavor=") for a in options):
         env.setdefault("MPIEXEC", beside)
     sys.stdout.flush()
     sys.stderr.flush()
