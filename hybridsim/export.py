@@ -308,3 +308,71 @@ def _check_row(path, r, log, i, reward, terminated, truncated) -> None:
         raise ExportMismatch(f"{path}: step row {r}: the re-emulated {' and '.join(problems)} differ "
                              f"from the logged ones (not this run's log, or a damaged one); nothing "
                              f"was written")
+
+
+DATASET_COLUMNS = ("action", "reward_raw", "terminated", "truncated", "cut_short", "episode_id",
+                   "global_frame", "behavior_logits")
+
+
+def iter_transitions(path, block_rows: int = BLOCK_ROWS):
+    """The transitions of a dataset `export` wrote, a block of rows at a time: each yield is
+    a dict of arrays with one entry per (row, column) step, in row-major order:
+    `observations` (what the policy saw), `actions`, `rewards` (unclipped), `terminated`,
+    `truncated`, `cut_short` (a resume restarted the environment after this step),
+    `next_observations`, `behavior_logits`, `episode_id`, `global_frame`, `env_id` and
+    `row`. A step's next observation is the next row's, unless the step ended its episode
+    (terminated, truncated or cut short): then the one in `final_observations`. The last
+    row's steps that end no episode have no next observation in the file and are left out.
+    A file that is not such a dataset, or is damaged, raises TrajectoryLogError naming it."""
+    path = pathlib.Path(path)
+    if block_rows < 1:
+        raise ValueError(f"block_rows must be >= 1, got {block_rows}")
+    trajlog._check_superblock(path)  # a missing, foreign or truncated file, by name
+    try:
+        with h5py.File(path, "r", locking=False) as g:
+            yield from _dataset_blocks(g, path, block_rows)
+    except (OSError, RuntimeError, KeyError) as exc:
+        if isinstance(exc, trajlog.TrajectoryLogError):
+            raise
+        raise trajlog.TrajectoryLogError(f"{path}: damaged dataset (HDF5 could not read it: {exc})") from exc
+
+
+def _dataset_blocks(g, path, block_rows):
+    missing = [n for n in ("observations", "final_observations", "final_index", *DATASET_COLUMNS) if n not in g]
+    if missing or "env_ids" not in g.attrs:
+        what = "a trajectory log; export it first (hybridsim export)" if trajlog.is_trajectory_log(path) \
+            else "not a dataset hybridsim export wrote"
+        raise trajlog.TrajectoryLogError(f"{path}: {what} (it lacks {', '.join(missing) or 'env_ids'})")
+    observations = g["observations"]
+    rows, width = observations.shape[:2]
+    env_ids = np.asarray(g.attrs["env_ids"], np.int64)
+    final_at = {(int(r), int(c)): k for k, (r, c) in enumerate(g["final_index"][()])}
+    step_bytes = width * int(np.prod(observations.shape[2:]))
+    block_rows = int(max(1, min(block_rows, BLOCK_BYTES // max(1, step_bytes))))
+    for start in range(0, rows, block_rows):
+        stop = min(rows, start + block_rows)
+        seen = observations[start:min(rows, stop + 1)]  # and the next row's, for next_observations
+        block = {name: g[name][start:stop] for name in DATASET_COLUMNS}
+        ends = block["terminated"].astype(bool) | block["truncated"].astype(bool) | block["cut_short"]
+        has_next = np.ones(ends.shape, bool)
+        if stop == rows:
+            has_next[-1] = ends[-1]
+        r, c = np.nonzero(has_next)
+        ended = ends[r, c]
+        following = np.empty((r.size,) + seen.shape[2:], np.uint8)
+        following[~ended] = seen[r[~ended] + 1, c[~ended]]
+        if ended.any():
+            try:
+                which = np.array([final_at[(start + int(i), int(j))] for i, j in zip(r[ended], c[ended])])
+            except KeyError as exc:
+                raise trajlog.TrajectoryLogError(
+                    f"{path}: damaged dataset: the step of row {exc.args[0][0]}, column {exc.args[0][1]} "
+                    f"ends an episode but final_index has no final observation for it") from None
+            unique, back = np.unique(which, return_inverse=True)
+            following[ended] = g["final_observations"][unique][back]
+        yield {"observations": seen[r, c], "actions": block["action"][r, c],
+               "rewards": block["reward_raw"][r, c], "terminated": block["terminated"][r, c],
+               "truncated": block["truncated"][r, c], "cut_short": block["cut_short"][r, c],
+               "next_observations": following, "behavior_logits": block["behavior_logits"][r, c],
+               "episode_id": block["episode_id"][r, c], "global_frame": block["global_frame"][r, c],
+               "env_id": env_ids[c], "row": start + r}

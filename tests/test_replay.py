@@ -311,6 +311,7 @@ def test_replay_across_a_resume_that_restarted_the_environments(tmp_path):
     out = tmp_path / "dataset.h5"
     export.export_dataset(path, out, env="hybridsim")  # resets at the restart too
     _assert_export_holds_every_replayed_episode(path, out)
+    _assert_transitions_read_as_the_slow_reader_does(out)  # with steps cut short
     with h5py.File(out, "r") as g:  # the episodes the restart cut short end at the row before it
         frames = g["global_frame"][:, 0]
         restart = int(np.searchsorted(frames, resumed_at, "right"))
@@ -323,10 +324,53 @@ def test_replay_across_a_resume_that_restarted_the_environments(tmp_path):
             assert np.array_equal(final[:3], g["observations"][restart - 1, col][1:])
 
 
+def _transitions(out, block_rows=export.BLOCK_ROWS):
+    """export.iter_transitions' blocks joined."""
+    blocks = list(export.iter_transitions(out, block_rows=block_rows))
+    return {name: np.concatenate([b[name] for b in blocks]) for name in blocks[0]}
+
+
+def _slow_transitions(out):
+    """The dataset's transitions taken one step at a time, as docs/HDF5_LAYOUT.md tells a
+    reader to: the next row's observation, or at an episode's end its final observation."""
+    with h5py.File(out, "r") as g:
+        data = {name: g[name][()] for name in g}
+        env_ids = g.attrs["env_ids"]
+    finals = {(int(r), int(c)): k for k, (r, c) in enumerate(data["final_index"])}
+    taken = []
+    for t in range(data["action"].shape[0]):
+        for b in range(data["action"].shape[1]):
+            if data["terminated"][t, b] or data["truncated"][t, b] or data["cut_short"][t, b]:
+                following = data["final_observations"][finals[(t, b)]]
+            elif t + 1 < data["action"].shape[0]:
+                following = data["observations"][t + 1, b]
+            else:
+                continue
+            taken.append({"observations": data["observations"][t, b], "actions": data["action"][t, b],
+                          "rewards": data["reward_raw"][t, b], "terminated": data["terminated"][t, b],
+                          "truncated": data["truncated"][t, b], "cut_short": data["cut_short"][t, b],
+                          "next_observations": following, "behavior_logits": data["behavior_logits"][t, b],
+                          "episode_id": data["episode_id"][t, b], "global_frame": data["global_frame"][t, b],
+                          "env_id": env_ids[b], "row": t})
+    return {name: np.stack([one[name] for one in taken]) for name in taken[0]}
+
+
+def _assert_transitions_read_as_the_slow_reader_does(out):
+    slow = _slow_transitions(out)
+    for block_rows in (3, export.BLOCK_ROWS):  # across block edges, and one block
+        fast = _transitions(out, block_rows)
+        assert set(fast) == set(slow)
+        for name in slow:
+            assert np.array_equal(fast[name], slow[name]), (block_rows, name)
+
+
 def _assert_export_holds_every_replayed_episode(path, out):
     """Each finished episode of the log, replayed alone (replay --npz), is the export's
-    stretch of that environment's column: observations, actions, final observation."""
+    stretch of that environment's column: observations, actions, final observation; and
+    export.iter_transitions gives its transitions: each observation, the next one (the
+    final one last), action, reward and flags."""
     episodes = trajlog.read_episodes(path)
+    read = _transitions(out)
     with h5py.File(out, "r") as g:
         data = {name: g[name][()] for name in ("episode_id", "action", "final_index")}
         env_ids = g.attrs["env_ids"]
@@ -339,6 +383,13 @@ def _assert_export_holds_every_replayed_episode(path, out):
             assert np.array_equal(data["action"][rows, col], t["actions"]), k
             end = [i for i, (r, c) in enumerate(data["final_index"]) if (r, c) == (rows[-1], col)]
             assert len(end) == 1 and np.array_equal(g["final_observations"][end[0]], t["final_observation"]), k
+            mine = (read["env_id"] == result.env_id) & (read["episode_id"] == result.episode_id)
+            assert np.array_equal(read["row"][mine], rows), k
+            assert np.array_equal(read["observations"][mine], t["observations"]), k
+            assert np.array_equal(read["next_observations"][mine],
+                                  np.concatenate([t["observations"][1:], t["final_observation"][None]])), k
+            for name in ("actions", "rewards", "terminated", "truncated"):
+                assert np.array_equal(read[name][mine], t[name]), (k, name)
 
 
 @pytest.mark.parametrize("checkpoint_edit", ["two_ranks", "no_tracker"])
@@ -599,6 +650,17 @@ def test_export_is_the_log_with_every_observation(short_episode_run, tmp_path):
             (steps["terminated"] | steps["truncated"]).sum())
         assert g.attrs["game"] == "breakout" and g.attrs["backend"] == "cpu"
     _assert_export_holds_every_replayed_episode(path, out)
+    _assert_transitions_read_as_the_slow_reader_does(out)
+    with pytest.raises(trajlog.TrajectoryLogError, match="a trajectory log; export it first"):
+        next(export.iter_transitions(path))
+    damaged = tmp_path / "damaged.h5"
+    damaged.write_bytes(out.read_bytes())
+    with h5py.File(damaged, "r+") as g:  # one episode end loses its final observation
+        first_end = g["final_index"][0]
+        g["final_index"][0] = [g["action"].shape[0] + 5, 0]
+    with pytest.raises(trajlog.TrajectoryLogError, match=f"damaged dataset: the step of row {first_end[0]}, "
+                                                         f"column {first_end[1]} ends an episode but"):
+        _transitions(damaged)
 
 
 @pytest.mark.parametrize("field,message", [
