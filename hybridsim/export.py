@@ -327,6 +327,9 @@ def iter_transitions(path, block_rows: int = BLOCK_ROWS):
     path = pathlib.Path(path)
     if block_rows < 1:
         raise ValueError(f"block_rows must be >= 1, got {block_rows}")
+    if path.is_dir():
+        raise IsADirectoryError(f"{path}: a directory; name one of the datasets in it "
+                                f"(`export RUN_DIR OUT_DIR` writes OUT_DIR/dataset_rankNNNNN.h5)")
     trajlog._check_superblock(path)  # a missing, foreign or truncated file, by name
     try:
         with h5py.File(path, "r", locking=False) as g:

@@ -653,6 +653,11 @@ def test_export_is_the_log_with_every_observation(short_episode_run, tmp_path):
     _assert_transitions_read_as_the_slow_reader_does(out)
     with pytest.raises(trajlog.TrajectoryLogError, match="a trajectory log; export it first"):
         next(export.iter_transitions(path))
+    with pytest.raises(IsADirectoryError, match="a directory; name one of the datasets in it"):
+        next(export.iter_transitions(tmp_path))
+    (tmp_path / "foreign.h5").write_bytes(b"not HDF5")
+    with pytest.raises(trajlog.TrajectoryLogError, match="foreign.h5: not a readable HDF5 file"):
+        next(export.iter_transitions(tmp_path / "foreign.h5"))
     damaged = tmp_path / "damaged.h5"
     damaged.write_bytes(out.read_bytes())
     with h5py.File(damaged, "r+") as g:  # one episode end loses its final observation
