@@ -1,5 +1,6 @@
 """`hybridsim export FILE OUTPUT.h5`: a rank's whole trajectory log as an offline dataset
-(`hybridsim export RUN_DIR OUT_DIR`: every rank's, one dataset per rank file).
+(`hybridsim export RUN_DIR OUT_DIR`: every rank's, one dataset per rank file), and
+`iter_transitions(OUTPUT.h5)` to read its transitions back.
 
 Training logs actions, rewards and flags for every step but observations for few (they
 are most of the bytes). Every environment's history follows from its seed and its
