@@ -35,14 +35,19 @@ def _env(names) -> dict:
 
 def hybridsim_section() -> dict:
     import hybridsim
-    from hybridsim import _core
+    from hybridsim import _core, launchers
     from hybridsim.gpu import hybridsim_cache_dir, kernel_source_hash
+    try:
+        launch_files = str(launchers.launch_dir())
+    except FileNotFoundError as exc:
+        launch_files = f"missing: {exc}"
     return {"version": hybridsim.__version__,
             "package": str(pathlib.Path(hybridsim.__file__).parent),
             "core_headers": hybridsim.core_include_dir(),
             "core_source_hash": kernel_source_hash(),
             "openmp": bool(_core.openmp_enabled()),
-            "cache": str(hybridsim_cache_dir())}
+            "cache": str(hybridsim_cache_dir()),
+            "launch_files": launch_files}
 
 
 def usable_cores() -> set | None:
@@ -110,10 +115,16 @@ def roms_section() -> dict:
 
 
 def launcher_section() -> dict:
-    from hybridsim import dist
+    """The ranks this process was launched among, and the mpiexecs a launch would take: the
+    one first on PATH (the wrapper's default from a checkout) and pip's MPICH installed for
+    this Python (the `hybridsim-mpirun` script's default); $MPIEXEC overrides both."""
+    import shutil
+    from hybridsim import dist, launchers
     return {"ranks_launched": dist.launched_ranks(), "rank": dist.launcher_rank(), "local_rank": dist.local_rank(),
             "single_process": os.environ.get("HYBRIDSIM_SINGLE_PROCESS") == "1",
-            "mpi4py": _version("mpi4py"), "slurm": _env(SLURM_VARIABLES)}
+            "mpi4py": _version("mpi4py"), "mpiexec_on_path": shutil.which("mpiexec"),
+            "mpich_mpiexec": launchers.python_mpiexec(), "MPIEXEC": os.environ.get("MPIEXEC"),
+            "slurm": _env(SLURM_VARIABLES)}
 
 
 def torch_section() -> dict:

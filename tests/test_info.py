@@ -3,6 +3,7 @@ child process with a known environment."""
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -49,6 +50,12 @@ def test_info_reports_what_the_process_sees():
     assert roms["ale_py"] == ale_py.__version__ and "warning" not in roms
     launcher = report["launcher"]
     assert launcher["ranks_launched"] == 3 and launcher["rank"] == 1 and launcher["local_rank"] == 2
+    from hybridsim import launchers
+    assert launcher["mpich_mpiexec"] == launchers.python_mpiexec() and launcher["MPIEXEC"] is None
+    assert launcher["mpiexec_on_path"] == shutil.which("mpiexec")
+    # (the child imports hybridsim from the checkout, this process maybe the installed one)
+    launch_files = pathlib.Path(report["hybridsim"]["launch_files"])
+    assert all((launch_files / name).is_file() for name in launchers.LAUNCH_FILES)
     assert report["gpu"]["kernel_cache"] == "/scratch/cupy" and report["hybridsim"]["cache"] == "/scratch/hs"
     assert launcher["slurm"] == {"SLURM_JOB_ID": "4242"}
     import torch
