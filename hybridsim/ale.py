@@ -107,7 +107,7 @@ def _output_view(buffer):
     memoryview, array('B')) and DLPack tensors in host memory (a CPU torch.uint8 tensor).
     Those become a view of their memory, whose dtype, shape and writability the core then
     checks; anything else goes on to the core, which refuses it by name."""
-    if buffer is None or isinstance(buffer, (np.ndarray, list, tuple)):
+    if buffer is None or isinstance(buffer, np.ndarray):
         return buffer
     if hasattr(buffer, "__dlpack__"):
         try:

@@ -196,11 +196,15 @@ def _cmd_export(args) -> int:
         print(f"MISMATCH {exc}")
         print("the re-emulation does NOT reproduce the log")
         return 1
-    print(f"re-emulated {summary['rows']:,} steps of {summary['environments']} environments "
-          f"({summary['episodes_ended']} episode ends) in {summary['seconds']:.1f} s; every reward "
-          f"and episode end matches the log")
+    print(_export_done(summary))
     print(f"wrote {args.output}")
     return 0
+
+
+def _export_done(summary) -> str:
+    return (f"re-emulated {summary['rows']:,} steps of {summary['environments']} environments "
+            f"({summary['episodes_ended']} episode ends) in {summary['seconds']:.1f} s; every reward "
+            f"and episode end matches the log")
 
 
 def _export_ended(path, written, pairs, output) -> None:
@@ -237,9 +241,7 @@ def _export_run(args) -> int:
             _export_ended(path, written, pairs, args.output)
             raise
         written += 1
-        print(f"{path.name}: re-emulated {summary['rows']:,} steps of {summary['environments']} environments "
-              f"({summary['episodes_ended']} episode ends) in {summary['seconds']:.1f} s, all matching the log; "
-              f"wrote {out}", flush=True)
+        print(f"{path.name}: {_export_done(summary)}; wrote {out}", flush=True)
     print(f"wrote {written} of {len(pairs)} datasets into {args.output}"
           + (f"; the re-emulation does NOT reproduce {', '.join(mismatched)}" if mismatched else "")
           + (f"; not exported: {', '.join(failed)}" if failed else ""))
