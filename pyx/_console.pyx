@@ -63,13 +63,16 @@ VectorEmulator(rom, game, num_envs, seeds=None, num_threads=0, **same keywords)
   game_over() -> bool[n]; lives() -> int32[n]; reset(mask=None) resets the masked
   environments (all if None); get_ram(out=None) -> uint8[n, 128];
   get_screen(out=None) -> uint8[n, height, 160]. Each environment behaves exactly as an
-  Emulator built with the same arguments and its seed.
+  Emulator built with the same arguments and its seed. Threads sharing one VectorEmulator
+  take turns; a call made inside another on the same thread (a signal handler) raises
+  RuntimeError.
 """
 from libc.stdint cimport uint8_t, int32_t, uint32_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 from cython.parallel cimport prange
 
+import threading
 import zlib
 
 import numpy as np
@@ -735,10 +738,16 @@ cdef class VectorEmulator:
     cdef readonly int num_envs
     cdef readonly int height
     cdef int num_threads
+    # act and reset step the consoles without the GIL (prange): a second thread calling in
+    # then would step or read the same consoles at the same time, so calls take turns.
+    cdef object _turn
+    cdef object _turn_holder
 
     def __cinit__(self):
         self.ptrs = NULL
         self.fbs = NULL
+        self._turn = threading.Lock()
+        self._turn_holder = None
 
     def __dealloc__(self):
         free(self.ptrs)
@@ -771,7 +780,26 @@ cdef class VectorEmulator:
             self.ptrs[k] = e.env
             self.fbs[k] = &e.fbs
 
+    cdef _take_turn(self, str name):
+        me = threading.get_ident()
+        if self._turn_holder == me:
+            raise RuntimeError(f"VectorEmulator.{name}() called while this thread is inside another call "
+                               f"of the same VectorEmulator (from a signal handler?)")
+        self._turn.acquire()
+        self._turn_holder = me
+
+    cdef _end_turn(self):
+        self._turn_holder = None
+        self._turn.release()
+
     def act(self, actions, float paddle_strength=1.0):
+        self._take_turn("act")
+        try:
+            return self._act(actions, paddle_strength)
+        finally:
+            self._end_turn()
+
+    cdef object _act(self, actions, float paddle_strength):
         cdef int32_t[::1] acts = np.ascontiguousarray(actions, dtype=np.int32)
         if acts.shape[0] != self.num_envs:
             raise ValueError(f"actions must hold {self.num_envs} values, got {acts.shape[0]}")
@@ -791,6 +819,13 @@ cdef class VectorEmulator:
         return rewards
 
     def reset(self, mask=None):
+        self._take_turn("reset")
+        try:
+            self._reset(mask)
+        finally:
+            self._end_turn()
+
+    cdef object _reset(self, mask):
         cdef uint8_t[::1] which = (np.ones(self.num_envs, dtype=np.uint8) if mask is None
                                    else np.ascontiguousarray(mask, dtype=np.uint8))
         if which.shape[0] != self.num_envs:
@@ -802,25 +837,37 @@ cdef class VectorEmulator:
                 env_reset(self.ptrs[k][0], rom_ptr, self.fbs[k][0])
 
     def game_over(self):
-        return np.array([bool(env_terminal(self.ptrs[k][0])) for k in range(self.num_envs)])
+        self._take_turn("game_over")
+        try:
+            return np.array([bool(env_terminal(self.ptrs[k][0])) for k in range(self.num_envs)])
+        finally:
+            self._end_turn()
 
     def lives(self):
-        return np.array([env_lives(self.ptrs[k][0]) for k in range(self.num_envs)], dtype=np.int32)
+        self._take_turn("lives")
+        try:
+            return np.array([env_lives(self.ptrs[k][0]) for k in range(self.num_envs)], dtype=np.int32)
+        finally:
+            self._end_turn()
 
     def get_ram(self, out=None):
         if out is None:
             out = np.empty((self.num_envs, 128), dtype=np.uint8)
-        for k in range(self.num_envs):
-            (<Emulator>self.envs[k]).get_ram(out[k])
+        self._take_turn("get_ram")
+        try:
+            for k in range(self.num_envs):
+                (<Emulator>self.envs[k]).get_ram(out[k])
+        finally:
+            self._end_turn()
         return out
 
     def get_screen(self, out=None):
         if out is None:
             out = np.empty((self.num_envs, self.height, 160), dtype=np.uint8)
-        for k in range(self.num_envs):
-            (<Emulator>self.envs[k]).get_screen(out[k])
+        self._take_turn("get_screen")
+        try:
+            for k in range(self.num_envs):
+                (<Emulator>self.envs[k]).get_screen(out[k])
+        finally:
+            self._end_turn()
         return out
-
-    def emulator(self, int k):
-        """Environment k as an Emulator (shares its state)."""
-        return self.envs[k]

@@ -165,6 +165,73 @@ def test_vector_emulator_matches_single_emulators():
                     e.reset_game()
 
 
+VECTOR_EMULATOR_SHARED = """
+import sys, threading
+import numpy as np
+import ale_py
+from hybridsim._console import GAME_IDS, VectorEmulator
+sys.path.insert(0, sys.argv[1])
+from console_oracle import PROPS
+
+rom = open(ale_py.roms.get_rom_path("breakout"), "rb").read()
+def build():
+    return VectorEmulator(rom, GAME_IDS["breakout"], 16, num_threads=2, repeat_action_probability=0.25,
+                          **PROPS["breakout"])
+actions = np.full(16, 3, np.int32)
+alone = build()
+for _ in range(300):
+    alone.act(actions)
+shared = build()
+def play():
+    for _ in range(150):
+        shared.act(actions)
+        shared.get_ram()
+threads = [threading.Thread(target=play) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(np.array_equal(alone.get_ram(), shared.get_ram()), np.array_equal(alone.get_screen(), shared.get_screen()))
+"""
+
+
+def test_vector_emulator_shared_by_threads_takes_turns():
+    """act() steps the consoles without the GIL: two threads acting on one VectorEmulator
+    (while reading its RAM) end where one thread acting as often does, the same action
+    every time so that the order does not matter. In a subprocess: a regression may crash."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-c", VECTOR_EMULATOR_SHARED, str(Path(__file__).parent)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout == "True True\n", (done.returncode, done.stdout,
+                                                                    done.stderr[-2000:])
+
+
+def test_vector_emulator_call_inside_its_own_call_is_refused():
+    """A call made while the same thread is inside act() (here from the actions' __array__,
+    standing in for a signal handler) is refused instead of waiting for itself for ever."""
+    from hybridsim._console import GAME_IDS, VectorEmulator
+    from console_oracle import PROPS, ale_py
+
+    with open(ale_py.roms.get_rom_path("pong"), "rb") as f:
+        vec = VectorEmulator(f.read(), GAME_IDS["pong"], 2, **PROPS["pong"])
+    inner = []
+
+    class Actions:
+        def __array__(self, dtype=None, copy=None):
+            try:
+                vec.get_ram()
+            except RuntimeError as exc:
+                inner.append(str(exc))
+            return np.zeros(2, dtype=np.int32)
+
+    vec.act(Actions())
+    assert len(inner) == 1 and "VectorEmulator.get_ram() called while this thread is inside" in inner[0]
+    assert vec.get_ram().shape == (2, 128)  # the turn was handed back
+
+
 def test_restore_refuses_foreign_states():
     from console_oracle import Lockstep
 
