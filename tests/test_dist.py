@@ -49,22 +49,35 @@ def final_parameters(run_dir):
     return torch.cat([v.flatten().float() for v in state["model"].values()]), state
 
 
-@pytest.mark.parametrize("network", [[], ["--use-lstm"]], ids=["feed-forward", "lstm"])
-def test_two_ranks_match_one_rank_with_all_environments(tmp_path, network):
+@pytest.fixture(scope="module")
+def one_rank_run(tmp_path_factory):
+    """run(network) -> (parameters, checkpoint) of one rank stepping all 8 environments;
+    each network's run is made once for the tests that compare ranks with it."""
+    runs = {}
+
+    def run(network: tuple):
+        if network not in runs:
+            log_dir = tmp_path_factory.mktemp("one_rank")
+            one = subprocess.run([sys.executable, "-m", "hybridsim", "train", *TRAIN_ARGS, "--obs-normalization",
+                                  "running", *network, "--num-envs", "8", "--log-dir", str(log_dir)],
+                                 capture_output=True, text=True, timeout=600)
+            assert one.returncode == 0, one.stderr[-3000:]
+            runs[network] = final_parameters(log_dir)
+        return runs[network]
+    return run
+
+
+@pytest.mark.parametrize("network", [(), ("--use-lstm",)], ids=["feed-forward", "lstm"])
+def test_two_ranks_match_one_rank_with_all_environments(tmp_path, network, one_rank_run):
     """Also with running input statistics, which every rank updates from all ranks' frames,
-    and with a recurrent network, whose memories each rank keeps for its environments.
-    Feed-forward: also with gradients averaged by torch.distributed (gloo on CPU; nccl takes
-    the same path on GPUs) set up from the MPI ranks."""
+    and with a recurrent network, whose memories each rank keeps for its environments."""
     exe = mpiexec()
     args = [*TRAIN_ARGS, "--obs-normalization", "running", *network]
-    one = subprocess.run([sys.executable, "-m", "hybridsim", "train", *args, "--num-envs", "8",
-                          "--log-dir", str(tmp_path / "one")], capture_output=True, text=True, timeout=600)
-    assert one.returncode == 0, one.stderr[-3000:]
     two = subprocess.run([exe, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train",
                           *args, "--num-envs", "4", "--log-dir", str(tmp_path / "two")],
                          capture_output=True, text=True, timeout=600)
     assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-3000:]
-    p1, s1 = final_parameters(tmp_path / "one")
+    p1, s1 = one_rank_run(network)
     p2, s2 = final_parameters(tmp_path / "two")
     assert s1["frames"] == s2["frames"] and s1["updates"] == s2["updates"]
     assert s2["world_size"] == 2
@@ -76,12 +89,20 @@ def test_two_ranks_match_one_rank_with_all_environments(tmp_path, network):
     from hybridsim import trajlog
     steps = trajlog.read_steps(tmp_path / "two" / "trajectories.h5", fields=["env_id"])
     assert sorted(set(steps["env_id"].ravel().tolist())) == list(range(8))
+
+
+def test_two_ranks_averaging_with_gloo_match_one_rank(tmp_path, one_rank_run):
+    """Gradients averaged by torch.distributed (gloo on CPU; nccl takes the same path on
+    GPUs), set up from the MPI ranks: the same parameters as one rank with all environments."""
+    exe = mpiexec()
     import torch.distributed as tdist
-    if network or not tdist.is_available() or not tdist.is_gloo_available():
-        return
+    if not tdist.is_available() or not tdist.is_gloo_available():
+        pytest.skip("this torch build has no gloo backend")
+    p1, s1 = one_rank_run(())
     gloo = subprocess.run([exe, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "hybridsim", "train",
-                           *args, "--num-envs", "4", "--allreduce", "gloo", "--log-trajectories", "false",
-                           "--log-dir", str(tmp_path / "gloo")], capture_output=True, text=True, timeout=600)
+                           *TRAIN_ARGS, "--obs-normalization", "running", "--num-envs", "4", "--allreduce", "gloo",
+                           "--log-trajectories", "false", "--log-dir", str(tmp_path / "gloo")],
+                          capture_output=True, text=True, timeout=600)
     assert gloo.returncode == 0, gloo.stdout[-2000:] + gloo.stderr[-3000:]
     assert "gradients averaged by gloo (torch.distributed" in gloo.stdout, gloo.stdout[-2000:]
     p3, s3 = final_parameters(tmp_path / "gloo")
