@@ -14,7 +14,6 @@ a time.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import pathlib
@@ -275,18 +274,15 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
 
 
 def _check_room(out, nbytes: int) -> None:
-    """Stops before writes the file system has no room for (`nbytes` before compression):
-    after a write HDF5 failed in, freeing the file's objects crashes the process (h5py
-    issue 914, still so with HDF5 2.0), so a full disk must never reach HDF5."""
-    try:
-        free = storage.free_bytes(os.path.dirname(os.path.abspath(out)))
-    except OSError:
-        return
-    if free < nbytes + HEADROOM_BYTES:
-        raise storage.StorageError(out, "the exported dataset", errno.ENOSPC,
-                                   f"{free / 1e6:.1f} MB free on its file system, the next rows need up "
-                                   f"to {(nbytes + HEADROOM_BYTES) / 1e6:.1f} MB; stopped before writing "
-                                   f"them; nothing was written")
+    """Stops before writes the file system, or a quota, has no room for (`nbytes` before
+    compression): HDF5 must never meet a full disk (storage.missing_room)."""
+    need = nbytes + HEADROOM_BYTES
+    missing = storage.missing_room(os.path.dirname(os.path.abspath(out)), need)
+    if missing is not None:
+        code, why = missing
+        raise storage.StorageError(out, "the exported dataset", code,
+                                   f"the next rows need up to {need / 1e6:.1f} MB and {why}; stopped "
+                                   f"before writing them; nothing was written")
 
 
 def _check_frames_grow(path, columns, start, frames, before) -> None:

@@ -6,6 +6,8 @@
 - `atomic_write`: temporary file, fsync, rename; a failed write never replaces the old file.
 - `check_output_directory`: make an output directory before minutes of work, or say why not
   (`why_no_new_file`: its probe, which replay's output checks use too).
+- `missing_room`: whether a directory has room for the next write, free space and quota
+  both (statvfs does not show a quota): HDF5's writers ask it before writing.
 - `DiskReserve`: a preallocated file in the run directory, deleted when the disk fills so
   the final checkpoint and the last trajectory rows have room (a ballast file).
 - `AppendFile`: an append-only text file (metrics.csv) that cuts a half-written line off
@@ -72,9 +74,85 @@ class StorageError(RuntimeError):
 
 
 def free_bytes(path) -> int:
-    """Bytes an unprivileged writer may still use on the file system holding `path`."""
+    """Bytes an unprivileged writer may still use on the file system holding `path` (a
+    quota may allow fewer: `missing_room` sees that too)."""
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
+
+
+def _load_fallocate():
+    """fallocate(2) from the C library, or None (not Linux): it allocates or fails, where
+    posix_fallocate falls back to writing the blocks on file systems without it."""
+    import ctypes
+    try:
+        call = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    call.restype = ctypes.c_int
+
+    def fallocate(fd: int, nbytes: int) -> int:
+        """0, or the errno it failed with."""
+        return 0 if call(fd, 0, 0, nbytes) == 0 else ctypes.get_errno()
+    return fallocate
+
+
+_fallocate = _load_fallocate()
+
+
+def _unnamed_file(directory) -> int:
+    """A file descriptor for a new file in `directory` that has no name, so it is gone
+    when closed and a killed process leaves nothing: O_TMPFILE, or a file removed at once
+    where the file system lacks O_TMPFILE."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if flag:
+        try:
+            return os.open(directory, flag | os.O_WRONLY, 0o600)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
+                raise
+    fd, name = tempfile.mkstemp(prefix=".hybridsim-room-", dir=directory)
+    os.unlink(name)
+    return fd
+
+
+def allocation_refused(directory, nbytes: int) -> int | None:
+    """The errno (ENOSPC, EDQUOT) with which the file system holding `directory` refuses
+    this process `nbytes` more bytes there, else None. The bytes are allocated in an
+    unnamed file, freed again at once: this sees a user, group or project quota, which
+    statvfs (free_bytes) does not show. None where it cannot tell (no fallocate)."""
+    if _fallocate is None or nbytes <= 0:
+        return None
+    try:
+        fd = _unnamed_file(directory)
+    except OSError as exc:
+        return exc.errno if exc.errno in FULL_ERRNOS else None  # (an inode quota, say)
+    try:
+        code = _fallocate(fd, nbytes)
+    finally:
+        os.close(fd)
+    return code if code in FULL_ERRNOS else None
+
+
+def missing_room(directory, nbytes: int) -> tuple[int, str] | None:
+    """(errno, why) when `directory` has no room for `nbytes` more bytes from this process,
+    `why` a phrase such as "0.4 MB is free on its file system"; None when there is room (or
+    it cannot be told). A quota is seen too. HDF5 must not meet a full disk: after a write it
+    failed in, freeing the file's objects crashes the process (h5py issue 914, reproduced
+    with HDF5 2.0 under a btrfs quota), so its writers ask first."""
+    try:
+        free = free_bytes(directory)
+    except OSError:
+        free = None
+    if free is not None and free < nbytes:
+        return errno.ENOSPC, f"{free / 1e6:.1f} MB is free on its file system"
+    code = allocation_refused(directory, nbytes)
+    if code is None:
+        return None
+    shown = f"; {free / 1e6:.1f} MB is free on the file system" if free is not None else ""
+    if code == errno.EDQUOT:
+        return code, f"a disk quota leaves less (allocating them failed{shown})"
+    return code, f"allocating them failed: {describe_errno(code)}{shown}"
 
 
 def check_output_directory(path, option: str) -> None:

@@ -31,8 +31,8 @@ import uuid
 import h5py
 import numpy as np
 
-from hybridsim import HybridsimWarning
-from hybridsim.storage import StorageError, free_bytes
+from hybridsim import HybridsimWarning, storage
+from hybridsim.storage import StorageError
 
 FORMAT_VERSION = 1
 RANK_FILE_PATTERN = "traj_rank{rank:05d}.h5"
@@ -40,6 +40,7 @@ DEFAULT_FLUSH_EVERY = 64  # steps buffered between appends
 DEFAULT_FLUSH_BYTES = 4 << 20  # ... or this many bytes of rows or observations, if sooner
 DEFAULT_MIN_FREE_BYTES = 1 << 20  # free space a flush leaves, or it stops before writing
 MASTER_FILE = "trajectories.h5"
+MASTER_ROOM_BYTES = 4 << 20  # room asked for before writing it (it takes well under 1 MB)
 
 # name -> (dtype, fill value used by the master file where a rank has no row)
 STEP_FIELDS = {
@@ -134,9 +135,10 @@ class TrajectoryWriter:
         """Create the file, or with `resume_after_frame` reopen an existing one and drop the
         rows logged after that global frame (they will be produced again by the resumed run).
 
-        Before each flush the writer checks that the file system keeps `min_free_bytes`
-        free beyond what the flush adds, and raises TrajectoryWriteError (ENOSPC) without
-        writing if not, so HDF5 never sees a half-done write (None: no check).
+        Before each flush the writer checks that the file system (and a quota) keeps
+        `min_free_bytes` free beyond what the flush adds, and raises TrajectoryWriteError
+        (ENOSPC, EDQUOT) without writing if not, so HDF5 never sees a half-done write
+        (storage.missing_room; None: no check).
 
         On resume, `resume_expected_rows` is the row count the file had when the checkpoint
         was written (the trainer flushes first): fewer rows up to that frame mean rows were
@@ -417,16 +419,13 @@ class TrajectoryWriter:
         if self.min_free_bytes is None:
             return
         need = self.pending_bytes() + self.min_free_bytes
-        try:
-            free = free_bytes(self.path.parent)
-        except OSError:
-            return
-        if free < need:
+        missing = storage.missing_room(self.path.parent, need)
+        if missing is not None:
+            code, why = missing
             raise TrajectoryWriteError(
-                self.path, "trajectory rows", errno.ENOSPC,
-                f"{free / 1e6:.2f} MB free on its file system, the next flush needs "
-                f"{need / 1e6:.2f} MB with headroom; stopped before writing, so the file is "
-                f"whole up to step {self._steps_written}")
+                self.path, "trajectory rows", code,
+                f"the next flush needs {need / 1e6:.2f} MB with headroom and {why}; stopped "
+                f"before writing, so the file is whole up to step {self._steps_written}")
 
     def flush(self):
         """Append everything buffered and flush the file.
@@ -1324,6 +1323,10 @@ def write_master(run_dir) -> pathlib.Path:
     (num_actions,) = num_actions
     master_path = run_dir / MASTER_FILE
     tmp_path = run_dir / (MASTER_FILE + ".tmp")
+    missing = storage.missing_room(run_dir, MASTER_ROOM_BYTES)
+    if missing is not None:  # HDF5 must not meet a full disk (storage.missing_room)
+        raise StorageError(master_path, "the virtual master file", missing[0],
+                           f"it needs up to {MASTER_ROOM_BYTES / 1e6:.1f} MB and {missing[1]}; not written")
     try:
         _write_master_file(tmp_path, infos, num_actions)
     except BaseException:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the system packages the tests use beyond pip: Slurm (slurmctld, slurmd, client
 # commands) and munge for tests/test_slurm.py, Open MPI (Debian's mpirun) for
-# tests/test_openmpi.py, and shellcheck for the launch scripts' lint test.
+# tests/test_openmpi.py, shellcheck for the launch scripts' lint test, and btrfs-progs for
+# the disk-quota tests (a btrfs qgroup: a real quota, which statvfs does not show).
 # Idempotent: installs only what is missing. Needs root (or sudo).
 set -euo pipefail
 
@@ -12,8 +13,9 @@ for cmd in slurmctld slurmd sbatch munged; do
 done
 have mpirun.openmpi || packages+=(openmpi-bin)
 have shellcheck || packages+=(shellcheck)
+have mkfs.btrfs || packages+=(btrfs-progs)
 if [ "${#packages[@]}" -eq 0 ]; then
-  echo "ci_install_system: slurm-wlm, munge, openmpi-bin and shellcheck already installed"
+  echo "ci_install_system: slurm-wlm, munge, openmpi-bin, shellcheck and btrfs-progs already installed"
   exit 0
 fi
 

@@ -45,6 +45,43 @@ def small_fs(tmp_path):
         subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
+@pytest.fixture
+def small_quota(tmp_path):
+    """mount(limit) -> a fresh directory under a disk quota of `limit` (a btrfs subvolume
+    with a qgroup limit, on a 512 MB loop-mounted image): writes beyond it fail with
+    EDQUOT while statvfs shows hundreds of MB free, as under a cluster's user quota."""
+    mounted = []
+
+    def mount(limit: str) -> pathlib.Path:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a file system with a quota needs root")
+        tools = {name: shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+                 for name in ("mkfs.btrfs", "btrfs", "mount", "umount")}
+        if not all(tools.values()):
+            pytest.skip(f"no {', '.join(n for n, p in tools.items() if not p)} (btrfs-progs; "
+                        f"scripts/ci_install_system.sh installs it)")
+        image, where = tmp_path / f"quota{len(mounted)}.img", tmp_path / f"quota{len(mounted)}"
+        with open(image, "wb") as fh:
+            fh.truncate(512 << 20)
+        where.mkdir()
+        steps = [[tools["mkfs.btrfs"], "-q", str(image)], [tools["mount"], "-o", "loop", str(image), str(where)],
+                 [tools["btrfs"], "quota", "enable", str(where)],
+                 [tools["btrfs"], "subvolume", "create", str(where / "limited")],
+                 [tools["btrfs"], "qgroup", "limit", limit, str(where / "limited")]]
+        for step in steps:
+            out = subprocess.run(step, capture_output=True, text=True)
+            if out.returncode != 0:
+                pytest.skip(f"cannot make a btrfs quota here ({' '.join(step[:2])}): {out.stderr.strip()}")
+            if step[0] == tools["mount"]:
+                mounted.append(where)
+        os.chmod(where / "limited", 0o777)
+        return where / "limited"
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "emulated: builds or uses the host-emulated kernels (minutes to build "
                                        "on a fresh machine; scripts/device_check.sh leaves these out)")

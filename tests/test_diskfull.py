@@ -87,11 +87,102 @@ def test_too_little_free_space_stops_before_writing(tmp_path, monkeypatch):
     w = trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, flush_every=4)
     rows = []
     write_steps(w, rng, 0, 4, rows)
-    monkeypatch.setattr(trajlog, "free_bytes", lambda _: 1000)
+    monkeypatch.setattr(storage, "free_bytes", lambda _: 1000)
     with pytest.raises(trajlog.TrajectoryWriteError, match="stopped before writing"):
         write_steps(w, rng, 4, 4, rows)
     assert_rows(path, rows[:4], plain=False)
     monkeypatch.undo()
+    w.close()
+    assert_rows(path, rows)
+
+
+def test_a_quota_stops_the_writer_before_writing(tmp_path, monkeypatch):
+    """statvfs shows room, the allocation is refused (EDQUOT, as under a user quota): the
+    flush stops before HDF5 writes, and the rows go in once there is room again."""
+    path = tmp_path / "traj_rank00000.h5"
+    rng = np.random.default_rng(3)
+    w = trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, flush_every=4)
+    rows = []
+    write_steps(w, rng, 0, 4, rows)
+    asked = []
+    monkeypatch.setattr(storage, "_fallocate", lambda fd, nbytes: asked.append(nbytes) or errno.EDQUOT)
+    with pytest.raises(trajlog.TrajectoryWriteError, match="a disk quota leaves less.*stopped before "
+                                                           "writing, so the file is whole up to step 4") as err:
+        write_steps(w, rng, 4, 4, rows)
+    assert err.value.errno == errno.EDQUOT and err.value.disk_full and "Disk quota exceeded" in str(err.value)
+    assert asked and asked[-1] >= trajlog.DEFAULT_MIN_FREE_BYTES
+    assert_rows(path, rows[:4], plain=False)
+    monkeypatch.undo()
+    w.close()
+    assert_rows(path, rows)
+
+
+@pytest.mark.parametrize("tmpfile", [True, False], ids=["O_TMPFILE", "named-then-removed"])
+def test_missing_room_leaves_no_file_behind(tmp_path, monkeypatch, tmpfile):
+    """The allocation asked for goes into a file without a name (O_TMPFILE, or one removed
+    before anything is allocated where there is no O_TMPFILE), so nothing is left."""
+    if not tmpfile:
+        monkeypatch.delattr(os, "O_TMPFILE", raising=False)
+    asked = []
+    real = storage._fallocate
+    if real is None:
+        pytest.skip("no fallocate in this C library")
+    monkeypatch.setattr(storage, "_fallocate",
+                        lambda fd, nbytes: asked.append(os.fstat(fd).st_nlink) or real(fd, nbytes))
+    assert storage.missing_room(tmp_path, 1 << 20) is None
+    assert asked == [0] and list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(storage, "_fallocate", lambda fd, nbytes: errno.EDQUOT)
+    code, why = storage.missing_room(tmp_path, 3 << 20)
+    assert code == errno.EDQUOT and why.startswith("a disk quota leaves less (allocating them failed; ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_master_file_is_not_written_without_room(tmp_path, monkeypatch):
+    """write_master asks for room first too: a StorageError naming the master file and EDQUOT."""
+    rng = np.random.default_rng(5)
+    w = trajlog.TrajectoryWriter(tmp_path / "traj_rank00000.h5", batch_size=2, num_actions=3, flush_every=4)
+    write_steps(w, rng, 0, 8, [])
+    w.close()
+    monkeypatch.setattr(storage, "_fallocate", lambda fd, nbytes: errno.EDQUOT)
+    with pytest.raises(storage.StorageError, match="trajectories.h5: writing the virtual master file failed: "
+                                                   "Disk quota exceeded .EDQUOT.; it needs up to 4.2 MB") as err:
+        trajlog.write_master(tmp_path)
+    assert err.value.disk_full and sorted(p.name for p in tmp_path.iterdir()) == ["traj_rank00000.h5"]
+    monkeypatch.undo()
+    assert trajlog.write_master(tmp_path) == tmp_path / "trajectories.h5"
+
+
+def fill_quota(directory: pathlib.Path, name="filler") -> pathlib.Path:
+    """Write into directory/name until the quota refuses any more (EDQUOT)."""
+    path = directory / name
+    block = b"\0" * (1 << 20)
+    with open(path, "wb", buffering=0) as fh:
+        while len(block) >= 4096:
+            try:
+                fh.write(block)
+                os.fsync(fh.fileno())
+            except OSError as exc:
+                assert exc.errno == errno.EDQUOT, exc
+                block = block[:len(block) // 2]
+    assert storage.free_bytes(directory) > 64 << 20  # statvfs does not show the quota
+    return path
+
+
+def test_quota_on_a_real_file_system_stops_the_writer_before_writing(small_quota):
+    """A btrfs qgroup: HDF5 writes past the quota fail with EDQUOT (and the process may
+    crash when the file is closed, h5py issue 914); the writer stops before them."""
+    directory = small_quota("32M")
+    path = directory / "traj_rank00000.h5"
+    rng = np.random.default_rng(4)
+    w = trajlog.TrajectoryWriter(path, batch_size=16, num_actions=6, flush_every=64)
+    rows = []
+    write_steps(w, rng, 0, 64, rows)
+    filler = fill_quota(directory)
+    with pytest.raises(trajlog.TrajectoryWriteError, match="a disk quota leaves less.*stopped before writing") as err:
+        write_steps(w, rng, 64, 64, rows)
+    assert err.value.errno == errno.EDQUOT and str(path) in str(err.value)
+    assert_rows(path, rows[:64], plain=False)
+    filler.unlink()
     w.close()
     assert_rows(path, rows)
 
@@ -375,6 +466,38 @@ def test_full_disk_on_a_real_tmpfs(small_fs, tmp_path):
     with h5py.File(log_dir / "traj_rank00000.h5", "r") as f:
         assert f["steps/global_frame"][-1, 0] == frames
         assert f["observations/frames"].shape[0] > 0
+    check_logs_and_resume(log_dir, frames, frames + 800)
+
+
+def test_quota_reached_mid_run_on_a_real_file_system(small_quota):
+    """The CLI in a subprocess writing under a btrfs quota that another file of the same
+    user fills mid-run: the trajectory writer stops before HDF5 meets the quota, training
+    stops with a final checkpoint and exits with STORAGE_EXIT_CODE, naming EDQUOT and no
+    second failure (a second flush after a failed one failed in HDF5: 'slist already
+    enabled?'), the logs hold every step, and --resume goes on once there is room."""
+    import time
+    log_dir = small_quota("160M") / "run"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(pathlib.Path(trajlog.__file__).parent.parent), os.environ.get("PYTHONPATH")])))
+    args = [sys.executable, "-m", "hybridsim", *TRAIN, "--total-frames", "100000000",
+            "--checkpoint-every", "1600", "--log-every", "0.2", "--log-observations",
+            "--obs-stride", "1", "--log-dir", str(log_dir)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not (log_dir / "checkpoint.pt").exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    filler = fill_quota(log_dir.parent)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == cli.STORAGE_EXIT_CODE, err[-3000:]
+    assert "Disk quota exceeded (EDQUOT)" in err and str(log_dir) in err, err[-3000:]
+    assert "others not" not in err and "RuntimeError" not in err, err[-3000:]
+    for line in err.splitlines():  # (the metrics row or the checkpoint may meet the quota first)
+        if "traj_rank00000.h5: writing" in line:
+            assert "stopped before writing" in line, err[-3000:]
+    assert f"final checkpoint: {log_dir}/checkpoint.pt" in err, err[-3000:]
+    frames = stopped_frames(err)
+    filler.unlink()
     check_logs_and_resume(log_dir, frames, frames + 800)
 
 

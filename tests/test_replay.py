@@ -843,6 +843,32 @@ def test_a_run_directory_export_ends_at_a_full_disk(short_episode_run, tmp_path,
     assert list((tmp_path / "out").iterdir()) == []
 
 
+def test_a_run_directory_export_under_a_full_quota_stops_before_writing(short_episode_run, small_quota):
+    """A real quota (btrfs qgroup) that statvfs does not show, filled by another file up to
+    256 KB, less than the dataset's 0.66 MB: the export asks for the room first and ends
+    with EDQUOT named and status 2. Without asking, HDF5 met the quota (a failed write;
+    freeing the file after it may crash the process, h5py issue 914); in a subprocess so
+    that a regression cannot take the test session down."""
+    from test_diskfull import fill_quota
+    directory = small_quota("48M")
+    spare = directory / "spare"
+    spare.write_bytes(b"\1" * (256 << 10))
+    filler = fill_quota(directory)
+    spare.unlink()
+    os.sync()
+    out = directory / "out"
+    export_run = [sys.executable, "-m", "hybridsim", "export", str(short_episode_run), str(out)]
+    done = subprocess.run(export_run, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, (done.returncode, done.stderr[-3000:])
+    assert "Disk quota exceeded (EDQUOT)" in done.stderr and "a disk quota leaves less" in done.stderr, done.stderr
+    assert "the export ended at traj_rank00000.h5, with 0 of 1 datasets written into" in done.stderr, done.stderr
+    assert list(out.iterdir()) == []
+    filler.unlink()
+    done = subprocess.run(export_run, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [p.name for p in out.iterdir()] == ["dataset_rank00000.h5"]
+
+
 def test_a_run_directory_export_to_a_file_name_is_refused(short_episode_run, tmp_path, capsys):
     """`export RUN_DIR out.h5` made a folder named out.h5: a run exports into a folder."""
     from hybridsim import cli
