@@ -186,8 +186,13 @@ def _cmd_replay(args) -> int:
 def _cmd_export(args) -> int:
     from hybridsim import export
     _given_paths(args, "file", "output")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be 1 or more, got {args.jobs}")
     if pathlib.Path(args.file).is_dir():
         return _export_run(args)
+    if args.jobs != 1:
+        raise ValueError(f"--jobs {args.jobs}: exports the rank files of a run directory side by side; "
+                         f"{args.file} is one file")
     try:
         summary = export.export_dataset(args.file, args.output, env=args.env, compression=args.compression,
                                         overwrite=args.overwrite,
@@ -207,42 +212,60 @@ def _export_done(summary) -> str:
             f"and episode end matches the log")
 
 
-def _export_ended(path, written, pairs, output) -> None:
-    print(f"the export ended at {path.name}, with {written} of {len(pairs)} datasets written into {output}",
+def _export_ended(at: str, written: list, pairs: list, output) -> None:
+    print(f"the export ended{at}, with {len(written)} of {len(pairs)} datasets written into {output}",
           file=sys.stderr, flush=True)
 
 
 def _export_run(args) -> int:
-    """Every rank file of a run directory, one after another (each re-emulation steps its
-    rank's environments in parallel; docs/HDF5_LAYOUT.md runs several at once). A rank whose log the emulator does not reproduce, or that cannot be exported
-    (an asynchronous or damaged log), is reported and the others go on: status 1 if some
-    did not match, 2 if some failed. A stop signal, a full disk or another write error ends
-    the export there; the datasets written so far stay."""
-    from hybridsim import export, storage, trajlog
+    """Every rank file of a run directory, one after another or `--jobs` at a time (each
+    re-emulation steps its rank's environments with the run's threads). A rank whose log
+    the emulator does not reproduce, or that cannot be exported (an asynchronous or damaged
+    log), is reported and the others go on: status 1 if some did not match, 2 if some
+    failed. A stop signal, a full disk or another write error ends the export there; the
+    datasets written so far stay."""
+    from hybridsim import export
     pairs = export.run_exports(args.file, args.output, overwrite=args.overwrite)
-    mismatched, failed, written = [], [], 0
-    for path, out in pairs:
-        try:
-            summary = export.export_dataset(
-                path, out, env=args.env, compression=args.compression, overwrite=args.overwrite,
-                report=lambda text, name=path.name: print(f"export {name}: {text}", file=sys.stderr, flush=True))
-        except export.ExportMismatch as exc:
-            print(f"{path.name}: MISMATCH {exc}", flush=True)
+    jobs = min(args.jobs, len(pairs))
+    options = dict(env=args.env, compression=args.compression, overwrite=args.overwrite)
+    mismatched, failed, written, ended = [], [], [], []
+
+    def take(path, out, outcome) -> bool:
+        kind, detail = outcome
+        if kind == "written":
+            written.append(path.name)
+            print(f"{path.name}: {_export_done(detail)}; wrote {out}", flush=True)
+        elif kind == "mismatch":
+            print(f"{path.name}: MISMATCH {detail}", flush=True)
             mismatched.append(path.name)
-            continue
-        except storage.StorageError:  # a full disk: the next ranks would fail too
-            _export_ended(path, written, pairs, args.output)
-            raise
-        except (ValueError, trajlog.TrajectoryLogError) as exc:
-            print(f"{path.name}: not exported: {exc}", flush=True)
+        elif kind == "failed":
+            print(f"{path.name}: not exported: {detail}", flush=True)
             failed.append(path.name)
-            continue
-        except BaseException:
-            _export_ended(path, written, pairs, args.output)
-            raise
-        written += 1
-        print(f"{path.name}: {_export_done(summary)}; wrote {out}", flush=True)
-    print(f"wrote {written} of {len(pairs)} datasets into {args.output}"
+        else:  # "ended": a full disk; the next ranks would meet it too
+            ended.append((path, detail))
+        return bool(ended)
+
+    at = ""  # the rank under way, one at a time
+    try:
+        if jobs > 1:
+            export.export_in_parallel(pairs, jobs, take, **options)
+        else:
+            for path, out in pairs:
+                at = f" at {path.name}"
+                outcome = export.export_rank(path, out, **options)
+                if outcome[0] == "stopped":
+                    raise KeyboardInterrupt if outcome[1] == signal.SIGINT else export.ExportStopped(
+                        f"stopped by {signal.Signals(outcome[1]).name}; nothing was written", outcome[1])
+                if take(path, out, outcome):
+                    break
+    except BaseException:
+        _export_ended(at, written, pairs, args.output)
+        raise
+    if ended:
+        path, detail = ended[0]
+        _export_ended(f" at {path.name}", written, pairs, args.output)
+        raise RuntimeError(detail)
+    print(f"wrote {len(written)} of {len(pairs)} datasets into {args.output}"
           + (f"; the re-emulation does NOT reproduce {', '.join(mismatched)}" if mismatched else "")
           + (f"; not exported: {', '.join(failed)}" if failed else ""))
     return 2 if failed else 1 if mismatched else 0
@@ -573,6 +596,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                    help="of OUTPUT's datasets (gzip: readable by any HDF5 tool; lzf: faster, h5py)")
     p.add_argument("--overwrite", action="store_true", help="let OUTPUT replace an existing file")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="for a run directory: rank files exported at a time, each in its own process "
+                        "stepping the rank's environments with the run's --num-threads (default: 1)")
     p.set_defaults(func=_cmd_export)
     p = sub.add_parser("eval", help="score a checkpoint on hybridsim's or ale-py's environment",
                        description="Score a checkpoint's policy. The environment takes the "

@@ -1,6 +1,7 @@
 """`hybridsim export FILE OUTPUT.h5`: a rank's whole trajectory log as an offline dataset
-(`hybridsim export RUN_DIR OUT_DIR`: every rank's, one dataset per rank file), and
-`iter_transitions(OUTPUT.h5)` to read its transitions back.
+(`hybridsim export RUN_DIR OUT_DIR [--jobs N]`: every rank's, one dataset per rank file, N
+at a time in worker processes), and `iter_transitions(OUTPUT.h5)` to read its
+transitions back.
 
 Training logs actions, rewards and flags for every step but observations for few (they
 are most of the bytes). Every environment's history follows from its seed and its
@@ -18,6 +19,7 @@ import json
 import os
 import pathlib
 import signal
+import sys
 import threading
 import time
 
@@ -39,6 +41,10 @@ class ExportMismatch(trajlog.TrajectoryLogError):
 
 class ExportStopped(RuntimeError):
     """A SIGTERM or SIGHUP ended the export; nothing was written."""
+
+    def __init__(self, message: str, signum: int = signal.SIGTERM):
+        super().__init__(message)
+        self.signum = int(signum)
 
 
 def check_output(out: str, overwrite: bool = False) -> None:
@@ -80,18 +86,128 @@ def run_exports(run_dir, out_dir, overwrite: bool = False) -> list[tuple[pathlib
     return pairs
 
 
+def export_rank(path, out, **options) -> tuple[str, object]:
+    """One rank file of a run directory's export (export_dataset with `options`), its outcome
+    as values a worker process can send back: ("written", summary), ("mismatch", text),
+    ("failed", text: this file cannot be exported; the others go on), ("ended", text: a
+    full disk or another write error, which the other ranks would meet too), ("stopped",
+    signal number)."""
+    name = pathlib.Path(path).name
+    try:
+        summary = export_dataset(path, out, **options, report=lambda text: print(
+            f"export {name}: {text}", file=sys.stderr, flush=True))
+    except ExportMismatch as exc:
+        return "mismatch", str(exc)
+    except storage.StorageError as exc:
+        return "ended", str(exc)
+    except (ValueError, trajlog.TrajectoryLogError) as exc:
+        return "failed", str(exc)
+    except ExportStopped as exc:
+        return "stopped", exc.signum
+    except KeyboardInterrupt:
+        return "stopped", int(signal.SIGINT)
+    return "written", summary
+
+
+def _worker_takes_stops() -> None:
+    """A --jobs worker: a stop signal while it waits for a rank, or is starting one, is kept
+    for the export it runs next (which then stops at once) instead of killing the worker.
+    The worker starts with them blocked (export_in_parallel), so one sent while it was
+    still starting Python waits until now."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda signum, frame: _stop_before_start.append(signum))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def _signal_workers(signum: int) -> None:
+    import multiprocessing
+    for child in multiprocessing.active_children():
+        try:
+            os.kill(child.pid, signum)
+        except OSError:
+            pass
+
+
+def export_in_parallel(pairs, jobs: int, take, **options) -> None:
+    """Exports the (rank file, dataset) `pairs` in `jobs` worker processes, each export
+    asking for room for all `jobs` of them, and calls take(rank file, dataset, outcome) with
+    export_rank's outcome as each ends; when `take` returns True (a full disk ended the
+    export) no further rank starts, and those running finish and are taken too. A stop
+    signal this process takes goes to the workers, whose exports stop and leave nothing;
+    once they have ended, KeyboardInterrupt (SIGINT) or ExportStopped is raised. A worker
+    that dies is a RuntimeError naming its rank, after the others were stopped."""
+    import concurrent.futures as futures
+    import multiprocessing
+    stops: list[int] = []
+
+    def forward(signum, frame):
+        stops.append(signum)
+        _signal_workers(signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if main else {}
+    for sig in before:
+        signal.signal(sig, forward)
+    # spawn, not fork: a fork of a process with threads (OpenMP, HDF5) can start locked
+    pool = futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=_worker_takes_stops)
+    waiting, running, ended = list(pairs), {}, False
+    try:
+        while waiting or running:
+            # one rank per worker at a time: a rank queued in the pool would start after a stop
+            while waiting and len(running) < jobs and not stops and not ended:
+                path, out = waiting.pop(0)
+                # a worker starts here (submit spawns it) and inherits the stop signals
+                # blocked: it would die of one that comes before _worker_takes_stops
+                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+                try:
+                    job = pool.submit(export_rank, path, out, **options, writers=jobs)
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+                running[job] = (path, out)
+            if not running:
+                break
+            done, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+            for job in done:
+                path, out = running.pop(job)
+                try:
+                    outcome = job.result()
+                except futures.process.BrokenProcessPool as exc:
+                    raise RuntimeError(f"{path.name}: the worker process exporting it died ({exc}); "
+                                       f"the ranks under way were stopped") from None
+                if outcome[0] != "stopped":
+                    ended = bool(take(path, out, outcome)) or ended
+    finally:
+        if running and not stops:  # an error here: the exports under way stop, leaving nothing
+            _signal_workers(signal.SIGTERM)
+        pool.shutdown(wait=True, cancel_futures=True)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    if stops:
+        if stops[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise ExportStopped(f"stopped by {signal.Signals(stops[0]).name}; the ranks under way left "
+                            f"nothing", stops[0])
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_stop_before_start: list[int] = []  # a worker's (--jobs): the stop signals it took while idle
+
+
 @contextlib.contextmanager
 def _stop_signals():
     """SIGINT, SIGTERM and SIGHUP as a flag the row loop reads: raised from anywhere, a
     KeyboardInterrupt could land in one of h5py's callbacks, where Python drops it and the
     export went on to write its file."""
     stop = threading.Event()
+    if _stop_before_start:
+        stop.signum = _stop_before_start[0]
+        stop.set()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
-    caught = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    before = {sig: signal.getsignal(sig) for sig in caught}
-    for sig in caught:
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS:
         signal.signal(sig, lambda signum, frame: setattr(stop, "signum", signum) or stop.set())
     try:
         yield stop
@@ -105,7 +221,7 @@ def _check_stop(stop) -> None:
         return
     if stop.signum == signal.SIGINT:
         raise KeyboardInterrupt
-    raise ExportStopped(f"stopped by {signal.Signals(stop.signum).name}; nothing was written")
+    raise ExportStopped(f"stopped by {signal.Signals(stop.signum).name}; nothing was written", stop.signum)
 
 
 def _synchronous_columns(path, env_id, rows: int, schedule: str) -> np.ndarray:
@@ -124,10 +240,11 @@ def _synchronous_columns(path, env_id, rows: int, schedule: str) -> np.ndarray:
 
 
 def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", overwrite: bool = False,
-                   report=None) -> dict:
+                   report=None, writers: int = 1) -> dict:
     """Write `out` (through a temporary file: nothing is left behind on an error, and an
     existing file is replaced only with overwrite) and return a summary. `report(text)` is
-    called every few seconds with the progress."""
+    called every few seconds with the progress. `writers`: exports writing into the same
+    file system at once (`--jobs`); each asks for room for all of them before a block."""
     if env not in replay.REPLAY_ENVS:
         raise ValueError(f"env {env!r}: expected one of {', '.join(replay.REPLAY_ENVS)}")
     path, out = pathlib.Path(path), str(out)
@@ -165,7 +282,7 @@ def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", ove
         try:
             with _stop_signals() as stop:
                 summary = _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows,
-                                 dataset_kw, cfg, run_cfg, report, stop)
+                                 dataset_kw, cfg, run_cfg, report, stop, writers)
                 with open(tmp, "rb+") as fh:  # on disk before it takes the name
                     os.fsync(fh.fileno())
                 _check_stop(stop)
@@ -194,7 +311,7 @@ def _logged_observations(f, path, columns) -> dict:
 
 
 def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows, dataset_kw, cfg,
-           run_cfg, report, stop):
+           run_cfg, report, stop, writers):
     width = columns.size
     steps = f["steps"]
     frames = f["observations/frames"] if logged_obs else None
@@ -203,7 +320,7 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
     block_rows = int(max(1, min(BLOCK_ROWS, BLOCK_BYTES // (width * int(np.prod(obs_shape))))))
     episode_ends = 0
     started = last_report = time.monotonic()
-    _check_room(out, 0)
+    _check_room(out, 0, writers)
     with h5py.File(tmp, "w") as g:
         observations = g.create_dataset(
             "observations", (rows, width) + obs_shape, np.uint8,
@@ -252,7 +369,7 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
                         raise ExportMismatch(f"{path}: step row {r}, env {int(columns[col])}: the "
                                              f"re-emulated observation differs from the logged one; "
                                              f"nothing was written")
-            _check_room(out, sum(a.nbytes for a in (block, *log.values(), *ends)))
+            _check_room(out, sum(a.nbytes for a in (block, *log.values(), *ends)), writers)
             for name, dataset in copies.items():
                 dataset[start:stop_row] = log[name]
             observations[start:stop_row] = block
@@ -273,16 +390,18 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
             "observation_shape": obs_shape, "seconds": time.monotonic() - started}
 
 
-def _check_room(out, nbytes: int) -> None:
+def _check_room(out, nbytes: int, writers: int = 1) -> None:
     """Stops before writes the file system, or a quota, has no room for (`nbytes` before
-    compression): HDF5 must never meet a full disk (storage.missing_room)."""
-    need = nbytes + HEADROOM_BYTES
+    compression, for each of `writers` exports side by side): HDF5 must never meet a full
+    disk (storage.missing_room)."""
+    need = (nbytes + HEADROOM_BYTES) * writers
     missing = storage.missing_room(os.path.dirname(os.path.abspath(out)), need)
     if missing is not None:
         code, why = missing
+        side_by_side = f" (for the {writers} exports running side by side)" if writers > 1 else ""
         raise storage.StorageError(out, "the exported dataset", code,
-                                   f"the next rows need up to {need / 1e6:.1f} MB and {why}; stopped "
-                                   f"before writing them; nothing was written")
+                                   f"the next rows need up to {need / 1e6:.1f} MB{side_by_side} and {why}; "
+                                   f"stopped before writing them; nothing was written")
 
 
 def _check_frames_grow(path, columns, start, frames, before) -> None:

@@ -843,6 +843,77 @@ def test_a_run_directory_export_ends_at_a_full_disk(short_episode_run, tmp_path,
     assert list((tmp_path / "out").iterdir()) == []
 
 
+def test_a_parallel_export_stopped_by_sigterm_leaves_nothing_under_way(two_rank_run, tmp_path):
+    """`export RUN --jobs 2` taking SIGTERM (as from scancel or kill) while a rank is under
+    way: it passes the signal to its workers, whose exports stop and remove their temporary
+    files, and ends with status 2 saying so; no worker is left. The worker is held
+    (SIGSTOP) while the signal is sent so that it cannot finish first."""
+    import time
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "hybridsim", "export", str(two_rank_run), str(out),
+                             "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, held = time.monotonic() + 120, None
+    while held is None:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        for tmp in out.glob("*.tmp") if out.is_dir() else ():
+            worker = int(tmp.name.split(".")[-2])
+            os.kill(worker, signal.SIGSTOP)
+            if tmp.exists():  # (else it finished just before the stop: try the next)
+                held = worker
+                break
+            os.kill(worker, signal.SIGCONT)
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)  # the forwarded signal is pending in the held worker
+    os.kill(held, signal.SIGCONT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 2, (stdout, stderr)
+    assert "error: stopped by SIGTERM; the ranks under way left nothing" in stderr, stderr
+    assert re.search(r"the export ended, with [01] of 2 datasets written into", stderr), stderr
+    assert not list(out.glob("*.tmp"))
+    for dataset in out.iterdir():  # a rank that finished before the signal stays, whole
+        assert_same_datasets(dataset, dataset)
+    with pytest.raises(ProcessLookupError):
+        os.kill(held, 0)
+
+
+def test_a_worker_stopped_before_its_export_starts_writes_nothing(short_episode_run, tmp_path):
+    """A stop signal that reaches a --jobs worker between ranks or while it sets one up is
+    kept, and the export it runs next stops at once: the worker neither dies of it (which
+    broke the pool) nor writes the rank after it."""
+    code = ("import os, signal, sys\n"
+            "from hybridsim import export\n"
+            "export._worker_takes_stops()\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\n"
+            "print(export.export_rank(sys.argv[1], sys.argv[2], env='run', compression='lzf', overwrite=False))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(trajlog.rank_file(short_episode_run, 0)),
+                           str(tmp_path / "dataset.h5")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout == f"('stopped', {int(signal.SIGTERM)})\n", done
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_jobs_is_checked(short_episode_run, tmp_path, capsys):
+    from hybridsim import cli
+    assert cli.main(["export", str(short_episode_run), str(tmp_path / "out"), "--jobs", "0"]) == 2
+    assert "--jobs must be 1 or more, got 0" in capsys.readouterr().err
+    assert cli.main(["export", str(trajlog.rank_file(short_episode_run, 0)), str(tmp_path / "d.h5"),
+                     "--jobs", "2"]) == 2
+    assert "--jobs 2: exports the rank files of a run directory side by side" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_exports_side_by_side_ask_for_room_for_all(short_episode_run, tmp_path, monkeypatch):
+    """Each of `writers` exports asks for its block's room times their number: they all
+    write into the same file system at once."""
+    from hybridsim import storage
+    asked = []
+    monkeypatch.setattr(storage, "free_bytes", lambda where: asked.append(where) or 3 * export.HEADROOM_BYTES)
+    with pytest.raises(storage.StorageError, match=r"the next rows need up to [0-9.]+ MB \(for the 4 exports "
+                                                   r"running side by side\) and [0-9.]+ MB is free"):
+        export.export_dataset(trajlog.rank_file(short_episode_run, 0), tmp_path / "d.h5", writers=4)
+    export.export_dataset(trajlog.rank_file(short_episode_run, 0), tmp_path / "d.h5", writers=1)
+
+
 def test_a_run_directory_export_under_a_full_quota_stops_before_writing(short_episode_run, small_quota):
     """A real quota (btrfs qgroup) that statvfs does not show, filled by another file up to
     256 KB, less than the dataset's 0.66 MB: the export asks for the room first and ends
@@ -950,12 +1021,13 @@ def test_export_on_a_busy_machine_waits_passively_and_says_so(short_episode_run,
     assert "policy PASSIVE" in done.stdout and "are 90% busy with other work" in done.stderr
 
 
-def test_export_of_another_ranks_file(tmp_path):
-    """Rank 1's environments are 2 and 3: their seeds and columns, and its logged
-    observations, follow from the file's env ids."""
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory):
+    """A 2-rank run directory (2 environments per rank, observations logged); tests that
+    change its files work on a copy."""
     from mpi_util import mpiexec_or_skip
     mpiexec = mpiexec_or_skip()
-    run = tmp_path / "run"
+    run = tmp_path_factory.mktemp("two_ranks") / "run"
     done = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "hybridsim", "train", "--game", "pong",
                            "--backend", "cpu", "--num-envs", "2", "--total-frames", "3200",
                            "--log-dir", str(run), "--num-threads", "1", "--torch-threads", "1",
@@ -963,6 +1035,21 @@ def test_export_of_another_ranks_file(tmp_path):
                            "--log-observations", "true", "--obs-stride", "5"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    return run
+
+
+def assert_same_datasets(a, b):
+    with h5py.File(a, "r") as mine, h5py.File(b, "r") as theirs:
+        assert set(mine) == set(theirs) and list(mine.attrs["env_ids"]) == list(theirs.attrs["env_ids"])
+        for name in mine:
+            assert np.array_equal(mine[name][()], theirs[name][()]), name
+
+
+def test_export_of_another_ranks_file(tmp_path, two_rank_run):
+    """Rank 1's environments are 2 and 3: their seeds and columns, and its logged
+    observations, follow from the file's env ids."""
+    run = tmp_path / "run"
+    shutil.copytree(two_rank_run, run)
     path = trajlog.rank_file(run, 1)
     out = tmp_path / "rank1.h5"
     export.export_dataset(path, out)
@@ -979,11 +1066,17 @@ def test_export_of_another_ranks_file(tmp_path):
     assert whole.returncode == 0, whole.stderr[-2000:]
     assert f"wrote 2 of 2 datasets into {datasets}" in whole.stdout
     assert sorted(p.name for p in datasets.iterdir()) == ["dataset_rank00000.h5", "dataset_rank00001.h5", "nested"]
-    with h5py.File(out, "r") as mine, h5py.File(datasets / "dataset_rank00001.h5", "r") as theirs:
-        assert set(mine) == set(theirs) and list(theirs.attrs["env_ids"]) == [2, 3]
-        for name in mine:
-            assert np.array_equal(mine[name][()], theirs[name][()]), name
+    assert_same_datasets(out, datasets / "dataset_rank00001.h5")
     _assert_export_holds_every_replayed_episode(trajlog.rank_file(run, 0), datasets / "dataset_rank00000.h5")
+
+    # --jobs 2: both ranks at once, in two processes, the same datasets
+    side_by_side = subprocess.run([sys.executable, "-m", "hybridsim", "export", str(run), str(tmp_path / "jobs"),
+                                   "--jobs", "2"], capture_output=True, text=True, timeout=300)
+    assert side_by_side.returncode == 0, side_by_side.stderr[-2000:]
+    assert f"wrote 2 of 2 datasets into {tmp_path / 'jobs'}" in side_by_side.stdout
+    for name in ("dataset_rank00000.h5", "dataset_rank00001.h5"):
+        assert_same_datasets(datasets / name, tmp_path / "jobs" / name)
+    assert sorted(p.name for p in (tmp_path / "jobs").iterdir()) == ["dataset_rank00000.h5", "dataset_rank00001.h5"]
 
     # every output is checked before any rank runs: one existing dataset refuses them all
     (datasets / "dataset_rank00000.h5").unlink()
@@ -999,12 +1092,13 @@ def test_export_of_another_ranks_file(tmp_path):
     # a rank the emulator does not reproduce is reported; the others are still exported
     with h5py.File(trajlog.rank_file(run, 1), "r+") as f:
         f["steps/reward_raw"][3, 1] += 1.0
-    mixed = subprocess.run([sys.executable, "-m", "hybridsim", "export", str(run), str(tmp_path / "mixed")],
-                           capture_output=True, text=True, timeout=300)
-    assert mixed.returncode == 1, mixed.stderr[-2000:]
-    assert "traj_rank00001.h5: MISMATCH" in mixed.stdout and "step row 3" in mixed.stdout
-    assert "the re-emulation does NOT reproduce traj_rank00001.h5" in mixed.stdout
-    assert sorted(p.name for p in (tmp_path / "mixed").iterdir()) == ["dataset_rank00000.h5"]
+    for jobs in ("1", "2"):
+        mixed = subprocess.run([sys.executable, "-m", "hybridsim", "export", str(run), str(tmp_path / f"mixed{jobs}"),
+                                "--jobs", jobs], capture_output=True, text=True, timeout=300)
+        assert mixed.returncode == 1, mixed.stderr[-2000:]
+        assert "traj_rank00001.h5: MISMATCH" in mixed.stdout and "step row 3" in mixed.stdout
+        assert "the re-emulation does NOT reproduce traj_rank00001.h5" in mixed.stdout
+        assert sorted(p.name for p in (tmp_path / f"mixed{jobs}").iterdir()) == ["dataset_rank00000.h5"]
     with h5py.File(trajlog.rank_file(run, 0), "r+") as f:  # rows missing: it cannot be exported
         f.attrs["gaps"] = json.dumps([[800, 1600]])
     failed = subprocess.run([sys.executable, "-m", "hybridsim", "export", str(run), str(tmp_path / "failed")],
