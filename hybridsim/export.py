@@ -151,7 +151,7 @@ def export_in_parallel(pairs, jobs: int, take, **options) -> None:
     # spawn, not fork: a fork of a process with threads (OpenMP, HDF5) can start locked
     pool = futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
                                        initializer=_worker_takes_stops)
-    waiting, running, ended = list(pairs), {}, False
+    waiting, running, ended, under_way, workers = list(pairs), {}, False, [], set()
     try:
         while waiting or running:
             # one rank per worker at a time: a rank queued in the pool would start after a stop
@@ -165,6 +165,7 @@ def export_in_parallel(pairs, jobs: int, take, **options) -> None:
                 finally:
                     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
                 running[job] = (path, out)
+                workers.update(child.pid for child in multiprocessing.active_children())
             if not running:
                 break
             done, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
@@ -172,9 +173,11 @@ def export_in_parallel(pairs, jobs: int, take, **options) -> None:
                 path, out = running.pop(job)
                 try:
                     outcome = job.result()
-                except futures.process.BrokenProcessPool as exc:
-                    raise RuntimeError(f"{path.name}: the worker process exporting it died ({exc}); "
-                                       f"the ranks under way were stopped") from None
+                except futures.process.BrokenProcessPool:  # (killed, out of memory, a crash)
+                    under_way = [(path, out), *running.values()]
+                    raise RuntimeError(f"a worker process died while exporting "
+                                       f"{', '.join(sorted(p.name for p, _ in under_way))}; the ranks "
+                                       f"under way were stopped and left nothing") from None
                 if outcome[0] != "stopped":
                     ended = bool(take(path, out, outcome)) or ended
     finally:
@@ -183,6 +186,9 @@ def export_in_parallel(pairs, jobs: int, take, **options) -> None:
         pool.shutdown(wait=True, cancel_futures=True)
         for sig, handler in before.items():
             signal.signal(sig, handler)
+        for _, out in under_way:  # the temporary file of a worker that was killed
+            for pid in workers:
+                pathlib.Path(f"{out}.{pid}.tmp").unlink(missing_ok=True)
     if stops:
         if stops[0] == signal.SIGINT:
             raise KeyboardInterrupt

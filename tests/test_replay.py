@@ -843,36 +843,52 @@ def test_a_run_directory_export_ends_at_a_full_disk(short_episode_run, tmp_path,
     assert list((tmp_path / "out").iterdir()) == []
 
 
-def test_a_parallel_export_stopped_by_sigterm_leaves_nothing_under_way(two_rank_run, tmp_path):
-    """`export RUN --jobs 2` taking SIGTERM (as from scancel or kill) while a rank is under
-    way: it passes the signal to its workers, whose exports stop and remove their temporary
-    files, and ends with status 2 saying so; no worker is left. The worker is held
-    (SIGSTOP) while the signal is sent so that it cannot finish first."""
+def hold_a_worker_under_way(proc, out) -> int:
+    """The pid of a `export --jobs` worker stopped (SIGSTOP) while its rank is under way."""
     import time
-    out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "hybridsim", "export", str(two_rank_run), str(out),
-                             "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline, held = time.monotonic() + 120, None
-    while held is None:
+    deadline = time.monotonic() + 120
+    while True:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         for tmp in out.glob("*.tmp") if out.is_dir() else ():
             worker = int(tmp.name.split(".")[-2])
             os.kill(worker, signal.SIGSTOP)
             if tmp.exists():  # (else it finished just before the stop: try the next)
-                held = worker
-                break
+                return worker
             os.kill(worker, signal.SIGCONT)
         time.sleep(0.002)
-    proc.send_signal(signal.SIGTERM)
-    time.sleep(0.5)  # the forwarded signal is pending in the held worker
-    os.kill(held, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "worker-killed"])
+def test_a_parallel_export_stopped_leaves_nothing_under_way(two_rank_run, tmp_path, how):
+    """`export RUN --jobs 2` taking SIGTERM (as from scancel or kill) while a rank is under
+    way: it passes the signal to its workers, whose exports stop and remove their temporary
+    files, and ends with status 2 saying so; no worker is left. The worker is held
+    (SIGSTOP) while the signal is sent so that it cannot finish first. A worker killed
+    (SIGKILL: the OOM killer) ends the export with status 2 naming the rank, and its
+    temporary file is removed."""
+    import time
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "hybridsim", "export", str(two_rank_run), str(out),
+                             "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    held = hold_a_worker_under_way(proc, out)
+    if how == "sigterm":
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # the forwarded signal is pending in the held worker
+        os.kill(held, signal.SIGCONT)
+    else:
+        os.kill(held, signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 2, (stdout, stderr)
-    assert "error: stopped by SIGTERM; the ranks under way left nothing" in stderr, stderr
+    if how == "sigterm":
+        assert "error: stopped by SIGTERM; the ranks under way left nothing" in stderr, stderr
+    else:
+        assert re.search(r"error: a worker process died while exporting (traj_rank0000[01].h5(, )?)+; the "
+                         r"ranks under way were stopped and left nothing", stderr), stderr
     assert re.search(r"the export ended, with [01] of 2 datasets written into", stderr), stderr
     assert not list(out.glob("*.tmp"))
     for dataset in out.iterdir():  # a rank that finished before the signal stays, whole
-        assert_same_datasets(dataset, dataset)
+        with h5py.File(dataset, "r") as f:
+            assert f["observations"].shape[:2] == (200, 2) and f["action"].shape == (200, 2)
     with pytest.raises(ProcessLookupError):
         os.kill(held, 0)
 
