@@ -439,23 +439,34 @@ def test_a_fallback_dir_that_cannot_be_used_is_refused_at_start(tmp_path, capsys
     assert code == 0 and (tmp_path / "new" / "fallback").is_dir()
 
 
-def test_full_disk_on_a_real_tmpfs(small_fs, tmp_path):
-    """The CLI in a subprocess on a 64 MB tmpfs that another writer fills mid-run."""
-    import time
-    log_dir = small_fs("64m") / "run"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+def subprocess_env() -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
         filter(None, [str(pathlib.Path(trajlog.__file__).parent.parent), os.environ.get("PYTHONPATH")])))
+
+
+def train_until_filled(log_dir, fill_up, obs_stride: str, env) -> tuple[pathlib.Path, str]:
+    """The CLI training into log_dir until, after its first checkpoint, fill_up(its parent)
+    takes the room left: (the filler file, its stderr) once it exited with STORAGE_EXIT_CODE."""
+    import time
     args = [sys.executable, "-m", "hybridsim", *TRAIN, "--total-frames", "100000000",
             "--checkpoint-every", "1600", "--log-every", "0.2", "--log-observations",
-            "--obs-stride", "4", "--log-dir", str(log_dir)]
+            "--obs-stride", obs_stride, "--log-dir", str(log_dir)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
     while not (log_dir / "checkpoint.pt").exists():
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1][-3000:]
         time.sleep(0.2)
-    filler = fill(log_dir.parent)  # someone else takes every free byte
-    out, err = proc.communicate(timeout=120)
+    filler = fill_up(log_dir.parent)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == cli.STORAGE_EXIT_CODE, err[-3000:]
+    return filler, err
+
+
+def test_full_disk_on_a_real_tmpfs(small_fs, tmp_path):
+    """The CLI in a subprocess on a 64 MB tmpfs that another writer fills mid-run."""
+    log_dir = small_fs("64m") / "run"
+    env = subprocess_env()
+    filler, err = train_until_filled(log_dir, fill, "4", env)  # someone else takes every free byte
     assert "No space left on device" in err and str(log_dir) in err, err[-3000:]
     assert f"final checkpoint: {log_dir}/checkpoint.pt" in err, err[-3000:]
     frames = stopped_frames(err)
@@ -475,21 +486,8 @@ def test_quota_reached_mid_run_on_a_real_file_system(small_quota):
     stops with a final checkpoint and exits with STORAGE_EXIT_CODE, naming EDQUOT and no
     second failure (a second flush after a failed one failed in HDF5: 'slist already
     enabled?'), the logs hold every step, and --resume goes on once there is room."""
-    import time
     log_dir = small_quota("160M") / "run"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(pathlib.Path(trajlog.__file__).parent.parent), os.environ.get("PYTHONPATH")])))
-    args = [sys.executable, "-m", "hybridsim", *TRAIN, "--total-frames", "100000000",
-            "--checkpoint-every", "1600", "--log-every", "0.2", "--log-observations",
-            "--obs-stride", "1", "--log-dir", str(log_dir)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 120
-    while not (log_dir / "checkpoint.pt").exists():
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1][-3000:]
-        time.sleep(0.2)
-    filler = fill_quota(log_dir.parent)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == cli.STORAGE_EXIT_CODE, err[-3000:]
+    filler, err = train_until_filled(log_dir, fill_quota, "1", subprocess_env())
     assert "Disk quota exceeded (EDQUOT)" in err and str(log_dir) in err, err[-3000:]
     assert "others not" not in err and "RuntimeError" not in err, err[-3000:]
     for line in err.splitlines():  # (the metrics row or the checkpoint may meet the quota first)
