@@ -250,14 +250,15 @@ def _export_run(args) -> int:
         if jobs > 1:
             export.export_in_parallel(pairs, jobs, take, **options)
         else:
-            for path, out in pairs:
-                at = f" at {path.name}"
-                outcome = export.export_rank(path, out, **options)
-                if outcome[0] == "stopped":
-                    raise KeyboardInterrupt if outcome[1] == signal.SIGINT else export.ExportStopped(
-                        f"stopped by {signal.Signals(outcome[1]).name}; nothing was written", outcome[1])
-                if take(path, out, outcome):
-                    break
+            with export.record_stops():  # (between ranks too)
+                for path, out in pairs:
+                    at = f" at {path.name}"
+                    outcome = export.export_rank(path, out, **options)
+                    if outcome[0] == "stopped":
+                        raise export.stop_exception(outcome[1], "no rank started after it, and the one "
+                                                                "it stopped left nothing")
+                    if take(path, out, outcome):
+                        break
     except BaseException:
         _export_ended(at, written, pairs, args.output)
         raise

@@ -91,8 +91,11 @@ def export_rank(path, out, **options) -> tuple[str, object]:
     as values a worker process can send back: ("written", summary), ("mismatch", text),
     ("failed", text: this file cannot be exported; the others go on), ("ended", text: a
     full disk or another write error, which the other ranks would meet too), ("stopped",
-    signal number)."""
+    signal number: also for a stop taken before it began, under record_stops)."""
+    if _pending_stops:
+        return "stopped", _pending_stops[0]
     name = pathlib.Path(path).name
+    _export_idle.clear()
     try:
         summary = export_dataset(path, out, **options, report=lambda text: print(
             f"export {name}: {text}", file=sys.stderr, flush=True))
@@ -106,17 +109,59 @@ def export_rank(path, out, **options) -> tuple[str, object]:
         return "stopped", exc.signum
     except KeyboardInterrupt:
         return "stopped", int(signal.SIGINT)
+    finally:
+        _export_idle.set()
     return "written", summary
 
 
-def _worker_takes_stops() -> None:
-    """A --jobs worker: a stop signal while it waits for a rank, or is starting one, is kept
-    for the export it runs next (which then stops at once) instead of killing the worker.
-    The worker starts with them blocked (export_in_parallel), so one sent while it was
-    still starting Python waits until now."""
+def stop_exception(signum: int, detail: str) -> BaseException:
+    """What a stop signal ends an export with: KeyboardInterrupt for SIGINT (Ctrl-C), else
+    ExportStopped saying which signal and `detail`."""
+    if signum == signal.SIGINT:
+        return KeyboardInterrupt()
+    return ExportStopped(f"stopped by {signal.Signals(signum).name}; {detail}", signum)
+
+
+def _record_stop(signum, frame) -> None:
+    _pending_stops.append(signum)
+
+
+@contextlib.contextmanager
+def record_stops():
+    """Stop signals taken while no export is under way (between ranks, while one is set
+    up) are kept: the export that starts next stops at once. The main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     for sig in STOP_SIGNALS:
-        signal.signal(sig, lambda signum, frame: _stop_before_start.append(signum))
+        signal.signal(sig, _record_stop)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _worker_takes_stops() -> None:
+    """A --jobs worker keeps the stop signals (as record_stops) for as long as it lives,
+    rather than dying of one while it waits for a rank or sets one up. It starts with them
+    blocked (export_in_parallel), so one sent while it was still starting Python waits
+    until now. If its parent dies (killed, out of memory), the rank under way stops and
+    leaves nothing, and the worker exits: it would wait for the next rank for ever."""
+    import multiprocessing.connection
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _record_stop)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    parent = multiprocessing.parent_process()
+
+    def watch():
+        multiprocessing.connection.wait([parent.sentinel])
+        os.kill(os.getpid(), signal.SIGTERM)  # the export under way, if any, stops and cleans up
+        _export_idle.wait(60)
+        os._exit(1)
+    if parent is not None:
+        threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
 def _signal_workers(signum: int) -> None:
@@ -173,12 +218,17 @@ def export_in_parallel(pairs, jobs: int, take, **options) -> None:
                 path, out = running.pop(job)
                 try:
                     outcome = job.result()
-                except futures.process.BrokenProcessPool:  # (killed, out of memory, a crash)
-                    under_way = [(path, out), *running.values()]
-                    raise RuntimeError(f"a worker process died while exporting "
-                                       f"{', '.join(sorted(p.name for p, _ in under_way))}; the ranks "
-                                       f"under way were stopped and left nothing") from None
-                if outcome[0] != "stopped":
+                except (ValueError, RuntimeError, OSError, TypeError) as exc:
+                    if isinstance(exc, futures.process.BrokenProcessPool):  # (killed, out of memory, a crash)
+                        under_way = [(path, out), *running.values()]
+                        raise RuntimeError(f"a worker process died while exporting "
+                                           f"{', '.join(sorted(p.name for p, _ in under_way))}; the ranks "
+                                           f"under way were stopped and left nothing") from None
+                    raise RuntimeError(f"{path.name}: {exc}") from exc
+                if outcome[0] == "stopped":
+                    if not stops:  # a stop sent to that worker alone stops the whole export too
+                        forward(outcome[1], None)
+                else:
                     ended = bool(take(path, out, outcome)) or ended
     finally:
         if running and not stops:  # an error here: the exports under way stop, leaving nothing
@@ -190,14 +240,13 @@ def export_in_parallel(pairs, jobs: int, take, **options) -> None:
             for pid in workers:
                 pathlib.Path(f"{out}.{pid}.tmp").unlink(missing_ok=True)
     if stops:
-        if stops[0] == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise ExportStopped(f"stopped by {signal.Signals(stops[0]).name}; the ranks under way left "
-                            f"nothing", stops[0])
+        raise stop_exception(stops[0], "no rank started after it, and those it stopped left nothing")
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_stop_before_start: list[int] = []  # a worker's (--jobs): the stop signals it took while idle
+_pending_stops: list[int] = []  # stop signals record_stops took
+_export_idle = threading.Event()  # no export_rank under way (a --jobs worker's watchdog waits for it)
+_export_idle.set()
 
 
 @contextlib.contextmanager
@@ -206,8 +255,8 @@ def _stop_signals():
     KeyboardInterrupt could land in one of h5py's callbacks, where Python drops it and the
     export went on to write its file."""
     stop = threading.Event()
-    if _stop_before_start:
-        stop.signum = _stop_before_start[0]
+    if _pending_stops:
+        stop.signum = _pending_stops[0]
         stop.set()
     if threading.current_thread() is not threading.main_thread():
         yield stop
@@ -225,9 +274,7 @@ def _stop_signals():
 def _check_stop(stop) -> None:
     if not stop.is_set():
         return
-    if stop.signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise ExportStopped(f"stopped by {signal.Signals(stop.signum).name}; nothing was written", stop.signum)
+    raise stop_exception(stop.signum, "nothing was written")
 
 
 def _synchronous_columns(path, env_id, rows: int, schedule: str) -> np.ndarray:
@@ -400,11 +447,12 @@ def _check_room(out, nbytes: int, writers: int = 1) -> None:
     """Stops before writes the file system, or a quota, has no room for (`nbytes` before
     compression, for each of `writers` exports side by side): HDF5 must never meet a full
     disk (storage.missing_room)."""
-    need = (nbytes + HEADROOM_BYTES) * writers
-    missing = storage.missing_room(os.path.dirname(os.path.abspath(out)), need)
+    need = nbytes + HEADROOM_BYTES
+    missing = storage.missing_room(os.path.dirname(os.path.abspath(out)), need, writers)
     if missing is not None:
         code, why = missing
-        side_by_side = f" (for the {writers} exports running side by side)" if writers > 1 else ""
+        side_by_side = (f" ({need * writers / 1e6:.1f} MB for the {writers} exports running side by side)"
+                        if writers > 1 else "")
         raise storage.StorageError(out, "the exported dataset", code,
                                    f"the next rows need up to {need / 1e6:.1f} MB{side_by_side} and {why}; "
                                    f"stopped before writing them; nothing was written")

@@ -101,9 +101,9 @@ _fallocate = _load_fallocate()
 
 
 def _unnamed_file(directory) -> int:
-    """A file descriptor for a new file in `directory` that has no name, so it is gone
-    when closed and a killed process leaves nothing: O_TMPFILE, or a file removed at once
-    where the file system lacks O_TMPFILE."""
+    """A file descriptor for a new file in `directory` that has no name, so it is gone when
+    closed: O_TMPFILE, or a file removed at once where the file system lacks O_TMPFILE (NFS
+    keeps such a file as .nfsXXXX until it is closed)."""
     flag = getattr(os, "O_TMPFILE", 0)
     if flag:
         try:
@@ -116,35 +116,49 @@ def _unnamed_file(directory) -> int:
     return fd
 
 
+_ROOM_ERRNOS = {errno.ENOSPC, errno.EDQUOT}  # (EFBIG would be this one file's size limit)
+_NO_FALLOCATE = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+_without_fallocate: set[int] = set()  # st_dev of file systems that refused it: not asked again
+
+
 def allocation_refused(directory, nbytes: int) -> int | None:
     """The errno (ENOSPC, EDQUOT) with which the file system holding `directory` refuses
     this process `nbytes` more bytes there, else None. The bytes are allocated in an
     unnamed file, freed again at once: this sees a user, group or project quota, which
-    statvfs (free_bytes) does not show. None where it cannot tell (no fallocate)."""
+    statvfs (free_bytes) does not show. None where it cannot tell: no fallocate (not
+    Linux, or a file system without it, remembered so that it is not asked again)."""
     if _fallocate is None or nbytes <= 0:
         return None
     try:
+        device = os.stat(directory).st_dev
+        if device in _without_fallocate:
+            return None
         fd = _unnamed_file(directory)
     except OSError as exc:
-        return exc.errno if exc.errno in FULL_ERRNOS else None  # (an inode quota, say)
+        return exc.errno if exc.errno in _ROOM_ERRNOS else None  # (an inode quota, say)
     try:
         code = _fallocate(fd, nbytes)
     finally:
         os.close(fd)
-    return code if code in FULL_ERRNOS else None
+    if code in _NO_FALLOCATE:
+        _without_fallocate.add(device)
+    return code if code in _ROOM_ERRNOS else None
 
 
-def missing_room(directory, nbytes: int) -> tuple[int, str] | None:
+def missing_room(directory, nbytes: int, writers: int = 1) -> tuple[int, str] | None:
     """(errno, why) when `directory` has no room for `nbytes` more bytes from this process,
-    `why` a phrase such as "0.4 MB is free on its file system"; None when there is room (or
-    it cannot be told). A quota is seen too. HDF5 must not meet a full disk: after a write it
-    failed in, freeing the file's objects crashes the process (h5py issue 914, reproduced
-    with HDF5 2.0 under a btrfs quota), so its writers ask first."""
+    and `writers` - 1 others writing as much beside it; `why` a phrase such as "0.4 MB is
+    free on its file system". None when there is room (or it cannot be told). The free
+    space must hold all writers' bytes; the allocation asked of the file system, which
+    sees a quota too, is this writer's own (those of writers asking at the same moment
+    would otherwise count against each other). HDF5 must not meet a full disk: after a
+    write it failed in, freeing the file's objects crashes the process (h5py issue 914,
+    reproduced with HDF5 2.0 under a btrfs quota), so its writers ask first."""
     try:
         free = free_bytes(directory)
     except OSError:
         free = None
-    if free is not None and free < nbytes:
+    if free is not None and free < nbytes * writers:
         return errno.ENOSPC, f"{free / 1e6:.1f} MB is free on its file system"
     code = allocation_refused(directory, nbytes)
     if code is None:

@@ -137,6 +137,30 @@ def test_missing_room_leaves_no_file_behind(tmp_path, monkeypatch, tmpfile):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_missing_room_asks_each_file_system_what_it_can_tell(tmp_path, monkeypatch):
+    """EFBIG is the probe file's own size limit, not a full disk: no answer. A file system
+    without fallocate is asked once. The free space must hold all writers' bytes; the
+    allocation asked is one writer's (writers asking at once would count against each
+    other)."""
+    asked = []
+
+    def fallocate(fd, nbytes):
+        asked.append(nbytes)
+        return code
+    monkeypatch.setattr(storage, "_fallocate", fallocate)
+    monkeypatch.setattr(storage, "_without_fallocate", set())
+    code = errno.EFBIG
+    assert storage.missing_room(tmp_path, 5 << 20) is None and asked == [5 << 20]
+    code = errno.EOPNOTSUPP
+    assert storage.missing_room(tmp_path, 5 << 20) is None and storage.missing_room(tmp_path, 1) is None
+    assert asked == [5 << 20, 5 << 20]  # not asked again on that file system
+    monkeypatch.setattr(storage, "_without_fallocate", set())
+    code = 0
+    monkeypatch.setattr(storage, "free_bytes", lambda where: 20 << 20)
+    assert storage.missing_room(tmp_path, 6 << 20, writers=3) is None and asked[-1] == 6 << 20
+    assert storage.missing_room(tmp_path, 6 << 20, writers=4) == (errno.ENOSPC, "21.0 MB is free on its file system")
+
+
 def test_the_master_file_is_not_written_without_room(tmp_path, monkeypatch):
     """write_master asks for room first too: a StorageError naming the master file and EDQUOT."""
     rng = np.random.default_rng(5)

@@ -852,38 +852,74 @@ def hold_a_worker_under_way(proc, out) -> int:
         for tmp in out.glob("*.tmp") if out.is_dir() else ():
             worker = int(tmp.name.split(".")[-2])
             os.kill(worker, signal.SIGSTOP)
+            while not proc_status(worker)["State"].startswith("T"):  # every thread stopped: a signal
+                time.sleep(0.001)                                      # sent now stays pending
             if tmp.exists():  # (else it finished just before the stop: try the next)
                 return worker
             os.kill(worker, signal.SIGCONT)
         time.sleep(0.002)
 
 
-@pytest.mark.parametrize("how", ["sigterm", "worker-killed"])
+def proc_status(pid: int) -> dict:
+    return {k: v.strip() for k, v in (line.split(":", 1) for line in
+                                      pathlib.Path(f"/proc/{pid}/status").read_text().splitlines())}
+
+
+def wait_for_pending(pid: int, signum: int) -> None:
+    """Until signal `signum` waits, undelivered, in stopped process `pid`."""
+    import time
+    deadline = time.monotonic() + 60
+    while True:
+        fields = proc_status(pid)
+        if int(fields["ShdPnd"], 16) & (1 << (signum - 1)):
+            return
+        assert time.monotonic() < deadline, fields["ShdPnd"]
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigterm-to-a-worker", "worker-killed", "parent-killed"])
 def test_a_parallel_export_stopped_leaves_nothing_under_way(two_rank_run, tmp_path, how):
-    """`export RUN --jobs 2` taking SIGTERM (as from scancel or kill) while a rank is under
-    way: it passes the signal to its workers, whose exports stop and remove their temporary
-    files, and ends with status 2 saying so; no worker is left. The worker is held
-    (SIGSTOP) while the signal is sent so that it cannot finish first. A worker killed
-    (SIGKILL: the OOM killer) ends the export with status 2 naming the rank, and its
-    temporary file is removed."""
+    """`export RUN --jobs 2` with a rank under way in a worker, held (SIGSTOP) so that it
+    cannot finish first:
+    - SIGTERM to the command (scancel, kill) goes on to the workers, whose exports stop and
+      remove their temporary files; status 2 says so, and no worker is left;
+    - SIGTERM to that worker alone stops the whole export the same way (it dropped the
+      rank and exited 0);
+    - a worker killed (SIGKILL: the OOM killer) ends the export with status 2 naming the
+      ranks under way, and its temporary file is removed;
+    - the command killed: its workers stop their ranks, leave nothing and exit (they
+      waited for the next rank for ever)."""
     import time
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "hybridsim", "export", str(two_rank_run), str(out),
                              "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     held = hold_a_worker_under_way(proc, out)
-    if how == "sigterm":
-        proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)  # the forwarded signal is pending in the held worker
-        os.kill(held, signal.SIGCONT)
-    else:
+    if how == "worker-killed":
         os.kill(held, signal.SIGKILL)
+    elif how == "parent-killed":
+        workers = [int(p) for p in pathlib.Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+        proc.kill()
+        proc.wait(timeout=60)
+        os.kill(held, signal.SIGCONT)
+        deadline = time.monotonic() + 60
+        while any(pathlib.Path(f"/proc/{w}").exists() and not proc_status(w)["State"].startswith("Z")
+                  for w in workers):
+            assert time.monotonic() < deadline, "a worker outlived its parent"
+            time.sleep(0.1)
+        assert not list(out.glob("*.tmp"))
+        return
+    else:
+        os.kill(held if how == "sigterm-to-a-worker" else proc.pid, signal.SIGTERM)
+        if how == "sigterm":
+            wait_for_pending(held, signal.SIGTERM)  # forwarded by the command
+        os.kill(held, signal.SIGCONT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 2, (stdout, stderr)
-    if how == "sigterm":
-        assert "error: stopped by SIGTERM; the ranks under way left nothing" in stderr, stderr
-    else:
+    if how == "worker-killed":
         assert re.search(r"error: a worker process died while exporting (traj_rank0000[01].h5(, )?)+; the "
                          r"ranks under way were stopped and left nothing", stderr), stderr
+    else:
+        assert "error: stopped by SIGTERM; no rank started after it, and those it stopped left nothing" in stderr
     assert re.search(r"the export ended, with [01] of 2 datasets written into", stderr), stderr
     assert not list(out.glob("*.tmp"))
     for dataset in out.iterdir():  # a rank that finished before the signal stays, whole
@@ -924,8 +960,8 @@ def test_exports_side_by_side_ask_for_room_for_all(short_episode_run, tmp_path, 
     from hybridsim import storage
     asked = []
     monkeypatch.setattr(storage, "free_bytes", lambda where: asked.append(where) or 3 * export.HEADROOM_BYTES)
-    with pytest.raises(storage.StorageError, match=r"the next rows need up to [0-9.]+ MB \(for the 4 exports "
-                                                   r"running side by side\) and [0-9.]+ MB is free"):
+    with pytest.raises(storage.StorageError, match=r"the next rows need up to [0-9.]+ MB \([0-9.]+ MB for the 4 "
+                                                   r"exports running side by side\) and [0-9.]+ MB is free"):
         export.export_dataset(trajlog.rank_file(short_episode_run, 0), tmp_path / "d.h5", writers=4)
     export.export_dataset(trajlog.rank_file(short_episode_run, 0), tmp_path / "d.h5", writers=1)
 
