@@ -599,7 +599,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="let OUTPUT replace an existing file")
     p.add_argument("--jobs", type=int, default=1,
                    help="for a run directory: rank files exported at a time, each in its own process "
-                        "stepping the rank's environments with the run's --num-threads (default: 1)")
+                        "stepping the rank's environments with the run's --num-threads, at most 1/N of "
+                        "the CPUs (default: 1)")
     p.set_defaults(func=_cmd_export)
     p = sub.add_parser("eval", help="score a checkpoint on hybridsim's or ale-py's environment",
                        description="Score a checkpoint's policy. The environment takes the "

@@ -175,7 +175,8 @@ def _signal_workers(signum: int) -> None:
 
 def export_in_parallel(pairs, jobs: int, take, **options) -> None:
     """Exports the (rank file, dataset) `pairs` in `jobs` worker processes, each export
-    asking for room for all `jobs` of them, and calls take(rank file, dataset, outcome) with
+    asking for room for all `jobs` of them and taking at most its share of this process's
+    CPUs (max_threads), and calls take(rank file, dataset, outcome) with
     export_rank's outcome as each ends; when `take` returns True (a full disk ended the
     export) no further rank starts, and those running finish and are taken too. A stop
     signal this process takes goes to the workers, whose exports stop and leave nothing;
@@ -196,6 +197,8 @@ def export_in_parallel(pairs, jobs: int, take, **options) -> None:
     # spawn, not fork: a fork of a process with threads (OpenMP, HDF5) can start locked
     pool = futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
                                        initializer=_worker_takes_stops)
+    # the workers share the CPUs: each re-emulates with at most its share of them
+    threads = max(1, len(os.sched_getaffinity(0)) // jobs) if hasattr(os, "sched_getaffinity") else 1
     waiting, running, ended, under_way, workers = list(pairs), {}, False, [], set()
     try:
         while waiting or running:
@@ -206,7 +209,7 @@ def export_in_parallel(pairs, jobs: int, take, **options) -> None:
                 # blocked: it would die of one that comes before _worker_takes_stops
                 blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
                 try:
-                    job = pool.submit(export_rank, path, out, **options, writers=jobs)
+                    job = pool.submit(export_rank, path, out, **options, writers=jobs, max_threads=threads)
                 finally:
                     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
                 running[job] = (path, out)
@@ -293,11 +296,13 @@ def _synchronous_columns(path, env_id, rows: int, schedule: str) -> np.ndarray:
 
 
 def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", overwrite: bool = False,
-                   report=None, writers: int = 1) -> dict:
+                   report=None, writers: int = 1, max_threads: int | None = None) -> dict:
     """Write `out` (through a temporary file: nothing is left behind on an error, and an
     existing file is replaced only with overwrite) and return a summary. `report(text)` is
     called every few seconds with the progress. `writers`: exports writing into the same
-    file system at once (`--jobs`); each asks for room for all of them before a block."""
+    file system at once (`--jobs`); each asks for room for all of them before a block.
+    `max_threads`: the most threads the re-emulation takes (the run's --num-threads
+    otherwise, 0 meaning every core); the results do not depend on it."""
     if env not in replay.REPLAY_ENVS:
         raise ValueError(f"env {env!r}: expected one of {', '.join(replay.REPLAY_ENVS)}")
     path, out = pathlib.Path(path), str(out)
@@ -323,6 +328,8 @@ def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", ove
         run_cfg = cfg
         if env != "run":
             cfg = {**cfg, "backend": replay.REPLAY_ENVS[env]}
+        if max_threads is not None and not 0 < int(cfg.get("num_threads", 0)) <= max_threads:
+            cfg = {**cfg, "num_threads": max_threads}
         replay.check_env_config(path, cfg, int(columns[-1]))
         seed = int(cfg["seed"]) + int(columns[0])
         # a resume that could not restore the environments restarted them all from their

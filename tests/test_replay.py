@@ -954,6 +954,21 @@ def test_export_jobs_is_checked(short_episode_run, tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("run_threads, max_threads, used", [(0, None, 0), (0, 1, 1), (1, 4, 1), (3, 2, 2)])
+def test_exports_side_by_side_share_the_cpus(short_episode_run, tmp_path, monkeypatch, run_threads, max_threads,
+                                             used):
+    """A --jobs worker re-emulates with at most its share of the CPUs (max_threads): a run
+    logged with --num-threads 0 (every core) took every core in each of N workers."""
+    path = tmp_path / "traj_rank00000.h5"
+    shutil.copy(trajlog.rank_file(short_episode_run, 0), path)
+    with h5py.File(path, "r+") as f:
+        f.attrs["config"] = json.dumps({**json.loads(f.attrs["config"]), "num_threads": run_threads})
+    seen, make_env = [], replay._make_env
+    monkeypatch.setattr(replay, "_make_env", lambda cfg, **kw: seen.append(cfg["num_threads"]) or make_env(cfg, **kw))
+    export.export_dataset(path, tmp_path / "d.h5", max_threads=max_threads)
+    assert seen == [used]
+
+
 def test_exports_side_by_side_ask_for_room_for_all(short_episode_run, tmp_path, monkeypatch):
     """Each of `writers` exports asks for its block's room times their number: they all
     write into the same file system at once."""
