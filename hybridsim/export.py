@@ -141,6 +141,7 @@ def record_stops():
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+        _pending_stops.clear()  # (they were this export's)
 
 
 def _worker_takes_stops() -> None:

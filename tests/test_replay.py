@@ -944,6 +944,21 @@ def test_a_worker_stopped_before_its_export_starts_writes_nothing(short_episode_
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_stop_between_ranks_is_kept_for_the_next(short_episode_run, tmp_path):
+    """One rank at a time: a SIGTERM between two ranks (or while one is set up) stopped the
+    command where it stood; it is kept, and the next rank stops before writing anything.
+    Once the export is over, its stops are forgotten and the handlers are back."""
+    path, out = trajlog.rank_file(short_episode_run, 0), tmp_path / "d.h5"
+    options = dict(env="run", compression="lzf", overwrite=False)
+    before = signal.getsignal(signal.SIGTERM)
+    with export.record_stops():
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert export.export_rank(path, out, **options) == ("stopped", int(signal.SIGTERM))
+    assert signal.getsignal(signal.SIGTERM) == before
+    assert list(tmp_path.iterdir()) == []
+    assert export.export_rank(path, out, **options)[0] == "written"
+
+
 def test_export_jobs_is_checked(short_episode_run, tmp_path, capsys):
     from hybridsim import cli
     assert cli.main(["export", str(short_episode_run), str(tmp_path / "out"), "--jobs", "0"]) == 2
