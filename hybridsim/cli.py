@@ -225,7 +225,20 @@ def _export_run(args) -> int:
     failed. A stop signal, a full disk or another write error ends the export there; the
     datasets written so far stay."""
     from hybridsim import export
+    made = not pathlib.Path(args.output).exists()
     pairs = export.run_exports(args.file, args.output, overwrite=args.overwrite)
+    try:
+        return _export_ranks(args, pairs)
+    finally:
+        if made:  # a folder it made and wrote nothing into (refused, stopped) goes again
+            try:
+                pathlib.Path(args.output).rmdir()
+            except OSError:
+                pass
+
+
+def _export_ranks(args, pairs) -> int:
+    from hybridsim import export
     jobs = min(args.jobs, len(pairs))
     options = dict(env=args.env, compression=args.compression, overwrite=args.overwrite)
     mismatched, failed, written, ended = [], [], [], []

@@ -32,7 +32,7 @@ COPIED = ("action", "reward_raw", "terminated", "truncated", "episode_id", "glob
 BLOCK_ROWS = 256  # rows written at once at most (and the chunk's rows of the step columns)
 BLOCK_BYTES = 64 << 20  # observations held before they are written: fewer rows for wide ranks
 OBS_CHUNK_ROWS = 32  # an observation chunk: 32 steps of one environment (~0.9 MB at 4x84x84)
-HEADROOM_BYTES = 16 << 20  # free space a block's writes leave for HDF5's metadata and cache
+HEADROOM_BYTES = 8 << 20  # room a block's writes leave for HDF5's metadata
 
 
 class ExportMismatch(trajlog.TrajectoryLogError):
@@ -397,8 +397,11 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
                                        chunks=(BLOCK_ROWS, 2))
         ended = np.zeros(width, bool)  # which environments the previous row's step ended
         last_frames = None  # the previous block's last global_frame row
-        for start in range(0, rows, block_rows):
-            stop_row = min(rows, start + block_rows)
+        growth = _FileGrowth(tmp)
+        start = 0
+        while start < rows:
+            # a short first block: what it takes on disk tells the room the next ones ask for
+            stop_row = min(rows, start + (block_rows if start else min(block_rows, OBS_CHUNK_ROWS)))
             log = {name: steps[name][start:stop_row] for name in copies}
             _check_frames_grow(path, columns, start, log["global_frame"], last_frames)
             last_frames = log["global_frame"][-1]  # the next block's `before`, not read again
@@ -430,7 +433,8 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
                         raise ExportMismatch(f"{path}: step row {r}, env {int(columns[col])}: the "
                                              f"re-emulated observation differs from the logged one; "
                                              f"nothing was written")
-            _check_room(out, sum(a.nbytes for a in (block, *log.values(), *ends)), writers)
+            raw = sum(a.nbytes for a in (block, *log.values(), *ends))
+            _check_room(out, growth.expected(raw), writers)
             for name, dataset in copies.items():
                 dataset[start:stop_row] = log[name]
             observations[start:stop_row] = block
@@ -440,6 +444,9 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
                 final_index.resize(episode_ends + len(ended_at), axis=0)
                 final_index[episode_ends:] = np.asarray(ended_at, np.int64)
                 episode_ends += len(ended_at)
+            g.flush()  # (chunks HDF5 still caches would not show in the file's size)
+            growth.wrote(raw)
+            start = stop_row
             if report is not None and time.monotonic() - last_report >= 10:
                 last_report = time.monotonic()
                 report(f"{stop_row:,} of {rows:,} rows ({stop_row / (last_report - started):,.0f} rows/s)")
@@ -449,6 +456,29 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
                         "config": json.dumps(run_cfg), "compression": dataset_kw.get("compression") or "none"})
     return {"rows": rows, "environments": width, "episodes_ended": episode_ends,
             "observation_shape": obs_shape, "seconds": time.monotonic() - started}
+
+
+class _FileGrowth:
+    """How much a file grows for the bytes written into it (compressed chunks take a
+    fraction: Pong's observations about 1/47 with lzf), so that a block asks the file
+    system for the room it will take rather than its uncompressed size: a 3 MB dataset
+    asked for 46 MB and was refused under a 40 MB quota."""
+
+    SAFETY = 2.0  # blocks compress unevenly (a new screen, an episode's first frames)
+
+    def __init__(self, path):
+        self.path, self.raw = path, 0
+
+    def expected(self, raw: int) -> int:
+        """The bytes the next `raw` bytes may take: all of them until a block was written,
+        then twice their share of the file so far (its own structures included)."""
+        if self.raw == 0:
+            return raw
+        ratio = os.stat(self.path).st_size / self.raw
+        return int(min(raw, raw * ratio * self.SAFETY))
+
+    def wrote(self, raw: int) -> None:
+        self.raw += raw
 
 
 def _check_room(out, nbytes: int, writers: int = 1) -> None:

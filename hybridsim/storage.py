@@ -148,19 +148,21 @@ def allocation_refused(directory, nbytes: int) -> int | None:
 def missing_room(directory, nbytes: int, writers: int = 1) -> tuple[int, str] | None:
     """(errno, why) when `directory` has no room for `nbytes` more bytes from this process,
     and `writers` - 1 others writing as much beside it; `why` a phrase such as "0.4 MB is
-    free on its file system". None when there is room (or it cannot be told). The free
-    space must hold all writers' bytes; the allocation asked of the file system, which
-    sees a quota too, is this writer's own (those of writers asking at the same moment
-    would otherwise count against each other). HDF5 must not meet a full disk: after a
-    write it failed in, freeing the file's objects crashes the process (h5py issue 914,
-    reproduced with HDF5 2.0 under a btrfs quota), so its writers ask first."""
+    free on its file system". None when there is room (or it cannot be told). Room for all
+    writers is asked, of the free space and of the file system (a quota): one asking for
+    its own bytes only passed beside another that did the same, and their writes together
+    then met the quota inside HDF5 (export --jobs 2 under a btrfs quota). Writers asking
+    at the same moment count against each other, so a tight disk may refuse one early:
+    that stops cleanly. HDF5 must not meet a full disk: after a write it failed in,
+    freeing the file's objects crashes the process (h5py issue 914, reproduced with HDF5
+    2.0 under a btrfs quota), so its writers ask first."""
     try:
         free = free_bytes(directory)
     except OSError:
         free = None
     if free is not None and free < nbytes * writers:
         return errno.ENOSPC, f"{free / 1e6:.1f} MB is free on its file system"
-    code = allocation_refused(directory, nbytes)
+    code = allocation_refused(directory, nbytes * writers)
     if code is None:
         return None
     shown = f"; {free / 1e6:.1f} MB is free on the file system" if free is not None else ""
@@ -180,7 +182,9 @@ def check_output_directory(path, option: str) -> None:
     if not base.is_dir():
         raise NotADirectoryError(f"{option} {path}: {base} is a file, not a directory")
     if not os.access(base, os.W_OK):
-        raise PermissionError(f"{option} {path}: cannot write into {base}")
+        read_only = bool(os.statvfs(base).f_flag & getattr(os, "ST_RDONLY", 1))
+        raise PermissionError(f"{option} {path}: cannot write into {base}"
+                              + (" (a read-only file system)" if read_only else " (no write permission)"))
     try:
         out.mkdir(parents=True, exist_ok=True)  # /proc and the like pass the checks above
     except OSError as exc:

@@ -1287,8 +1287,11 @@ class Trainer:
             self.reserve.create()
         except StorageError as exc:
             self.reserve = None
-            print(f"warning: {exc}: there is less free space than one checkpoint needs; training "
-                  f"goes on, but a final checkpoint may not fit in {self.log_dir}", file=sys.stderr)
+            what = ("a final checkpoint and the last trajectory rows" if self.rank == 0 and self.traj is not None
+                    else "a final checkpoint" if self.rank == 0 else "the last trajectory rows")
+            print(f"warning: {exc}: there is less room than the reserve holds for stopping cleanly when "
+                  f"the disk or quota fills up; training goes on, but {what} may not fit in "
+                  f"{self.log_dir} then", file=sys.stderr)
 
     def _grow_reserve(self, checkpoint_bytes: int):
         """Checkpoints grow with the episode list; keep the reserve a margin above them."""

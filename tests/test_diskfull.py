@@ -139,9 +139,9 @@ def test_missing_room_leaves_no_file_behind(tmp_path, monkeypatch, tmpfile):
 
 def test_missing_room_asks_each_file_system_what_it_can_tell(tmp_path, monkeypatch):
     """EFBIG is the probe file's own size limit, not a full disk: no answer. A file system
-    without fallocate is asked once. The free space must hold all writers' bytes; the
-    allocation asked is one writer's (writers asking at once would count against each
-    other)."""
+    without fallocate is asked once. Room for all writers is asked, of the free space and
+    of the allocation (one writer's bytes passed beside another's, and together they met
+    the quota inside HDF5)."""
     asked = []
 
     def fallocate(fd, nbytes):
@@ -157,7 +157,7 @@ def test_missing_room_asks_each_file_system_what_it_can_tell(tmp_path, monkeypat
     monkeypatch.setattr(storage, "_without_fallocate", set())
     code = 0
     monkeypatch.setattr(storage, "free_bytes", lambda where: 20 << 20)
-    assert storage.missing_room(tmp_path, 6 << 20, writers=3) is None and asked[-1] == 6 << 20
+    assert storage.missing_room(tmp_path, 6 << 20, writers=3) is None and asked[-1] == 18 << 20
     assert storage.missing_room(tmp_path, 6 << 20, writers=4) == (errno.ENOSPC, "21.0 MB is free on its file system")
 
 
@@ -209,6 +209,15 @@ def test_quota_on_a_real_file_system_stops_the_writer_before_writing(small_quota
     filler.unlink()
     w.close()
     assert_rows(path, rows)
+
+
+def test_an_output_folder_on_a_read_only_file_system_is_refused_saying_so(small_fs):
+    fs = small_fs("1m")
+    done = subprocess.run(["mount", "-o", "remount,ro", str(fs)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot remount the tmpfs read-only: {done.stderr.strip()}")
+    with pytest.raises(PermissionError, match=r"output .*/out: cannot write into .* \(a read-only file system\)"):
+        storage.check_output_directory(fs / "out", "output")
 
 
 def test_enospc_on_a_real_small_file_system(small_fs):
