@@ -465,20 +465,20 @@ class _FileGrowth:
     asked for 46 MB and was refused under a 40 MB quota."""
 
     SAFETY = 2.0  # blocks compress unevenly (a new screen, an episode's first frames)
+    LEAST = 1 / 16  # of the raw bytes asked for at least, however well the blocks so far compressed
 
     def __init__(self, path):
-        self.path, self.raw = path, 0
+        self.path, self.raw, self.size, self.ratio = path, 0, 0, 1.0
 
     def expected(self, raw: int) -> int:
         """The bytes the next `raw` bytes may take: all of them until a block was written,
-        then twice their share of the file so far (its own structures included)."""
-        if self.raw == 0:
-            return raw
-        ratio = os.stat(self.path).st_size / self.raw
-        return int(min(raw, raw * ratio * self.SAFETY))
+        then twice the larger of the file's growth per byte overall and in the last block."""
+        return int(min(raw, raw * max(self.ratio, self.LEAST) * self.SAFETY)) if self.raw else raw
 
     def wrote(self, raw: int) -> None:
-        self.raw += raw
+        size = os.stat(self.path).st_size  # (its own structures included)
+        self.ratio = max(size / (self.raw + raw), (size - self.size) / raw if raw else 0.0)
+        self.raw, self.size = self.raw + raw, size
 
 
 def _check_room(out, nbytes: int, writers: int = 1) -> None:

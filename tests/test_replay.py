@@ -1023,6 +1023,19 @@ def test_a_run_directory_export_under_a_full_quota_stops_before_writing(short_ep
     assert [p.name for p in out.iterdir()] == ["dataset_rank00000.h5"]
 
 
+def test_the_room_a_block_asks_for_follows_the_file_s_growth(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 1000)
+    growth = export._FileGrowth(path)
+    assert growth.expected(10_000) == 10_000  # nothing written yet: all of it
+    growth.wrote(100_000)  # 1,000 bytes on disk for 100,000
+    assert growth.expected(16_000) == 2_000  # at least 1/16 of it, twice
+    path.write_bytes(b"x" * 31_000)  # the next 100,000 took 30,000: the last block's share counts
+    growth.wrote(100_000)
+    assert growth.expected(10_000) == 6_000
+    assert growth.expected(1_000_000) == 600_000
+
+
 def test_an_export_asks_for_the_room_its_compressed_blocks_take(short_episode_run, small_quota, tmp_path):
     """A 0.66 MB dataset (lzf) into a 24 MB quota: the first block is short, and the file's
     growth for it sets what the next ones ask for. Every block asked for its uncompressed
