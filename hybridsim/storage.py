@@ -182,7 +182,10 @@ def check_output_directory(path, option: str) -> None:
     if not base.is_dir():
         raise NotADirectoryError(f"{option} {path}: {base} is a file, not a directory")
     if not os.access(base, os.W_OK):
-        read_only = bool(os.statvfs(base).f_flag & getattr(os, "ST_RDONLY", 1))
+        try:
+            read_only = bool(os.statvfs(base).f_flag & os.ST_RDONLY)
+        except (OSError, AttributeError):
+            read_only = False
         raise PermissionError(f"{option} {path}: cannot write into {base}"
                               + (" (a read-only file system)" if read_only else " (no write permission)"))
     try:
