@@ -194,9 +194,11 @@ def _cmd_export(args) -> int:
         raise ValueError(f"--jobs {args.jobs}: exports the rank files of a run directory side by side; "
                          f"{args.file} is one file")
     try:
-        summary = export.export_dataset(args.file, args.output, env=args.env, compression=args.compression,
-                                        overwrite=args.overwrite,
-                                        report=lambda text: print(f"export: {text}", file=sys.stderr, flush=True))
+        with export.record_stops():  # (one while the export is set up stops it before its first row)
+            summary = export.export_dataset(args.file, args.output, env=args.env, compression=args.compression,
+                                            overwrite=args.overwrite,
+                                            report=lambda text: print(f"export: {text}", file=sys.stderr,
+                                                                      flush=True))
     except export.ExportMismatch as exc:  # as replay: 1 for a log the emulator does not reproduce
         print(f"MISMATCH {exc}")
         print("the re-emulation does NOT reproduce the log")
@@ -226,15 +228,16 @@ def _export_run(args) -> int:
     datasets written so far stay."""
     from hybridsim import export
     made = not pathlib.Path(args.output).exists()
-    pairs = export.run_exports(args.file, args.output, overwrite=args.overwrite)
-    try:
-        return _export_ranks(args, pairs)
-    finally:
-        if made:  # a folder it made and wrote nothing into (refused, stopped) goes again
-            try:
-                pathlib.Path(args.output).rmdir()
-            except OSError:
-                pass
+    with export.record_stops():  # (a stop from here on ends it cleanly, between ranks too)
+        pairs = export.run_exports(args.file, args.output, overwrite=args.overwrite)
+        try:
+            return _export_ranks(args, pairs)
+        finally:
+            if made:  # a folder it made and wrote nothing into (refused, stopped) goes again
+                try:
+                    pathlib.Path(args.output).rmdir()
+                except OSError:
+                    pass
 
 
 def _export_ranks(args, pairs) -> int:
@@ -263,15 +266,14 @@ def _export_ranks(args, pairs) -> int:
         if jobs > 1:
             export.export_in_parallel(pairs, jobs, take, **options)
         else:
-            with export.record_stops():  # (between ranks too)
-                for path, out in pairs:
-                    at = f" at {path.name}"
-                    outcome = export.export_rank(path, out, **options)
-                    if outcome[0] == "stopped":
-                        raise export.stop_exception(outcome[1], "no rank started after it, and the one "
-                                                                "it stopped left nothing")
-                    if take(path, out, outcome):
-                        break
+            for path, out in pairs:
+                at = f" at {path.name}"
+                outcome = export.export_rank(path, out, **options)
+                if outcome[0] == "stopped":
+                    raise export.stop_exception(outcome[1], "no rank started after it, and the one "
+                                                            "it stopped left nothing")
+                if take(path, out, outcome):
+                    break
     except BaseException:
         _export_ended(at, written, pairs, args.output)
         raise

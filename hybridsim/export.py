@@ -185,7 +185,7 @@ def export_in_parallel(pairs, jobs: int, take, **options) -> None:
     that dies is a RuntimeError naming its rank, after the others were stopped."""
     import concurrent.futures as futures
     import multiprocessing
-    stops: list[int] = []
+    stops: list[int] = list(_pending_stops)  # (one record_stops took before: no rank starts)
 
     def forward(signum, frame):
         stops.append(signum)

@@ -960,6 +960,30 @@ def test_a_stop_between_ranks_is_kept_for_the_next(short_episode_run, tmp_path):
     assert export.export_rank(path, out, **options)[0] == "written"
 
 
+@pytest.mark.parametrize("target", ["file", "run", "run-jobs"])
+def test_a_stop_while_an_export_is_set_up_ends_it_cleanly(short_episode_run, tmp_path, monkeypatch, capsys,
+                                                           target, request):
+    """A SIGTERM before the row loop takes the stop signals (here while the output name is
+    checked) killed the command (status 143, no message): it now stops before the first
+    row, with status 2 and nothing written."""
+    from hybridsim import cli
+    check_output = export.check_output
+
+    def signalled(out, overwrite=False):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return check_output(out, overwrite)
+    monkeypatch.setattr(export, "check_output", signalled)
+    source = {"file": lambda: trajlog.rank_file(short_episode_run, 0), "run": lambda: short_episode_run,
+              "run-jobs": lambda: request.getfixturevalue("two_rank_run")}[target]()
+    out = tmp_path / ("d.h5" if target == "file" else "out")
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["export", str(source), str(out), *(["--jobs", "2"] if target == "run-jobs" else [])]) == 2
+    said = {"file": "nothing was written", "run": "no rank started after it, and the one it stopped left nothing",
+            "run-jobs": "no rank started after it, and those it stopped left nothing"}[target]
+    assert f"error: stopped by SIGTERM; {said}" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == [] and signal.getsignal(signal.SIGTERM) == before
+
+
 def test_export_jobs_is_checked(short_episode_run, tmp_path, capsys):
     from hybridsim import cli
     assert cli.main(["export", str(short_episode_run), str(tmp_path / "out"), "--jobs", "0"]) == 2
