@@ -128,13 +128,16 @@ def _record_stop(signum, frame) -> None:
 
 @contextlib.contextmanager
 def record_stops():
-    """Stop signals taken while no export is under way (between ranks, while one is set
-    up) are kept: the export that starts next stops at once. The main thread only."""
+    """SIGTERM and SIGHUP taken while no export is under way (between ranks, while one is
+    set up) are kept: the export that starts next stops at once. Ctrl-C stays Python's
+    KeyboardInterrupt there, at once (a GPU run's kernel build takes minutes), which is
+    safe before an export writes. The main thread only."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
-    for sig in STOP_SIGNALS:
+    kept = (signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.getsignal(sig) for sig in kept}
+    for sig in kept:
         signal.signal(sig, _record_stop)
     try:
         yield
