@@ -229,9 +229,8 @@ def _export_run(args) -> int:
     from hybridsim import export
     made = not pathlib.Path(args.output).exists()
     with export.record_stops():  # (a stop from here on ends it cleanly, between ranks too)
-        pairs = export.run_exports(args.file, args.output, overwrite=args.overwrite)
         try:
-            return _export_ranks(args, pairs)
+            return _export_ranks(args, export.run_exports(args.file, args.output, overwrite=args.overwrite))
         finally:
             if made:  # a folder it made and wrote nothing into (refused, stopped) goes again
                 try:
