@@ -225,12 +225,12 @@ def export_in_parallel(pairs, jobs: int, take, **options) -> None:
                 path, out = running.pop(job)
                 try:
                     outcome = job.result()
+                except futures.process.BrokenProcessPool:  # (killed, out of memory, a crash)
+                    under_way = [(path, out), *running.values()]
+                    raise RuntimeError(f"a worker process died while exporting "
+                                       f"{', '.join(sorted(p.name for p, _ in under_way))}; the ranks "
+                                       f"under way were stopped and left nothing") from None
                 except (ValueError, RuntimeError, OSError, TypeError) as exc:
-                    if isinstance(exc, futures.process.BrokenProcessPool):  # (killed, out of memory, a crash)
-                        under_way = [(path, out), *running.values()]
-                        raise RuntimeError(f"a worker process died while exporting "
-                                           f"{', '.join(sorted(p.name for p, _ in under_way))}; the ranks "
-                                           f"under way were stopped and left nothing") from None
                     raise RuntimeError(f"{path.name}: {exc}") from exc
                 if outcome[0] == "stopped":
                     if not stops:  # a stop sent to that worker alone stops the whole export too
@@ -485,9 +485,9 @@ class _FileGrowth:
 
 
 def _check_room(out, nbytes: int, writers: int = 1) -> None:
-    """Stops before writes the file system, or a quota, has no room for (`nbytes` before
-    compression, for each of `writers` exports side by side): HDF5 must never meet a full
-    disk (storage.missing_room)."""
+    """Stops before writes the file system, or a quota, has no room for (`nbytes` as they
+    will take on disk, _FileGrowth, for each of `writers` exports side by side): HDF5 must
+    never meet a full disk (storage.missing_room)."""
     need = nbytes + HEADROOM_BYTES
     missing = storage.missing_room(os.path.dirname(os.path.abspath(out)), need, writers)
     if missing is not None:
@@ -521,8 +521,7 @@ def _check_row(path, r, log, i, reward, terminated, truncated) -> None:
                              f"was written")
 
 
-DATASET_COLUMNS = ("action", "reward_raw", "terminated", "truncated", "cut_short", "episode_id",
-                   "global_frame", "behavior_logits")
+DATASET_COLUMNS = COPIED + ("behavior_logits", "cut_short")  # a dataset's per-step arrays
 
 
 def iter_transitions(path, block_rows: int = BLOCK_ROWS):
@@ -545,9 +544,9 @@ def iter_transitions(path, block_rows: int = BLOCK_ROWS):
     try:
         with h5py.File(path, "r", locking=False) as g:
             yield from _dataset_blocks(g, path, block_rows)
+    except trajlog.TrajectoryLogError:
+        raise
     except (OSError, RuntimeError, KeyError) as exc:
-        if isinstance(exc, trajlog.TrajectoryLogError):
-            raise
         raise trajlog.TrajectoryLogError(f"{path}: damaged dataset (HDF5 could not read it: {exc})") from exc
 
 

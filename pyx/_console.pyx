@@ -729,6 +729,9 @@ cdef class Emulator:
 
 
 
+cdef class _Turn
+
+
 cdef class VectorEmulator:
     """n environments stepped in parallel (see the module docstring)."""
     cdef list envs
@@ -780,24 +783,15 @@ cdef class VectorEmulator:
             self.ptrs[k] = e.env
             self.fbs[k] = &e.fbs
 
-    cdef _take_turn(self, str name):
-        me = threading.get_ident()
-        if self._turn_holder == me:
-            raise RuntimeError(f"VectorEmulator.{name}() called while this thread is inside another call "
-                               f"of the same VectorEmulator (from a signal handler?)")
-        self._turn.acquire()
-        self._turn_holder = me
-
-    cdef _end_turn(self):
-        self._turn_holder = None
-        self._turn.release()
+    cdef _Turn _turn_of(self, str name):
+        """A with block holding this VectorEmulator for one call `name`."""
+        cdef _Turn turn = _Turn.__new__(_Turn)
+        turn.owner, turn.name = self, name
+        return turn
 
     def act(self, actions, float paddle_strength=1.0):
-        self._take_turn("act")
-        try:
+        with self._turn_of("act"):
             return self._act(actions, paddle_strength)
-        finally:
-            self._end_turn()
 
     cdef object _act(self, actions, float paddle_strength):
         cdef int32_t[::1] acts = np.ascontiguousarray(actions, dtype=np.int32)
@@ -819,11 +813,8 @@ cdef class VectorEmulator:
         return rewards
 
     def reset(self, mask=None):
-        self._take_turn("reset")
-        try:
+        with self._turn_of("reset"):
             self._reset(mask)
-        finally:
-            self._end_turn()
 
     cdef object _reset(self, mask):
         cdef uint8_t[::1] which = (np.ones(self.num_envs, dtype=np.uint8) if mask is None
@@ -837,37 +828,45 @@ cdef class VectorEmulator:
                 env_reset(self.ptrs[k][0], rom_ptr, self.fbs[k][0])
 
     def game_over(self):
-        self._take_turn("game_over")
-        try:
+        with self._turn_of("game_over"):
             return np.array([bool(env_terminal(self.ptrs[k][0])) for k in range(self.num_envs)])
-        finally:
-            self._end_turn()
 
     def lives(self):
-        self._take_turn("lives")
-        try:
+        with self._turn_of("lives"):
             return np.array([env_lives(self.ptrs[k][0]) for k in range(self.num_envs)], dtype=np.int32)
-        finally:
-            self._end_turn()
 
     def get_ram(self, out=None):
         if out is None:
             out = np.empty((self.num_envs, 128), dtype=np.uint8)
-        self._take_turn("get_ram")
-        try:
+        with self._turn_of("get_ram"):
             for k in range(self.num_envs):
                 (<Emulator>self.envs[k]).get_ram(out[k])
-        finally:
-            self._end_turn()
         return out
 
     def get_screen(self, out=None):
         if out is None:
             out = np.empty((self.num_envs, self.height, 160), dtype=np.uint8)
-        self._take_turn("get_screen")
-        try:
+        with self._turn_of("get_screen"):
             for k in range(self.num_envs):
                 (<Emulator>self.envs[k]).get_screen(out[k])
-        finally:
-            self._end_turn()
         return out
+
+
+cdef class _Turn:
+    """One call's turn at a VectorEmulator: waits for the calls of other threads to end;
+    a call from inside another on the same thread (a signal handler) is refused."""
+    cdef VectorEmulator owner
+    cdef str name
+
+    def __enter__(self):
+        me = threading.get_ident()
+        if self.owner._turn_holder == me:
+            raise RuntimeError(f"VectorEmulator.{self.name}() called while this thread is inside another "
+                               f"call of the same VectorEmulator (from a signal handler?)")
+        self.owner._turn.acquire()
+        self.owner._turn_holder = me
+
+    def __exit__(self, *exc):
+        self.owner._turn_holder = None
+        self.owner._turn.release()
+        return False
