@@ -64,11 +64,21 @@ install_wheels() {
 }
 export -f install_wheels
 
-# The Cython extensions: carried prebuilt ones if they import, else build here.
+# The Cython extensions: carried prebuilt ones if built from these sources and they
+# import, else build here.
+source "$REPO/scripts/extension_sources.sh"
+# carried_extensions_fit TAG: whether .gpubuild/TAG/sources.hash names these sources.
+carried_extensions_fit() {
+  [ "$(cat .gpubuild/"$1"/sources.hash 2>/dev/null)" = "$(extension_sources_hash "$REPO")" ]
+}
 extensions() {
   local tag; tag=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
   if ls .gpubuild/"$tag"/*.so >/dev/null 2>&1 && [ "$DRY" != "--dry-run" ]; then
-    cp .gpubuild/"$tag"/*.so hybridsim/
+    if carried_extensions_fit "$tag"; then
+      cp .gpubuild/"$tag"/*.so hybridsim/
+    else
+      echo "the carried .gpubuild/$tag extensions were built from other sources: not used"
+    fi
   fi
   if "$PY" -c "import hybridsim._vector, hybridsim._console, hybridsim._core, hybridsim._games, hybridsim._preprocess" \
       2>/dev/null; then
@@ -79,7 +89,7 @@ extensions() {
     "$PY" -c "import hybridsim._vector"
   fi
 }
-export -f extensions
+export -f extensions extension_sources_hash carried_extensions_fit
 
 # What the machine and this Python show hybridsim (`hybridsim info`): the report's "node".
 node_info() {

@@ -3,6 +3,8 @@
 # (device time is scarce; CPU time here is not), into the gitignored .gpubuild/:
 #   .gpubuild/cp312/*.so                   the Cython extensions for the device's Python 3.12
 #                                          (stripped; device_check.sh rebuilds if they fail to import)
+#   .gpubuild/cp312/sources.hash           what they were built from (extension_sources.sh):
+#                                          device_check.sh carries them only while it matches
 #   .gpubuild/vector_kernels_sm90.cubin    cuda/vector_kernels.cu by nvcc for sm_90 (H100/H200),
 #   .gpubuild/vector_kernels_sm90.cubin.hash   the sources' hash it was built from
 #                                          (device_check.sh uses it only when the hash matches).
@@ -32,11 +34,17 @@ for R in ${PREBUILD_REGISTER_CAPS-128 168}; do
     echo "$HASH" >"$f.hash"
   fi
 done
-TMP=$(mktemp -d)
-git ls-files | tar cf - -T - | tar xf - -C "$TMP"
-(cd "$TMP" && nice "$PY312" setup.py build_ext --inplace -j "$(nproc)" >build.log 2>&1) || { tail -30 "$TMP/build.log"; exit 1; }
-for f in "$TMP"/hybridsim/*.cpython-312-*.so; do
-  strip --strip-debug -o ".gpubuild/cp312/$(basename "$f")" "$f"
-done
-rm -rf "$TMP"
+source scripts/extension_sources.sh
+EXT_HASH=$(extension_sources_hash "$REPO")
+if [ "$(cat .gpubuild/cp312/sources.hash 2>/dev/null)" != "$EXT_HASH" ]; then
+  rm -f .gpubuild/cp312/*.so .gpubuild/cp312/sources.hash
+  TMP=$(mktemp -d)
+  git ls-files | tar cf - -T - | tar xf - -C "$TMP"
+  (cd "$TMP" && nice "$PY312" setup.py build_ext --inplace -j "$(nproc)" >build.log 2>&1) || { tail -30 "$TMP/build.log"; exit 1; }
+  for f in "$TMP"/hybridsim/*.cpython-312-*.so; do
+    strip --strip-debug -o ".gpubuild/cp312/$(basename "$f")" "$f"
+  done
+  rm -rf "$TMP"
+  echo "$EXT_HASH" >.gpubuild/cp312/sources.hash
+fi
 ls -l .gpubuild .gpubuild/cp312

@@ -222,3 +222,37 @@ def test_the_device_tests_phase_selects_no_emulated_test():
     assert chosen and emulated and not chosen & emulated
     assert any("rebalance_moves" in name for name in emulated)
     assert any("test_balance_split" in name for name in chosen)
+
+
+def test_carried_extensions_are_used_only_while_built_from_these_sources(tmp_path):
+    """prebuild_device.sh stores extension_sources_hash beside its prebuilt extensions;
+    device_lib.sh carries them only while that still matches: one built from an older
+    pyx/ or core header would import fine and run the old code."""
+    for name in ("device_lib.sh", "extension_sources.sh"):
+        (tmp_path / "scripts").mkdir(exist_ok=True)
+        (tmp_path / "scripts" / name).write_text((REPO / "scripts" / name).read_text())
+    for name in ("setup.py", "pyx/_a.pyx", "pyx/engine.h", "cuda/core.h", "cuda/ops.inc", "README.md"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(f"{name} v1\n")
+    (tmp_path / ".gpubuild" / "cp312").mkdir(parents=True)
+
+    def fits():
+        script = ('NAME=t DEADLINE=60 source scripts/device_lib.sh "$0"; extension_sources_hash "$PWD"; '
+                  'carried_extensions_fit cp312 && echo fits || echo differs')
+        result = subprocess.run(["bash", "-c", script, str(tmp_path / "out")], cwd=tmp_path,
+                                capture_output=True, text=True, timeout=60, check=True)
+        digest, verdict = result.stdout.split()
+        return digest, verdict
+
+    digest, verdict = fits()
+    assert verdict == "differs" and len(digest) == 64  # no sources.hash yet
+    (tmp_path / ".gpubuild" / "cp312" / "sources.hash").write_text(digest + "\n")
+    assert fits() == (digest, "fits")
+    (tmp_path / "README.md").write_text("edited\n")  # not built from
+    assert fits() == (digest, "fits")
+    for name in ("setup.py", "pyx/_a.pyx", "pyx/engine.h", "cuda/core.h", "cuda/ops.inc"):
+        (tmp_path / name).write_text(f"{name} v2\n")
+        changed, verdict = fits()
+        assert changed != digest and verdict == "differs", name
+        (tmp_path / name).write_text(f"{name} v1\n")
+        assert fits() == (digest, "fits")
