@@ -36,7 +36,7 @@ verify: install
 	$(BIN)/hybridsim verify --games pong,breakout,space_invaders,ms_pacman,seaquest --frames 2000
 
 test: install
-	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider
+	cd tests && ../$(BIN)/python -m pytest -q -rs -p no:cacheprovider
 
 bench: install
 	$(BIN)/hybridsim bench --cpu
