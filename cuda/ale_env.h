@@ -357,6 +357,7 @@ HS_HD inline int32_t env_act(AleEnv& e, const uint8_t* rom, FrameBuffers& fbs, i
     e.episode_frame_number += 1;
     sum += e.last_reward;
   }
+  HS_TIA_AUDIO_ACT_END();  // ALE's processAudio, after the last of the frame_skip frames
   if (sum < e.cfg.reward_min) sum = e.cfg.reward_min;
   if (sum > e.cfg.reward_max) sum = e.cfg.reward_max;
   return sum;

@@ -447,6 +447,8 @@ HS_HD inline void console_redraw(const uint8_t* rom, const FrameBuffers& fbs, in
   FrameBuffers target = fbs;
   target.shown = k ^ 1;  // the run flips to buffer k
   target.replay = nullptr;
+  SoundRecorderPause already_heard;
+  (void)already_heard;
   console_run_frame_into(start, rom, target, false);
 }
 

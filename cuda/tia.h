@@ -3,14 +3,15 @@
 // registers take effect when the CPU writes them (plus fixed write delays), pixels are
 // drawn lazily up to the current colour clock before each TIA access, object shapes are
 // fixed at the moment an object is positioned or resized, and a handful of game-specific
-// positioning quirks are reproduced. Audio registers are accepted and ignored (ALE's
-// audio is not observable through its API).
+// positioning quirks are reproduced. Audio register writes only go to the recorder of
+// an emulator making sound (tia_sound.h: ALE's sound observation).
 //
 // Clocks are colour clocks (3 per CPU cycle) measured from the system cycle counter,
 // which the TIA rebases to zero at each frame start, so every "clock" below is relative.
 // The frame buffer is outside the state (160 x kFrameRows bytes, palette indices).
 #pragma once
 #include "hs_prelude.h"
+#include "tia_sound.h"
 
 namespace hs {
 
@@ -1158,6 +1159,9 @@ HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8
       if (p == 1) refresh_ball(t);
       break;
     }
+    case 0x15: case 0x16: case 0x17: case 0x18: case 0x19: case 0x1A:  // AUDC0-AUDV1
+      HS_TIA_AUDIO_WRITE(reg, value);  // queued for an emulator making sound (tia_sound.h)
+      break;
     case 0x1D: case 0x1E: {  // ENAM0/1
       int32_t m = reg - 0x1D;
       t.enam[m] = value & 0x02;

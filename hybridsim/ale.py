@@ -245,7 +245,8 @@ class ALEInterface:
             truncate_on_loss_of_life=s.get("truncate_on_loss_of_life", bool),
             color_averaging=s.get("color_averaging", bool),
             paddle_min=s.get("paddle_min", int), paddle_max=s.get("paddle_max", int),
-            system_random_seed=s.get("system_random_seed", int) & 0xFFFFFFFF, **kwargs)
+            system_random_seed=s.get("system_random_seed", int) & 0xFFFFFFFF,
+            sound=s.get("sound_obs", bool), **kwargs)  # ALE reads sound_obs at loadROM only
         if md5 != entry["md5"] and self._warn_on_other_image:  # ale-py prints a warning too
             warnings.warn(f"{games_table.rom_mismatch(entry['name'], path, md5)}; played as ALE does: by "
                           f"its file name, with Stella's default cartridge properties",
@@ -385,11 +386,16 @@ class ALEInterface:
         rgb = np.ascontiguousarray(np.repeat(self.getScreenRGB(), 2, axis=1), dtype=np.uint8)
         pathlib.Path(filename).write_bytes(_png_bytes(rgb))
 
-    def getAudio(self):
-        raise NotImplementedError("hybridsim does not emulate the TIA's sound: no audio samples")
+    def getAudio(self, buffer: np.ndarray | None = None):
+        """The 512 sound samples of the last act (uint8, 128 is silence), as ALE's sound
+        observation makes them: with sound_obs set before loadROM; zeros otherwise, and
+        before the first act. Into `buffer` (uint8, 512) if given."""
+        audio = self._require_rom().get_audio(_output_view(buffer))
+        return None if buffer is not None else audio
 
-    def getAudioSize(self):
-        raise NotImplementedError("hybridsim does not emulate the TIA's sound: no audio samples")
+    def getAudioSize(self) -> int:
+        self._require_rom()
+        return 512
 
     # ----- states --------------------------------------------------------------------
     def cloneState(self, include_rng: bool = False) -> ALEState:  # ale-py takes it positionally too

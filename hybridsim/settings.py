@@ -39,8 +39,7 @@ DEFAULT_TEXT = {"sound": "false"}
 # ALE features hybridsim does not have: setting them is an error rather than a no-op.
 UNSUPPORTED = {
     "display_screen": "hybridsim has no display window; draw getScreenRGB() frames yourself",
-    "sound_obs": "hybridsim does not emulate sound (no getAudio)",
-    "sound": "hybridsim does not emulate sound",
+    "sound": "hybridsim does not play sound; read the samples with sound_obs and getAudio()",
     "record_screen_dir": "hybridsim does not record screens; save getScreenRGB() frames yourself",
     "record_sound_filename": "hybridsim does not emulate sound",
 }

@@ -108,6 +108,13 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
     cdef struct GameState:
         int32_t score
 
+cdef extern from "tia_sound.h" namespace "hs" nogil:
+    const int32_t kSoundSamplesPerAct
+    cdef struct TiaSound:
+        uint8_t samples[512]
+    void tia_sound_reset(TiaSound& s)
+    TiaSound* tia_sound_recorder  # thread-local: the sound the TIA's audio writes go to
+
 cdef extern from "palette.h" namespace "hs" nogil:
     const uint32_t* palette_table(int32_t tv)
     uint8_t palette_gray(const uint32_t* table, uint8_t pixel)
@@ -415,6 +422,10 @@ cdef class Emulator:
     # pending (console.h, FrameReplay). The pixels are the same either way.
     cdef FrameReplay* replay
     cdef bint screen_read
+    # ALE's sound observation (sound_obs): the two channels and the samples of the last act
+    # (tia_sound.h). Without it the TIA's audio writes are not recorded.
+    cdef TiaSound sound
+    cdef readonly bint makes_sound
 
     def __cinit__(self):
         self.env = <AleEnv*>malloc(sizeof(AleEnv))
@@ -443,7 +454,7 @@ cdef class Emulator:
                  int reward_min=-2147483648, int reward_max=2147483647, int mode=0,
                  mode_select=None, int difficulty=0,
                  starting_actions=(), truncate_on_loss_of_life=False, color_averaging=False,
-                 system_random_seed=4753849, int paddle_min=-1, int paddle_max=-1):
+                 system_random_seed=4753849, int paddle_min=-1, int paddle_max=-1, sound=False):
         cdef ConsoleProps props
         cdef EnvConfig cfg
         rom = bytes(rom)
@@ -523,7 +534,11 @@ cdef class Emulator:
         self.fbs.shown = 0
         cdef const uint8_t* rom_ptr = self.rom
         cdef uint32_t seed = <uint32_t>int(random_seed)
+        self.makes_sound = bool(sound)
+        tia_sound_reset(self.sound)  # ALE makes its sound object anew at loadROM, and only then
+        self._record_sound(True)
         env_load(self.env[0], props, cfg, seed, rom_ptr, self.fbs)
+        self._record_sound(False)
         self.height = self.env.console.height
         self.blend = phosphor_tables(self.tv_standard) if color_averaging else None
         # A state only fits the same ROM, mapper, display window and TV standard (ALE
@@ -566,7 +581,9 @@ cdef class Emulator:
     def reset_game(self):
         cdef const uint8_t* rom_ptr = self.rom
         self._arm_replay()
+        self._record_sound(True)
         env_reset(self.env[0], rom_ptr, self.fbs)
+        self._record_sound(False)
 
     def act(self, int action_a, int action_b=18, float paddle_strength=1.0,
             float paddle_strength_b=0.0):
@@ -579,9 +596,26 @@ cdef class Emulator:
         cdef const uint8_t* rom_ptr = self.rom
         cdef int32_t reward
         self._arm_replay()
+        self._record_sound(True)
         reward = env_act(self.env[0], rom_ptr, self.fbs, action_a, action_b,
                          paddle_strength, paddle_strength_b)
+        self._record_sound(False)
         return reward
+
+    cdef void _record_sound(self, bint on):
+        """While on, the TIA's audio writes go to this emulator's channels (the core's
+        thread-local recorder, tia_sound.h). Emulation keeps the GIL, so no other emulator
+        runs on this thread meanwhile."""
+        global tia_sound_recorder
+        tia_sound_recorder = &self.sound if on and self.makes_sound else NULL
+
+    def get_audio(self, out=None):
+        """ALE's getAudio: the 512 samples (uint8, silence 128) of the last act, zeros before
+        the first act or without sound; into `out` (uint8, 512) if given."""
+        out = self._check_out(out, (kSoundSamplesPerAct,), OutputTypeError)
+        cdef uint8_t[::1] view = out
+        memcpy(&view[0], self.sound.samples, kSoundSamplesPerAct)
+        return out
 
     def game_over(self, with_truncation=True):
         if with_truncation:
@@ -768,6 +802,8 @@ cdef class VectorEmulator:
             raise ValueError(f"seeds must hold num_envs={num_envs} values, got {len(seeds)}")
         if kwargs.get("color_averaging"):
             raise ValueError("color_averaging is not supported by VectorEmulator")
+        if kwargs.get("sound"):  # its worker threads do not record (tia_sound.h); ale-py's vector env has none either
+            raise ValueError("sound is not supported by VectorEmulator; use one Emulator(sound=True) per environment")
         self.envs = [Emulator(rom, game, random_seed=seed, **kwargs) for seed in seeds]
         self.num_envs = num_envs
         self.num_threads = num_threads
