@@ -15,7 +15,8 @@ TRAIN_EXIT_CODES = f"""exit status: 0 trained to the budget; 2 bad settings or a
 {STORAGE_EXIT_CODE} a write into the run directory failed (disk full, quota exceeded, I/O \
 error): training stopped, a final checkpoint was written to log_dir, or to --fallback-dir \
 when log_dir is full, or the message says it could not be; the trajectory files are closed \
-and hold every logged step; free space and run again with --resume."""
+and hold every logged step; free space and run again with --resume; 130 interrupted by \
+Ctrl-C (the last checkpoint written stays; --resume continues from it)."""
 
 
 def _cmd_bench(args) -> int:
@@ -598,10 +599,12 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Re-emulate every environment of a traj_rankNNNNN.h5 file as one "
                        "batch and write OUTPUT: /observations [steps, envs, *obs_shape] (what the policy "
                        "saw at each step), the logged action, reward_raw, terminated, truncated, "
-                       "episode_id, global_frame and behavior_logits, and /final_observations with "
-                       "/final_index (row, column) for each step that ended an episode. Each reward, "
-                       "episode end and logged observation is checked against the file; on a "
-                       "difference nothing is written. Synchronous logs without gaps only.")
+                       "episode_id, global_frame, behavior_logits and cut_short (a resume restarted "
+                       "the environment after that step), and /final_observations with /final_index "
+                       "(row, column) for each step that ended an episode. Each reward, episode end "
+                       "and logged observation is checked against the file; on a difference nothing "
+                       "is written for that file (a run directory's other ranks go on; exit status 1). "
+                       "Synchronous logs without gaps only.")
     p.add_argument("file", help="a traj_rank*.h5 file, or a run directory: each of its rank files in turn")
     p.add_argument("output", help="the dataset to write (a new .h5 file); for a run directory, the folder "
                                   "for its datasets (dataset_rankNNNNN.h5 for traj_rankNNNNN.h5)")

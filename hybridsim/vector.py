@@ -658,6 +658,7 @@ class AtariVectorEnv(VectorEnv):
     @_engine_call
     def step(self, actions):
         """Step every environment of the batch: (obs, rewards, terminations, truncations, info)."""
+        self._check_open("step")
         self._send(actions)
         return self._recv()
 

@@ -859,9 +859,14 @@ cdef class VectorEmulator:
             raise ValueError(f"mask must hold {self.num_envs} values, got {which.shape[0]}")
         cdef const uint8_t* rom_ptr = self.rom
         cdef int k, n = self.num_envs
-        for k in prange(n, nogil=True, schedule="dynamic"):
-            if which[k]:
-                env_reset(self.ptrs[k][0], rom_ptr, self.fbs[k][0])
+        if self.num_threads > 0:  # as _act: num_threads holds for resets too
+            for k in prange(n, nogil=True, schedule="dynamic", num_threads=self.num_threads):
+                if which[k]:
+                    env_reset(self.ptrs[k][0], rom_ptr, self.fbs[k][0])
+        else:
+            for k in prange(n, nogil=True, schedule="dynamic"):
+                if which[k]:
+                    env_reset(self.ptrs[k][0], rom_ptr, self.fbs[k][0])
 
     def game_over(self):
         with self._turn_of("game_over"):
