@@ -112,12 +112,16 @@ def bench_cpu(print_fn=print) -> list[dict]:
 SINGLE_GAMES = ("pong", "breakout", "space_invaders", "ms_pacman", "seaquest")
 
 
-def _time_block(env, actions, start: int, count: int) -> float:
+def _time_block(env, actions, start: int, count: int, sound: bool = False) -> float:
     import time
     t0 = time.perf_counter()
     act, game_over, reset = env.act, env.game_over, env.reset_game
+    read_samples = env.getAudio if sound else None  # a sound_obs user reads each act's samples
+    samples = np.empty(512, np.uint8)
     for k in range(start, start + count):
         act(actions[k % len(actions)])
+        if read_samples is not None:
+            read_samples(samples)
         if game_over():
             reset()
     return time.perf_counter() - t0
@@ -125,24 +129,27 @@ def _time_block(env, actions, start: int, count: int) -> float:
 
 def bench_single(make_reference, make_candidate, games=SINGLE_GAMES, frames: int = 20_000,
                  blocks: int = 10, seed: int = 0, print_fn=print,
-                 names=("ale-py", "hybridsim")) -> list[dict]:
+                 names=("ale-py", "hybridsim"), sound: bool = False) -> list[dict]:
     """Frames/s of `act` for two ALEInterface implementations, timed alternately in blocks.
 
     Alternating blocks in one process share the machine's state (caches, clock, load), so
     the ratio is fair even on a noisy machine. Each side plays the same random stream of
-    minimal actions with ALE's default settings (frame_skip 1, sticky actions 0.25).
+    minimal actions with ALE's default settings (frame_skip 1, sticky actions 0.25); with
+    `sound`, sound_obs on and each act's samples read (getAudio).
     """
     from hybridsim import games_table, roms
     for game in games:  # before any timing: ale-py would end the process on some
         games_table.require_ale_py_loadable(game, "bench times ale-py beside hybridsim")
     rows = []
-    print_fn(f"single environment act(), {frames:,} frames per side, {blocks} alternating blocks")
+    print_fn(f"single environment act(){' with sound_obs and getAudio()' if sound else ''}, "
+             f"{frames:,} frames per side, {blocks} alternating blocks")
     print_fn(f"{'game':16s} {names[0] + ' fps':>14s} {names[1] + ' fps':>16s} {'ratio':>7s}")
     for game in games:
         envs = []
         for make in (make_reference, make_candidate):
             env = make()
             env.setInt("random_seed", seed)
+            env.setBool("sound_obs", sound)
             env.loadROM(str(roms.rom_path(game)))
             envs.append(env)
         minimal = [int(getattr(a, "value", a)) for a in envs[0].getMinimalActionSet()]
@@ -152,7 +159,7 @@ def bench_single(make_reference, make_candidate, games=SINGLE_GAMES, frames: int
         seconds = [0.0, 0.0]
         for b in range(blocks):
             for side in ((0, 1) if b % 2 == 0 else (1, 0)):
-                seconds[side] += _time_block(envs[side], actions, b * per_block, per_block)
+                seconds[side] += _time_block(envs[side], actions, b * per_block, per_block, sound)
         fps = [per_block * blocks / s for s in seconds]
         row = {"game": game, "reference_fps": fps[0], "candidate_fps": fps[1],
                "ratio": fps[1] / fps[0]}

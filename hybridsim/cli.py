@@ -23,7 +23,7 @@ def _cmd_bench(args) -> int:
     from hybridsim import bench
     _require_at_least(args, frames=1, num_envs=1, threads=0, steps=1, rounds=1, batch_size=0,
                       thread_affinity_offset=-1)
-    _refuse_unused(args, {"single": ("frames",),
+    _refuse_unused(args, {"single": ("frames", "sound"),
                           "vector": ("num_envs", "threads", "steps", "rounds", "scaling",
                                      "envpool_python", "batch_size", "thread_affinity_offset"),
                           "single or vector": ("games",)})
@@ -37,7 +37,7 @@ def _cmd_bench(args) -> int:
         from hybridsim.ale import ALEInterface
         ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
         bench.bench_single(ale_py.ALEInterface, ALEInterface, games=games or bench.SINGLE_GAMES,
-                           frames=args.frames)
+                           frames=args.frames, sound=args.sound)
     if args.vector:
         bench.bench_vector(games=games or bench.VECTOR_GAMES, num_envs=args.num_envs,
                            threads=args.threads, steps=args.steps, rounds=args.rounds,
@@ -544,6 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one environment's act(): hybridsim vs ale-py, timed alternately")
     p.add_argument("--games", default="", help="comma-separated games for --single / --vector")
     p.add_argument("--frames", type=int, default=20_000, help="frames per side for --single")
+    p.add_argument("--sound", action="store_true",
+                   help="--single: both sides with sound_obs on, reading each act's samples")
     p.add_argument("--vector", action="store_true",
                    help="AtariVectorEnv: hybridsim vs ale-py vs EnvPool, alternating, plus --scaling")
     p.add_argument("--num-envs", type=int, default=16, help="environments for --vector")

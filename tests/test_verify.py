@@ -86,6 +86,7 @@ def test_verify_takes_game_names_as_train_does(capsys):
 @pytest.mark.parametrize("args,message", [
     (["bench", "--games", "freeway"], "--games applies to --single or --vector, which is not given"),
     (["bench", "--frames", "100"], "--frames applies to --single"),
+    (["bench", "--vector", "--sound"], "--sound applies to --single"),
     (["bench", "--single", "--num-envs", "8"], "--num-envs applies to --vector"),
     (["bench", "--vector", "--scaling", "1,two"], "--scaling: 'two' is not a positive integer"),
     (["bench", "--vector", "--scaling", "0"], "--scaling: '0' is not a positive integer"),
@@ -116,6 +117,19 @@ def test_cli_refuses_exclusive_options_together(args, capsys):
     with pytest.raises(SystemExit) as exc:
         main(args)
     assert exc.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_bench_single_with_sound_reads_the_samples(capsys, monkeypatch):
+    """`bench --single --sound`: both sides load with sound_obs and read each act's samples."""
+    from hybridsim import ale
+    from hybridsim.cli import main
+    reads = []
+    real = ale.ALEInterface.getAudio
+    monkeypatch.setattr(ale.ALEInterface, "getAudio", lambda self, buffer=None: reads.append(
+        self.getBool("sound_obs")) or real(self, buffer))
+    assert main(["bench", "--single", "--sound", "--games", "space_invaders", "--frames", "20"]) == 0
+    assert "with sound_obs and getAudio()" in capsys.readouterr().out
+    assert len(reads) == 20 and all(reads)
 
 
 def test_bench_vector_plays_each_game_s_own_actions(capsys):
