@@ -127,7 +127,8 @@ def _cmd_verify(args) -> int:
         result = verify.verify(ale_py.ALEInterface, ALEInterface, roms.rom_path(name), game=name,
                                frames=args.frames, repeat_action_probability=args.sticky,
                                seed=args.seed, reset_every=args.reset_every, mode=args.mode,
-                               difficulty=args.difficulty, screen_every=args.screen_every)
+                               difficulty=args.difficulty, screen_every=args.screen_every,
+                               sound=args.sound)
         print(result, flush=True)
         inexact += not result.exact
     print(f"{len(names) - inexact} of {len(names)} games exact")
@@ -574,6 +575,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "N > 1 also checks the frames hybridsim draws on demand")
     p.add_argument("--mode", type=int, default=None, help="game mode (setMode), default: the game's")
     p.add_argument("--difficulty", type=int, default=None, help="difficulty (setDifficulty)")
+    p.add_argument("--sound", action="store_true",
+                   help="load both with sound_obs and compare every act's sound samples too")
     p.set_defaults(func=_cmd_verify)
     p = sub.add_parser("analyze", help="statistics and plots from a run's HDF5 trajectory logs")
     p.add_argument("target", help="a run directory or one traj_rank*.h5 / trajectories.h5 file")

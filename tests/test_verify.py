@@ -208,3 +208,34 @@ def test_hybridsim_warns_when_a_game_s_rom_is_another_image(tmp_path, monkeypatc
     monkeypatch.setenv("ALE_ROMS_DIR", str(_roms_with_a_foreign_pong(tmp_path, breakout)))
     with pytest.warns(RuntimeWarning, match="pong.bin is the 'breakout' ROM"):
         AtariVectorEnv("pong", 1).close()
+
+
+def test_verify_sound_compares_every_act_s_samples(capsys):
+    """`verify --sound`: exact on a game that makes sound; one altered sample of the
+    candidate is named as a getAudio divergence at its frame."""
+    import ale_py
+    from hybridsim import roms, verify
+    from hybridsim.ale import ALEInterface
+    from hybridsim.cli import main
+    assert main(["verify", "--games", "space_invaders", "--frames", "300", "--sound"]) == 0
+    assert "space_invaders: exact" in capsys.readouterr().out
+
+    class OneSampleOff(ALEInterface):
+        acts = 0
+
+        def act(self, *args, **kwargs):
+            self.acts += 1
+            return super().act(*args, **kwargs)
+
+        def getAudio(self, buffer=None):
+            samples = super().getAudio()
+            if self.acts == 120:
+                samples[37] ^= 4
+            return samples
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+    result = verify.verify(ale_py.ALEInterface, OneSampleOff, roms.rom_path("space_invaders"),
+                           frames=300, sound=True)
+    assert (result.divergence.frame, result.divergence.field) == (120, "getAudio")
+    assert "at (37,)" in result.divergence.detail
+    assert verify.verify(ale_py.ALEInterface, OneSampleOff, roms.rom_path("space_invaders"),
+                         frames=300).exact  # without sound the samples are not compared
