@@ -45,6 +45,9 @@ extensions = [
         + [os.path.join("pyx", f) for f in sorted(os.listdir(PYX_DIR)) if f.endswith((".h", ".pxd"))],
         language="c++",
         extra_compile_args=COMPILE_ARGS,
+        # the sound observation's hooks (cuda/tia_sound.h) only where an Emulator makes sound:
+        # elsewhere (the vector engine) they would cost a thread-local lookup per audio write
+        define_macros=[("HS_TIA_SOUND_HOOKS", "1")] if name == "_console.pyx" else [],
     )
     for name in sorted(os.listdir(PYX_DIR))
     if name.endswith(".pyx")

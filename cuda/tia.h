@@ -1218,7 +1218,7 @@ HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8
     }
     case 0x2B: for (int32_t k = 0; k < 5; ++k) t.hm[k] = 0; break;  // HMCLR
     case 0x2C: t.collisions = 0; break;                            // CXCLR
-    default: break;  // RSYNC (ignored by ALE) and audio
+    default: break;  // RSYNC (ignored by ALE)
   }
   return res;
 }

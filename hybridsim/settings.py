@@ -41,7 +41,7 @@ UNSUPPORTED = {
     "display_screen": "hybridsim has no display window; draw getScreenRGB() frames yourself",
     "sound": "hybridsim does not play sound; read the samples with sound_obs and getAudio()",
     "record_screen_dir": "hybridsim does not record screens; save getScreenRGB() frames yourself",
-    "record_sound_filename": "hybridsim does not emulate sound",
+    "record_sound_filename": "hybridsim does not record sound; save getAudio() samples yourself",
 }
 
 

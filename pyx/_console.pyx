@@ -13,7 +13,7 @@ frame by frame, including its load and reset sequences and its sticky actions.
              reward_min=-2**31, reward_max=2**31-1, mode=0, mode_select=None,
              difficulty=0, starting_actions=(),
              truncate_on_loss_of_life=False, color_averaging=False,
-             system_random_seed=4753849, paddle_min=-1, paddle_max=-1)
+             system_random_seed=4753849, paddle_min=-1, paddle_max=-1, sound=False)
 
   rom            bytes of the cartridge image (size must match cart_type)
   game           game-settings id of cuda/games_ids.h (GAME_IDS maps names to ids)
@@ -33,6 +33,8 @@ frame by frame, including its load and reset sequences and its sticky actions.
                  the cartridge's extra RAM; or {"custom": "double_dunk"}, or
                  {"custom": "video_cube", "value": variant byte, "cube": n}
   starting_actions: ALE action ids run one frame each at the end of every reset
+  sound          ALE's sound_obs: each act makes 512 sound samples (get_audio;
+                 cuda/tia_sound.h); the attribute makes_sound says so
 
   The constructor does what ALEInterface.loadROM does (console power-on, TV detection,
   environment creation, reset_game).
@@ -51,6 +53,7 @@ Methods (ALE names):
   get_screen(out=None) -> uint8[height, 160] palette indices (ALE getScreen)
   get_screen_rgb(out=None) -> uint8[height, 160, 3]
   get_screen_grayscale(out=None) -> uint8[height, 160]
+  get_audio(out=None) -> uint8[512]  the last act's sound samples (zeros without sound)
   clone_state(include_rng=False) -> bytes ; restore_state(bytes)
       As ALE: the environment RNG travels only when include_rng; sticky actions, input
       events and the frame buffers are not part of a state.
@@ -63,7 +66,8 @@ VectorEmulator(rom, game, num_envs, seeds=None, num_threads=0, **same keywords)
   game_over() -> bool[n]; lives() -> int32[n]; reset(mask=None) resets the masked
   environments (all if None); get_ram(out=None) -> uint8[n, 128];
   get_screen(out=None) -> uint8[n, height, 160]. Each environment behaves exactly as an
-  Emulator built with the same arguments and its seed. Threads sharing one VectorEmulator
+  Emulator built with the same arguments and its seed (sound=True is refused: its worker
+  threads do not record sound). Threads sharing one VectorEmulator
   take turns; a call made inside another on the same thread (a signal handler) raises
   RuntimeError.
 """
