@@ -112,13 +112,13 @@ HS_HD inline void sound_pulse(uint8_t mode, uint8_t& p4, uint8_t& p5) {
   }
 }
 
-// One act()'s samples: the queued writes applied, then n sound clocks, a sample each.
-HS_HD inline void tia_sound_make_samples(TiaSound& s, uint8_t* out, int32_t n) {
+// One act()'s samples into s.samples: the queued writes applied, then a sound clock a sample.
+HS_HD inline void tia_sound_make_samples(TiaSound& s) {
   for (int32_t k = 0; k < kSoundRegisters; ++k)
     if (s.written_mask & (1u << k)) s.reg[k] = s.written[k];
   s.written_mask = 0;
   const int32_t volume[2] = {s.reg[4] * 4, s.reg[5] * 4};
-  for (int32_t i = 0; i < n; ++i) {
+  for (int32_t i = 0; i < kSoundSamplesPerAct; ++i) {
     int32_t sample = 128;
     for (int32_t c = 0; c < 2; ++c) {
       if (++s.divider[c] > s.reg[2 + c]) {
@@ -127,7 +127,7 @@ HS_HD inline void tia_sound_make_samples(TiaSound& s, uint8_t* out, int32_t n) {
       }
       if (s.poly4[c] & 8) sample += volume[c];
     }
-    out[i] = (uint8_t)sample;
+    s.samples[i] = (uint8_t)sample;
   }
 }
 
@@ -163,6 +163,6 @@ struct SoundRecorderPause {
 #define HS_TIA_AUDIO_ACT_END()                                                            \
   do {                                                                                   \
     if (::hs::TiaSound* recorder_ = ::hs::tia_sound_recorder)                            \
-      ::hs::tia_sound_make_samples(*recorder_, recorder_->samples, ::hs::kSoundSamplesPerAct); \
+      ::hs::tia_sound_make_samples(*recorder_);                                          \
   } while (0)
 #endif

@@ -394,8 +394,9 @@ class ALEInterface:
         return None if buffer is not None else audio
 
     def getAudioSize(self) -> int:
+        from hybridsim import _console
         self._require_rom()
-        return 512
+        return _console.SOUND_SAMPLES_PER_ACT
 
     # ----- states --------------------------------------------------------------------
     def cloneState(self, include_rng: bool = False) -> ALEState:  # ale-py takes it positionally too

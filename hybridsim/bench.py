@@ -117,7 +117,7 @@ def _time_block(env, actions, start: int, count: int, sound: bool = False) -> fl
     t0 = time.perf_counter()
     act, game_over, reset = env.act, env.game_over, env.reset_game
     read_samples = env.getAudio if sound else None  # a sound_obs user reads each act's samples
-    samples = np.empty(512, np.uint8)
+    samples = np.empty(env.getAudioSize(), np.uint8)
     for k in range(start, start + count):
         act(actions[k % len(actions)])
         if read_samples is not None:

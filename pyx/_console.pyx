@@ -257,6 +257,7 @@ MODE_STEPS = {"act": 0, "select": 1, "soft_reset": 2}
 cdef bytes STATE_MAGIC = b"HSENV3"
 cdef bytes STATE_MAGIC_V2 = b"HSENV2"  # format 2, without the CRC: still restored
 cdef Py_ssize_t STATE_HEAD = len(STATE_MAGIC) + 16 + 1
+SOUND_SAMPLES_PER_ACT = kSoundSamplesPerAct  # getAudio's length (tia_sound.h)
 
 
 def _state_body_end(bytes state):
@@ -609,9 +610,11 @@ cdef class Emulator:
     cdef void _record_sound(self, bint on):
         """While on, the TIA's audio writes go to this emulator's channels (the core's
         thread-local recorder, tia_sound.h). Emulation keeps the GIL, so no other emulator
-        runs on this thread meanwhile."""
+        runs on this thread meanwhile. Without sound the recorder is null already: no
+        thread-local write (a call in a shared object) per act."""
         global tia_sound_recorder
-        tia_sound_recorder = &self.sound if on and self.makes_sound else NULL
+        if self.makes_sound:
+            tia_sound_recorder = &self.sound if on else NULL
 
     def get_audio(self, out=None):
         """ALE's getAudio: the 512 samples (uint8, silence 128) of the last act, zeros before
