@@ -46,6 +46,9 @@ def __getattr__(name):
     if name == "AtariVectorEnv":
         from hybridsim.vector import AtariVectorEnv
         return AtariVectorEnv
+    if name == "ALEVectorInterface":
+        from hybridsim.ale_vector import ALEVectorInterface
+        return ALEVectorInterface
     if name == "Action":
         from hybridsim.actions import Action
         return Action
@@ -56,7 +59,7 @@ def __getattr__(name):
 
 
 __all__ = ["__version__", "HybridsimWarning", "core_include_dir", "ALEInterface", "ALEState", "LoggerMode", "Action",
-           "AtariEnv", "AtariVectorEnv"]
+           "AtariEnv", "AtariVectorEnv", "ALEVectorInterface"]
 
 
 def __dir__():

@@ -41,6 +41,7 @@ import hashlib
 import io
 import json
 import os
+import pathlib
 import threading
 import warnings
 import zipfile
@@ -231,6 +232,28 @@ def _continuous_action_table() -> np.ndarray:
     return table
 
 
+def _game_and_rom(game: str | None, rom_file) -> tuple[str, pathlib.Path]:
+    """(snake_case game name, ROM path): the installed ROM of `game`, or `rom_file` known as
+    ALE knows a ROM (by its md5, else by its file stem), which `game`, if given, must name."""
+    from hybridsim import games_table
+    from hybridsim.roms import md5_hex, read_rom, rom_path, snake_case
+    if rom_file is None:
+        name = snake_case(game)
+        return name, rom_path(name)
+    if not isinstance(rom_file, (str, bytes, os.PathLike)):
+        raise TypeError(f"rom_file must be a ROM file's path (str, bytes or os.PathLike), got {rom_file!r}")
+    path = pathlib.Path(os.fsdecode(rom_file))
+    md5 = md5_hex(read_rom(path))
+    entry = games_table.find(md5, path.stem)
+    if entry is None:
+        raise ValueError(f"{path}: unsupported ROM (md5 {md5}); hybridsim knows a ROM by the md5 "
+                         f"of a game ale-py ships, or by its file stem (see `hybridsim games`)")
+    if game is not None and snake_case(game) != entry["name"]:
+        raise ValueError(f"rom_file {path} is the {entry['name']!r} ROM, but game={game!r}; "
+                         f"give the game it is, or game=None")
+    return entry["name"], path
+
+
 class AtariVectorEnv(VectorEnv):
     """Batched Atari environments on hybridsim's engine (see the module docstring)."""
 
@@ -267,10 +290,11 @@ class AtariVectorEnv(VectorEnv):
         resize_interpolation: str = "area",
         device: int = 0,
         gpu_options: dict | None = None,
+        rom_file: str | os.PathLike | None = None,
     ):
         self._turn, self._turn_holder = threading.Lock(), None  # _engine_call's
         self._device_scope = contextlib.nullcontext  # the GPU engine's, once it is built
-        if not isinstance(game, str):
+        if not isinstance(game, str) and not (game is None and rom_file is not None):
             raise TypeError(f"game must be a game's name, such as 'pong', got {game!r}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -343,9 +367,8 @@ class AtariVectorEnv(VectorEnv):
             raise ValueError(f"autoreset_mode must be NEXT_STEP or SAME_STEP, got {self.autoreset_mode}")
 
         from hybridsim import _vector
-        from hybridsim.roms import rom_path, snake_case
 
-        self.game = snake_case(game)
+        self.game, self._rom_path = _game_and_rom(game, rom_file)
         self.num_envs = num_envs
         self.batch_size = num_envs if batch_size == 0 else int(batch_size)
         self.num_threads = resolve_num_threads(num_threads, self.batch_size)
@@ -354,7 +377,6 @@ class AtariVectorEnv(VectorEnv):
         self.continuous = bool(continuous)
         self.continuous_action_threshold = float(continuous_action_threshold)
         self.grayscale = bool(grayscale)
-        self._rom_path = rom_path(self.game)
         self._repeat_action_probability = float(repeat_action_probability)
         self._config = dict(
             game=self.game, num_envs=num_envs, batch_size=self.batch_size, frameskip=frameskip,
@@ -374,6 +396,9 @@ class AtariVectorEnv(VectorEnv):
         from hybridsim.actions import as_action_id
         self.action_set = np.array([as_action_id(a) for a in actions], dtype=np.int32)
         fire_reset = bool(use_fire_reset) and 1 in self.action_set
+        # continuous actions map to ALE action ids, which the engine reads as positions in
+        # its set: all 18, as ale-py's AtariEnv acts on them (skiing's legal set has 9)
+        self._engine_action_set = np.arange(18, dtype=np.int32) if continuous else self.action_set
         height = ale.getScreenDims()[0]
         engine_args = (self._rom_bytes, template[0], template[1], template[2], num_envs)
         engine_kwargs = dict(
@@ -383,9 +408,7 @@ class AtariVectorEnv(VectorEnv):
             episodic_life=bool(episodic_life), life_loss_info=bool(life_loss_info),
             reward_clipping=bool(reward_clipping), max_episode_steps=int(max_num_frames_per_episode),
             same_step=self.autoreset_mode == AutoresetMode.SAME_STEP,
-            # continuous actions map to ALE action ids, which the engine reads as positions in
-            # its set: all 18, as ale-py's AtariEnv acts on them (skiing's legal set has 9)
-            action_set=np.arange(18, dtype=np.int32) if continuous else self.action_set,
+            action_set=self._engine_action_set,
             raw_height=height, pal=ale._emu.tv_standard == "PAL",
             interpolation=interpolations[resize_interpolation])
         self.device = device
@@ -443,6 +466,13 @@ class AtariVectorEnv(VectorEnv):
                 warnings.warn(f"thread_affinity_offset={int(thread_affinity_offset)}: could not pin "
                               f"{'; '.join(failed)} (those keep the caller's affinity)", HybridsimWarning,
                               stacklevel=2)
+
+    @property
+    def ale(self):
+        """ale-py's `.ale`: this environment driven through ALEVectorInterface's calls
+        (reset(env_ids, seeds), send(action_ids, paddle_strengths), recv())."""
+        from hybridsim.ale_vector import ALEVectorInterface
+        return ALEVectorInterface._of(self)
 
     @property
     def async_order(self) -> str:
@@ -672,7 +702,13 @@ class AtariVectorEnv(VectorEnv):
         """The next batch_size results: (obs, rewards, terminations, truncations, info)."""
         return self._recv()
 
-    def _send(self, actions, env_ids=None) -> None:
+    @_engine_call
+    def _send_with_strengths(self, actions, paddle_strengths) -> None:
+        """ALEVectorInterface.send: action indices and a paddle strength each, for the
+        environments of the last result."""
+        self._send(actions, strengths=paddle_strengths)
+
+    def _send(self, actions, env_ids=None, strengths=None) -> None:
         self._check_open("send")
         if self._last_ids is None:
             raise RuntimeError("send() called before reset()")
@@ -689,7 +725,17 @@ class AtariVectorEnv(VectorEnv):
             if len(np.unique(ids)) != len(ids):
                 raise ValueError(f"env_ids must not repeat an environment, got {ids}")
             ids = ids.astype(np.int32)
-        acts, strengths = self._check_actions(actions, len(ids))
+        if strengths is None:
+            acts, strengths = self._check_actions(actions, len(ids))
+        else:  # ALEVectorInterface's ids index the engine's set (all 18 with continuous=True)
+            acts = check_action_indices(actions, len(ids), len(self._engine_action_set))
+            strengths = np.asarray(strengths)
+            if strengths.shape != (len(ids),) or strengths.dtype.kind not in "iuf":
+                raise ValueError(f"paddle_strengths must be {len(ids)} numbers, one per action, "
+                                 f"got {strengths.dtype} {strengths.shape}")
+            if np.isnan(strengths).any():  # ALE casts it to an int: NaN is undefined (inf saturates)
+                raise ValueError("paddle_strengths must not be NaN")
+            strengths = np.ascontiguousarray(strengths, dtype=np.float32)
         if not self._async:
             if env_ids is not None and not np.array_equal(ids, self._all_ids):
                 raise ValueError(f"in sync mode (batch_size == num_envs) env_ids must be all "
