@@ -344,6 +344,7 @@ def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", ove
         vec, obs = replay.make_replay_env(path, cfg, seed, columns.size)
         tmp = f"{out}.{os.getpid()}.tmp"
         try:
+            _check_frames_shape(f, path, logged_obs, np.shape(obs)[1:])
             with _stop_signals() as stop:
                 summary = _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows,
                                  dataset_kw, cfg, run_cfg, report, stop, writers)
@@ -374,6 +375,16 @@ def _logged_observations(f, path, columns) -> dict:
     return logged
 
 
+def _check_frames_shape(f, path, logged_obs, obs_shape) -> None:
+    """Logged observations of another shape than the run's environments make would differ
+    from every re-emulated one: damage to the file's layout, not a log of another run."""
+    if logged_obs and tuple(f["observations/frames"].shape[1:]) != tuple(obs_shape):
+        raise trajlog.TrajectoryLogError(
+            f"{path}: damaged trajectory file: observations/frames holds frames of shape "
+            f"{tuple(f['observations/frames'].shape[1:])}, but the run's environments observe "
+            f"{tuple(obs_shape)}; nothing was written")
+
+
 def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows, dataset_kw, cfg,
            run_cfg, report, stop, writers):
     width = columns.size
@@ -400,6 +411,7 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
                                        chunks=(BLOCK_ROWS, 2))
         ended = np.zeros(width, bool)  # which environments the previous row's step ended
         last_frames = None  # the previous block's last global_frame row
+        last_ids = None  # the previous row's episode_id
         growth = _FileGrowth(tmp)
         start = 0
         while start < rows:
@@ -413,10 +425,14 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
                 raise trajlog.TrajectoryLogError(f"{path}: damaged trajectory file: steps/action rows "
                                                  f"{start}-{stop_row - 1} hold values outside the action "
                                                  f"set 0..{num_actions - 1}")
+            _check_logits(path, columns, start, log["behavior_logits"])
             block = np.empty((stop_row - start, width) + obs_shape, np.uint8)
             ends, ended_at = [], []
             for r in range(start, stop_row):
                 _check_stop(stop)
+                ids = log["episode_id"][r - start]
+                _check_episode_ids(path, columns, r, ids, last_ids, ended, r in restart_rows)
+                last_ids = ids
                 if r in restart_rows:  # the episodes in progress end here without a last step
                     cut = ~ended
                     cut_short[r - 1] = cut
@@ -507,6 +523,42 @@ def _check_frames_grow(path, columns, start, frames, before) -> None:
     trajlog.check_frames_grow(path, stacked, np.arange(first, first + len(stacked)), columns, "nothing was written")
 
 
+def _check_logits(path, columns, start, logits) -> None:
+    """The acting policy's logits of rows start..: a run's are finite (it stops when its
+    network diverges), so a NaN or an infinity is damage, not copied."""
+    bad = np.argwhere(~np.isfinite(logits).all(axis=2))
+    if bad.size:
+        i, c = (int(v) for v in bad[0])
+        raise trajlog.TrajectoryLogError(
+            f"{path}: damaged trajectory file: steps/behavior_logits row {start + i}, column {c} "
+            f"(env {int(columns[c])}) holds {logits[i, c][~np.isfinite(logits[i, c])][0]}, not a finite "
+            f"logit; nothing was written")
+
+
+def _check_episode_ids(path, columns, r, ids, before, ended, restart) -> None:
+    """Row r's episode_id against the row before's: an environment's id grows by one after
+    the step that ends an episode and stays otherwise. A restart (a resume that could not
+    restore the environments) gives each environment a new id, the next one or later (a
+    checkpoint without its episode tracker skips one): only a larger id is asked there."""
+    if before is None:
+        bad = ids < 0
+        expected = "an id >= 0"
+    else:
+        least = before + ended
+        bad = ids <= before if restart else ids != least
+        expected = None
+    if not bad.any():
+        return
+    c = int(np.argmax(bad))
+    if expected is None:
+        why = "ended its episode" if ended[c] else "did not end its episode"
+        expected = (f"an id above {int(before[c])} (the environments restarted there)" if restart else
+                    f"{int(least[c])}: row {r - 1} holds {int(before[c])} and its step {why}")
+    raise trajlog.TrajectoryLogError(
+        f"{path}: damaged trajectory file: steps/episode_id row {r}, column {c} (env {int(columns[c])}) "
+        f"holds {int(ids[c])}, not {expected}; nothing was written")
+
+
 def _check_row(path, r, log, i, reward, terminated, truncated) -> None:
     """Row r (row i of the block `log`) as re-emulated against the file's."""
     problems = []
@@ -550,16 +602,51 @@ def iter_transitions(path, block_rows: int = BLOCK_ROWS):
         raise trajlog.TrajectoryLogError(f"{path}: damaged dataset (HDF5 could not read it: {exc})") from exc
 
 
+def _check_dataset_layout(g, path, env_ids, final_index) -> None:
+    """What the blocks index, checked before the first: a dataset cut short, or a final_index
+    past the final observations, was an IndexError naming neither the file nor the dataset."""
+    observations, finals = g["observations"], g["final_observations"]
+    bad = []
+    if observations.ndim < 3:
+        bad.append(f"observations is {observations.ndim}-D, not (rows, environments, observation)")
+    else:
+        rows, width = observations.shape[:2]
+        for name in DATASET_COLUMNS:
+            if g[name].shape[:2] != (rows, width):
+                bad.append(f"{name} has shape {g[name].shape}, not {rows} rows of {width} environments "
+                           f"as observations")
+        if env_ids.shape != (width,):
+            bad.append(f"its env_ids attribute holds {env_ids.size} ids for {width} environments")
+        if finals.shape[1:] != observations.shape[2:]:
+            bad.append(f"final_observations holds observations of shape {finals.shape[1:]}, not "
+                       f"{observations.shape[2:]}")
+        if final_index.ndim != 2 or final_index.shape[1] != 2:
+            bad.append(f"final_index has shape {final_index.shape}, not (episode ends, 2)")
+        elif final_index.shape[0] != finals.shape[0]:
+            bad.append(f"final_index has {final_index.shape[0]} entries for {finals.shape[0]} "
+                       f"final_observations")
+        else:
+            outside = ~((final_index >= 0) & (final_index < (rows, width))).all(axis=1)
+            if outside.any():
+                k = int(np.argmax(outside))
+                bad.append(f"final_index entry {k} names row {final_index[k, 0]}, column "
+                           f"{final_index[k, 1]}, outside its {rows} rows of {width} environments")
+    if bad:
+        raise trajlog.TrajectoryLogError(f"{path}: damaged dataset: {'; '.join(bad)}")
+
+
 def _dataset_blocks(g, path, block_rows):
     missing = [n for n in ("observations", "final_observations", "final_index", *DATASET_COLUMNS) if n not in g]
     if missing or "env_ids" not in g.attrs:
         what = "a trajectory log; export it first (hybridsim export)" if trajlog.is_trajectory_log(path) \
             else "not a dataset hybridsim export wrote"
         raise trajlog.TrajectoryLogError(f"{path}: {what} (it lacks {', '.join(missing) or 'env_ids'})")
+    env_ids = np.asarray(g.attrs["env_ids"], np.int64)
+    final_index = g["final_index"][()]
+    _check_dataset_layout(g, path, env_ids, final_index)
     observations = g["observations"]
     rows, width = observations.shape[:2]
-    env_ids = np.asarray(g.attrs["env_ids"], np.int64)
-    final_at = {(int(r), int(c)): k for k, (r, c) in enumerate(g["final_index"][()])}
+    final_at = {(int(r), int(c)): k for k, (r, c) in enumerate(final_index)}
     step_bytes = width * int(np.prod(observations.shape[2:]))
     block_rows = int(max(1, min(block_rows, BLOCK_BYTES // max(1, step_bytes))))
     for start in range(0, rows, block_rows):

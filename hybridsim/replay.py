@@ -57,7 +57,17 @@ def run_config(f) -> dict:
     if not isinstance(cfg, dict) or "seed" not in cfg or "game" not in cfg:
         raise trajlog.TrajectoryLogError(f"{f.filename}: its run config attribute lacks the game "
                                          f"or the seed; cannot replay")
+    # every run writes them all; a default would rebuild another emulation (or fail at the end)
+    missing = [name for name in CONFIG_NEEDED if name not in cfg]
+    if missing:
+        raise trajlog.TrajectoryLogError(f"{f.filename}: damaged run config attribute: it lacks "
+                                         f"{', '.join(missing)}; cannot replay")
     return cfg
+
+
+# the run config's settings that rebuild the run's environments or read its rows
+CONFIG_NEEDED = ("backend", "schedule", "frame_skip", "repeat_action_probability", "noop_max",
+                 "episodic_life", "max_episode_frames")
 
 
 def _env_history(f, path, env_id: int, schedule: str) -> dict:
@@ -255,7 +265,10 @@ def check_env_config(path, cfg: dict, env_id: int) -> None:
     train_cfg.num_envs = 1
     checks = train_cfg.environment_checks() + [
         (0 <= train_cfg.seed + env_id < 2**31,
-         f"seed {train_cfg.seed} + env id {env_id} must be in [0, 2**31)")]
+         f"seed {train_cfg.seed} + env id {env_id} must be in [0, 2**31)"),
+        # the vector environment's own refusal named neither the file nor the attribute
+        (0 <= train_cfg.num_threads < 2**31,
+         f"num_threads must be in [0, 2**31) (0: one per core), got {train_cfg.num_threads}")]
     for ok, message in checks:
         if not ok:
             raise damaged(message)

@@ -421,6 +421,15 @@ def test_every_episode_replays_after_a_resume_without_this_ranks_tracker(tmp_pat
     for k in range(episodes["env_id"].size):
         result = replay.replay(path, k)
         assert result.reproduced, (k, result.mismatches)
+    # export's episode_id check takes the restarted episodes' new ids
+    export.export_dataset(path, tmp_path / "dataset.h5", env="hybridsim")
+    restart = int(np.searchsorted(steps["global_frame"][:, 0], resumed_at, "right"))
+    with h5py.File(path, "r+") as f:  # a restarted episode that kept the id cut short
+        f["steps/episode_id"][restart, 1] = f["steps/episode_id"][restart - 1, 1]
+    with pytest.raises(trajlog.TrajectoryLogError, match=rf"steps/episode_id row {restart}, column 1 \(env 1\) "
+                                                         rf"holds \d+, not an id above \d+ \(the environments "
+                                                         rf"restarted there\)"):
+        export.export_dataset(path, tmp_path / "dataset2.h5", env="hybridsim")
 
 
 def test_episodes_across_lost_rows_are_refused(short_episode_run, tmp_path):
@@ -563,6 +572,7 @@ def _copy_with_config(src, dst, **changes):
     ({"backend": "warp"}, "backend must be cpu, gpu, hybrid or ale-py, got 'warp'"),
     ({"repeat_action_probability": 2.0}, "repeat_action_probability must be in \\[0, 1\\]"),
     ({"game": "nosuchgame"}, "game 'nosuchgame': no ROM"),
+    ({"num_threads": -3}, "num_threads must be in \\[0, 2\\*\\*31\\) \\(0: one per core\\), got -3"),
 ])
 def test_a_damaged_run_config_is_named(short_episode_run, tmp_path, changes, message):
     src = trajlog.rank_file(short_episode_run, 0)
@@ -570,6 +580,28 @@ def test_a_damaged_run_config_is_named(short_episode_run, tmp_path, changes, mes
     with pytest.raises(trajlog.TrajectoryLogError,
                        match=f"{copy}: damaged run config attribute: {message}"):
         replay.replay(copy, 0)
+
+
+@pytest.mark.parametrize("setting", ["backend", "frame_skip", "schedule"])
+def test_a_run_config_without_a_setting_is_refused_before_any_work(short_episode_run, tmp_path, setting):
+    """A config attribute without `backend` replayed or exported every row, then died of a
+    KeyError; one without an emulation setting would have re-emulated with its default."""
+    src = trajlog.rank_file(short_episode_run, 0)
+    copy = tmp_path / src.name
+    copy.write_bytes(src.read_bytes())
+    with h5py.File(copy, "r+") as f:
+        cfg = json.loads(f.attrs["config"])
+        del cfg[setting]
+        f.attrs["config"] = json.dumps(cfg)
+    message = f"{copy}: damaged run config attribute: it lacks {setting}; cannot replay"
+    with pytest.raises(trajlog.TrajectoryLogError, match=re.escape(message)):
+        replay.replay(copy, 0)
+    with pytest.raises(trajlog.TrajectoryLogError, match=re.escape(message)):
+        export.export_dataset(copy, tmp_path / "dataset.h5")
+    out = subprocess.run([sys.executable, "-m", "hybridsim", "export", str(copy), str(tmp_path / "dataset.h5")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "Traceback" not in out.stderr and message in out.stderr, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [src.name]
 
 
 def test_cli_names_a_damaged_config_and_action_without_a_traceback(short_episode_run, tmp_path):
@@ -662,7 +694,7 @@ def test_export_is_the_log_with_every_observation(short_episode_run, tmp_path):
     damaged.write_bytes(out.read_bytes())
     with h5py.File(damaged, "r+") as g:  # one episode end loses its final observation
         first_end = g["final_index"][0]
-        g["final_index"][0] = [g["action"].shape[0] + 5, 0]
+        g["final_index"][0] = g["final_index"][1]
     with pytest.raises(trajlog.TrajectoryLogError, match=f"damaged dataset: the step of row {first_end[0]}, "
                                                          f"column {first_end[1]} ends an episode but"):
         _transitions(damaged)
@@ -730,6 +762,88 @@ def test_export_refuses_what_it_cannot_reproduce(short_episode_run, impala_run, 
     with pytest.raises(ValueError, match="ending in .h5"):
         export.export_dataset(path, tmp_path / "dataset.npz")
     assert tampered.stat().st_size > 0
+
+
+@pytest.mark.parametrize("damage, message", [
+    # the id of one step of an episode in progress
+    (lambda f: f["steps/episode_id"].__setitem__((60, 1), 7),
+     r"steps/episode_id row 60, column 1 \(env 1\) holds 7, not \d+: row 59 holds \d+ and its step"),
+    # a stretch of rows: an id that does not grow at an episode's end (or falls back after it)
+    (lambda f: f["steps/episode_id"].__setitem__((slice(130, 200), 1), 0),
+     r"steps/episode_id row \d+, column 1 \(env 1\) holds \d+, not \d+: row \d+ holds \d+ and its step"),
+    (lambda f: f["steps/episode_id"].__setitem__((0, 0), -1), r"steps/episode_id row 0, column 0 \(env 0\) "
+                                                               r"holds -1, not an id >= 0"),
+    (lambda f: f["steps/behavior_logits"].__setitem__((10, 1, 2), np.nan),
+     r"steps/behavior_logits row 10, column 1 \(env 1\) holds nan, not a finite logit"),
+    (lambda f: f["steps/behavior_logits"].__setitem__((300, 0, 0), -np.inf),
+     r"steps/behavior_logits row 300, column 0 \(env 0\) holds -inf, not a finite logit"),
+])
+def test_export_names_a_damaged_episode_id_or_logit_instead_of_copying_it(short_episode_run, tmp_path,
+                                                                         damage, message):
+    """The dataset copies episode_id and behavior_logits, which the re-emulation does not
+    check: an id that breaks the run's counting (one more after each episode's end) or a
+    logit that is not finite was written into the dataset, exit 0."""
+    path = trajlog.rank_file(short_episode_run, 0)
+    tampered = tmp_path / path.name
+    tampered.write_bytes(path.read_bytes())
+    with h5py.File(tampered, "r+") as f:
+        damage(f)
+    with pytest.raises(trajlog.TrajectoryLogError, match=f"{tampered}: damaged trajectory file: {message}"
+                                                         f".*; nothing was written") as caught:
+        export.export_dataset(tampered, tmp_path / "dataset.h5", env="hybridsim")
+    assert not isinstance(caught.value, export.ExportMismatch)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no output, no temporary file
+
+
+@pytest.mark.parametrize("shape", ["3-D", "80x80"])
+def test_export_names_logged_observations_of_another_shape_as_damage(short_episode_run, tmp_path, shape):
+    """Frames of another shape than the run's observations differed from every re-emulated
+    one: export said the log was not this run's."""
+    path = trajlog.rank_file(short_episode_run, 0)
+    tampered = tmp_path / path.name
+    tampered.write_bytes(path.read_bytes())
+    with h5py.File(tampered, "r+") as f:
+        frames = f["observations/frames"][()]
+        del f["observations/frames"]
+        f["observations/frames"] = frames[:, -1] if shape == "3-D" else frames[:, :, :80, :80]
+    seen = "(84, 84)" if shape == "3-D" else "(4, 80, 80)"
+    with pytest.raises(trajlog.TrajectoryLogError, match=re.escape(
+            f"{tampered}: damaged trajectory file: observations/frames holds frames of shape {seen}, but "
+            f"the run's environments observe (4, 84, 84); nothing was written")) as caught:
+        export.export_dataset(tampered, tmp_path / "dataset.h5", env="hybridsim")
+    assert not isinstance(caught.value, export.ExportMismatch)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_iter_transitions_names_a_damaged_dataset(short_episode_run, tmp_path):
+    """A dataset cut short, or whose env_ids or final_index do not fit its observations, was
+    an IndexError naming neither the file nor what is damaged."""
+    out = tmp_path / "dataset.h5"
+    export.export_dataset(trajlog.rank_file(short_episode_run, 0), out, env="hybridsim")
+    with h5py.File(out, "r") as g:
+        rows = g["action"].shape[0]
+
+    def shorter_actions(g):
+        action = g["action"][:-5]
+        del g["action"]
+        g["action"] = action
+
+    def final_index_outside(g):
+        g["final_index"][0] = [rows + 5, 0]
+    for damage, message in [
+            (lambda g: g["final_observations"].resize(3, axis=0),
+             r"final_index has \d+ entries for 3 final_observations"),
+            (lambda g: g.attrs.__setitem__("env_ids", [0, 1, 2]),
+             "its env_ids attribute holds 3 ids for 2 environments"),
+            (shorter_actions, rf"action has shape \({rows - 5}, 2\), not {rows} rows of 2 environments"),
+            (final_index_outside, rf"final_index entry 0 names row {rows + 5}, column 0, outside its {rows} rows"),
+    ]:
+        damaged = tmp_path / "damaged.h5"
+        damaged.write_bytes(out.read_bytes())
+        with h5py.File(damaged, "r+") as g:
+            damage(g)
+        with pytest.raises(trajlog.TrajectoryLogError, match=f"{damaged}: damaged dataset: {message}"):
+            _transitions(damaged)
 
 
 def test_no_output_replaces_a_trajectory_log(short_episode_run, tmp_path):
