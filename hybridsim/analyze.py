@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 
 from hybridsim import HybridsimWarning, storage, trajlog
+from hybridsim.train_config import NO_EPISODE_LIMIT
 
 BLOCK_ROWS = 1 << 15  # rows read at a time: of a long run only each row's time and frame are held
 
@@ -22,6 +23,59 @@ def _episode_stats(episodes: dict) -> dict:
     return {"episodes": int(returns.size), "return_mean": float(returns.mean()),
             "return_median": float(np.median(returns)), "return_max": float(returns.max()),
             "return_min": float(returns.min()), "length_mean": float(episodes["length"].mean())}
+
+
+# no Atari game's score comes near this: a return beyond it is a damaged row (a float's
+# 1.7e308 stopped the plots deep in matplotlib)
+MAX_ABS_RETURN = 2.0 ** 40
+
+
+def _run_config(f) -> dict:
+    """The run's config attribute as a dict ({} when absent: files written outside training)."""
+    raw = f.attrs.get("config")
+    if raw is None:
+        return {}
+    try:
+        cfg = json.loads(raw)
+    except (TypeError, ValueError):
+        cfg = None
+    if not isinstance(cfg, dict):
+        raise trajlog.TrajectoryLogError(f"{f.filename}: damaged trajectory file: its config "
+                                         f"attribute is not a JSON object")
+    return cfg
+
+
+def _env_range(f, cfg: dict) -> tuple[int, int] | None:
+    """[first, last + 1) of the environment ids a rank file's rows may hold (its rank's
+    block, dist.env_block); None for a master file or a file that does not say."""
+    rank, num_envs = f.attrs.get("rank"), cfg.get("num_envs")
+    if f.attrs.get("virtual") or rank is None or type(num_envs) is not int or num_envs < 1:
+        return None
+    return int(rank) * num_envs, (int(rank) + 1) * num_envs
+
+
+def _check_episodes(path, episodes: dict, envs: tuple[int, int] | None, max_length: int) -> None:
+    """Refuse an episodes table no run writes: summaries of it were silently wrong."""
+    def refuse(what, rows):
+        row = int(np.flatnonzero(rows)[0])
+        values = {k: episodes[k][row].item() for k in trajlog.EPISODE_FIELDS}
+        raise trajlog.TrajectoryLogError(f"{path}: damaged trajectory file: episodes{what} "
+                                         f"({int(rows.sum())} row(s); row {row}: {values})")
+    ret, length = episodes["return"], episodes["length"]
+    if (bad := ~np.isfinite(ret) | (np.abs(ret) > MAX_ABS_RETURN)).any():
+        refuse(f"/return is not a number or beyond any game's score (|return| > {MAX_ABS_RETURN:.0f})", bad)
+    if (bad := (length < 1) | (length > max_length)).any():
+        refuse(f"/length is outside 1..{max_length} (the run's episode limit, in frames)", bad)
+    if (bad := episodes["start_frame"] > episodes["end_frame"]).any():
+        refuse("/start_frame is after end_frame", bad)
+    if envs is not None and (bad := (episodes["env_id"] < envs[0]) | (episodes["env_id"] >= envs[1])).any():
+        refuse(f"/env_id is outside this rank's environments {envs[0]}..{envs[1] - 1}", bad)
+    pairs = np.stack([episodes["env_id"].astype(np.int64), episodes["episode_id"]], axis=1)
+    unique, first = np.unique(pairs, axis=0, return_index=True)
+    if len(unique) < len(pairs):
+        repeated = np.ones(len(pairs), bool)
+        repeated[first] = False
+        refuse(" hold an (env_id, episode_id) twice", repeated)
 
 
 STOPPED_SECONDS = 600.0  # a pause between two rows this long is a stopped job, not a slow step
@@ -39,7 +93,7 @@ def _first_columns(frame) -> list[int]:
     return sorted(starts) or [0]
 
 
-def _scan_steps(f, num_actions: int, breaks=()) -> dict:
+def _scan_steps(f, num_actions: int, breaks=(), envs: tuple[int, int] | None = None) -> dict:
     """Action counts, the frames and seconds of running and the throughput plot's series.
     Steps are read block by block; each row's time and frame (16 bytes a row, per rank in
     a master file) are kept. Rows whose frame is damage (_frame_outliers) are left out,
@@ -48,7 +102,9 @@ def _scan_steps(f, num_actions: int, breaks=()) -> dict:
     time goes back or is not a number (damage), or STOPPED_SECONDS pass between them (a
     resume in a file written before resumes were recorded): the time a job was stopped is
     no running time. global_frame counts every rank's frames, so each rank's rows give the
-    run's rate over the time they cover: a master file's is that of the rank covering most."""
+    run's rate over the time they cover: a master file's is that of the rank covering most.
+    envs: the ids a rank file's env_id may hold (-1 too: the rows of an impala log hold
+    whichever environments answered)."""
     steps = f["steps"]
     action, frame, when, env = steps["action"], steps["global_frame"], steps["unix_time"], steps["env_id"]
     counts = np.zeros(num_actions, dtype=np.int64)
@@ -57,8 +113,13 @@ def _scan_steps(f, num_actions: int, breaks=()) -> dict:
     rows = trajlog.common_rows(steps)
     for start in range(0, rows, BLOCK_ROWS):
         stop = min(rows, start + BLOCK_ROWS)
-        envs = env[start:stop]
-        a = action[start:stop][envs >= 0].astype(np.int64)
+        ids = env[start:stop]
+        if envs is not None and ((bad := (ids != -1) & ((ids < envs[0]) | (ids >= envs[1])))).any():
+            row = start + int(np.flatnonzero(bad.any(axis=1))[0])
+            raise trajlog.TrajectoryLogError(
+                f"{f.filename}: damaged trajectory file: steps/env_id row {row} ({env[row].tolist()}) "
+                f"holds ids outside this rank's environments {envs[0]}..{envs[1] - 1}")
+        a = action[start:stop][ids >= 0].astype(np.int64)
         outside = (a < 0) | (a >= num_actions)
         if outside.any():  # bincount would fail on them, or count them past the histogram
             raise trajlog.TrajectoryLogError(
@@ -67,7 +128,7 @@ def _scan_steps(f, num_actions: int, breaks=()) -> dict:
                 f"{start}..{stop - 1}")
         counts += np.bincount(a, minlength=num_actions)
         for c in columns:
-            present = envs[:, c] >= 0  # a master's rows of that rank
+            present = ids[:, c] >= 0  # a master's rows of that rank
             times[c].append(when[start:stop, c][present].astype(np.float64))
             frames[c].append(frame[start:stop, c][present].astype(np.int64))
     scans = [_running(np.concatenate(times[c]) if times[c] else np.zeros(0),
@@ -179,13 +240,20 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
     trajlog.check_one_run(attrs, all_ranks=target.is_dir())  # a directory: the whole run
     for path in files:
         with trajlog.open_trajectory_file(path) as f:
+            cfg = _run_config(f)
+            envs = _env_range(f, cfg)
             n = trajlog.common_rows(f["episodes"])
             episodes = {k: f["episodes"][k][:n] for k in trajlog.EPISODE_FIELDS}
+            limit = cfg.get("max_episode_frames")
+            _check_episodes(path, episodes, envs, limit if type(limit) is int and limit > 0 else NO_EPISODE_LIMIT)
             num_actions = f["steps"]["behavior_logits"].shape[2]
             gaps = [[int(a), int(b)] for a, b in trajlog.json_list_attr(f, "gaps")]
             breaks = [b for _, b in gaps] + trajlog.json_list_attr(f, "restarts") \
                 + trajlog.json_list_attr(f, "resumes")
-            scan = _scan_steps(f, num_actions, breaks)
+            rows = trajlog.common_rows(f["steps"])
+            if envs is not None and rows:  # an a2c log's rows each hold the rank's environments
+                trajlog.synchronous_env_ids(path, f["steps"]["env_id"], rows, str(cfg.get("schedule", "a2c")))
+            scan = _scan_steps(f, num_actions, breaks, envs)
         stats = _episode_stats(episodes)
         stats.update(steps=int(scan["rows"]), action_counts=scan["action_counts"].tolist(),
                      frames_per_second=_throughput(scan), running_seconds=scan["seconds_run"],
@@ -209,10 +277,15 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
     overall["frames_per_second"] = rate or None
     summary = {"files": [str(p) for p in files], "overall": overall, "per_rank": per_rank}
     text = to_json(summary).encode()
+    # the plots are drawn before anything is written: one that fails leaves the last
+    # analysis whole, not a new summary beside older plots
+    images = _plots(merged, actions_total, curves, target) if plots else {}
     storage.write_output(out_dir / "summary.json", "the summary", lambda fh: fh.write(text))
     summary["summary_file"] = str(out_dir / "summary.json")
     if plots:
-        summary["plots"] = _plots(merged, actions_total, curves, out_dir)
+        for name, png in images.items():
+            storage.write_output(out_dir / name, "a plot", lambda fh, png=png: fh.write(png))
+        summary["plots"] = [str(out_dir / name) for name in images]
     return summary
 
 
@@ -239,19 +312,27 @@ def trailing_mean(values, window: int) -> np.ndarray:
     return total / np.minimum(np.arange(1, values.size + 1), window)
 
 
-def _plots(episodes, action_counts, curves, out_dir: pathlib.Path) -> list[str]:
+def _plots(episodes, action_counts, curves, target) -> dict[str, bytes]:
+    """The plots' PNG bytes by file name. A plot matplotlib cannot draw is an error naming
+    `target` (the logs), not matplotlib's message alone."""
+    import io
+
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    written = []
+    images = {}
 
     def save(fig, name):
-        fig.tight_layout()
+        buf = io.BytesIO()
         try:
-            storage.write_output(out_dir / name, "a plot", lambda fh: fig.savefig(fh, format="png", dpi=100))
+            fig.tight_layout()
+            fig.savefig(buf, format="png", dpi=100)
+        except (ValueError, OverflowError, RuntimeError) as exc:
+            raise trajlog.TrajectoryLogError(f"{target}: cannot draw {name} from these logs ({exc}); "
+                                             f"nothing was written") from exc
         finally:
             plt.close(fig)
-        written.append(str(out_dir / name))
+        images[name] = buf.getvalue()
 
     order = np.argsort(episodes["end_frame"])
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -276,7 +357,7 @@ def _plots(episodes, action_counts, curves, out_dir: pathlib.Path) -> list[str]:
     ax.set_xlabel("frame")
     ax.set_ylabel("frames/s")
     save(fig, "throughput.png")
-    return written
+    return images
 
 
 def format_summary(summary: dict) -> str:

@@ -685,6 +685,9 @@ def run(argv=None) -> int:
     """The command line's entry point (the `hybridsim` script, `python -m hybridsim`): main(),
     then, after a stop every rank took together (its statuses come only from _after_report),
     MPI_Finalize (dist.finalize_stopped_job). main() called in a process that goes on keeps MPI."""
+    if argv is None and sys.argv[1:2] == ["train"]:  # the process ends with this command
+        from hybridsim import trajlog
+        trajlog.KEEP_UNFINISHED_WRITERS = True
     code = main(argv)
     if code in (PREEMPTED_EXIT_CODE, STORAGE_EXIT_CODE):
         from hybridsim import dist
@@ -695,6 +698,8 @@ def run(argv=None) -> int:
         if not _stdout_reader_gone():
             raise
         return _reader_gone()
+    if "hybridsim.trajlog" in sys.modules:  # a trajectory file HDF5 could not close: no teardown
+        sys.modules["hybridsim.trajlog"].end_process_if_unfinished(code)
     return code
 
 

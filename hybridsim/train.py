@@ -785,8 +785,11 @@ class Trainer:
         self._episodes_merged = len(self.episodes.finished)
         gathered = self.comm.gather(new)
         if self.rank == 0:
-            for part in gathered:
-                self.all_episodes.extend(part)
+            # by end frame, then global env id and episode id: appended rank after rank,
+            # the order (and the metrics' "last 100") depended on when rank 0's clock
+            # called a merge; every episode of a merge ends after those of the one before
+            self.all_episodes.extend(sorted((e for part in gathered for e in part),
+                                            key=lambda e: (e[5], e[0], e[1])))
 
     def _log_metrics(self, start_time, start_frames):
         """Collective: every rank calls it at the same iteration; rank 0 writes a row, one
@@ -931,7 +934,10 @@ class Trainer:
         logging job's record on, so a later job that logs again cuts the file there and
         records the frames between as a gap (replay then says so instead of a mismatch)."""
         if self.traj is not None:
-            return {"traj_rows": self.traj.steps_logged, "traj_file_id": self.traj.file_id,
+            # rows a failed flush left buffered may never reach the file: counted, a resume
+            # took the rows HDF5 had grown (zeros) for them as the run's
+            rows = self.traj.steps_written if self.traj.failed is not None else self.traj.steps_logged
+            return {"traj_rows": rows, "traj_file_id": self.traj.file_id,
                     "traj_logged_until": self.frames}
         return {"traj_rows": self._resume_traj_rows, "traj_file_id": self._resume_traj_file_id,
                 "traj_logged_until": self._resume_traj_logged_until}
@@ -1583,10 +1589,10 @@ class Trainer:
                 traj_ok = False
                 note(exc)
                 self.storage_notes.append(
-                    f"{self.traj.path} was not closed cleanly: it opens with "
-                    f"h5py.File(path, 'r', libver='latest', swmr=True) (as hybridsim analyze does) "
-                    f"and holds the steps up to {self.traj.steps_written}; `h5clear -s` clears its "
-                    f"open-for-writing flag for other readers")
+                    f"{self.traj.path} was not closed cleanly: it holds the steps up to "
+                    f"{self.traj.steps_written} if it opens (HDF5 may have left its end unwritten: "
+                    f"then readers call it truncated; move it away before --resume, which starts "
+                    f"this rank's log anew and records the missing steps as a gap)")
         if finished:
             traj_ok = bool(self.comm.allreduce_sum(np.array([0 if traj_ok else 1]))[0] == 0)
             self.trajectories_closed = traj_ok if self.traj is not None else None

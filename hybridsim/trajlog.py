@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import fnmatch
+import itertools
 import functools
 import json
 import os
@@ -506,6 +507,9 @@ class TrajectoryWriter:
             try:  # also closes the held dataset handles
                 self.file.close()
             except (OSError, RuntimeError):
+                # HDF5 could not finish the file; freeing its handles later crashed the
+                # process inside HDF5 (at exit: a segfault in place of the stop's status)
+                _UNFINISHED_WRITERS.append(self if KEEP_UNFINISHED_WRITERS else None)
                 if self.failed is None:
                     raise
             finally:
@@ -518,6 +522,27 @@ class TrajectoryWriter:
 
     def __exit__(self, *exc):
         self.close()
+
+
+_UNFINISHED_WRITERS: list = []  # one entry per writer whose file HDF5 failed to close
+# The command line (cli.run) sets it: such writers are then kept from the GC until
+# end_process_if_unfinished ends the process. A library user's process goes on instead.
+KEEP_UNFINISHED_WRITERS = False
+
+
+def end_process_if_unfinished(code: int) -> None:
+    """After a writer's file failed to close (a write error HDF5 could not recover from),
+    end the process with `code` without Python's teardown, whose freeing of that file's
+    handles crashed inside HDF5 (exit status 139, or 11 under mpiexec, instead of `code`).
+    Callers flush and finalize what they need first. Otherwise returns."""
+    if not _UNFINISHED_WRITERS:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _unlogged_frames(row_frames, last_frame: int, breaks) -> list | None:
@@ -618,10 +643,12 @@ def json_list_attr(f, name: str) -> list:
         raise TrajectoryLogError(f"{f.filename}: its {name!r} attribute is not JSON") from None
     if not isinstance(value, list):
         raise TrajectoryLogError(f"{f.filename}: its {name!r} attribute is not a list")
+    def is_frame(x) -> bool:  # frames are int64 in the step rows they are compared with
+        return type(x) is int and 0 <= x < 2 ** 63
     if name == "gaps":  # [[after_frame, upto_frame], ...]
-        ok = all(isinstance(g, list) and len(g) == 2 and all(type(x) is int for x in g) for g in value)
+        ok = all(isinstance(g, list) and len(g) == 2 and all(map(is_frame, g)) for g in value)
     elif name in ("restarts", "resumes"):  # [frame, ...]
-        ok = all(type(x) is int for x in value)
+        ok = all(map(is_frame, value))
     else:
         ok = True
     if not ok:
@@ -815,9 +842,51 @@ def _check_contents(f: h5py.File, path: pathlib.Path, master_ok: bool, lengths: 
         bad.append("steps/behavior_logits has no action column")
     if not bad and lengths and not f.swmr_mode:  # (a live writer resizes one dataset after another)
         bad = _unequal_lengths(f)
+    if not bad and "virtual" not in f.attrs:  # a master's datasets are its rank files'
+        bad = _zeroed_chunks(f, required)
     if bad:
         raise TrajectoryLogError(f"{path}: damaged trajectory file: {'; '.join(bad)}")
     return swmr
+
+
+# bytes at a chunk's start that _zeroed_chunks reads first (the whole chunk only when all are 0)
+CHUNK_HEAD_BYTES = 64
+
+
+def _zeroed_chunks(f, names) -> list[str]:
+    """Compressed chunks whose stored bytes are all zeros, such as blocks a node's crash
+    lost. HDF5 passes them (the fletcher32 sum of zeros is zero) and h5py's lzf filter
+    then returns whatever its buffer held: analyze printed a mean episode length of 3e17.
+    A compressed chunk is never all zeros (an uncompressed one may be: no check there)."""
+    bad = []
+    with open(f.filename, "rb") as fh:
+        fd = fh.fileno()
+        for name in names:
+            ds = f[name]
+            if ds.compression is None or ds.chunks is None:
+                continue
+            chunks = []
+            try:
+                try:
+                    ds.id.chunk_iter(chunks.append)
+                except (AttributeError, NotImplementedError):  # h5py built on HDF5 < 1.12.3
+                    chunks = [ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks())]
+            except (OSError, RuntimeError):
+                # HDF5 flushes the file's cached chunks first: a writer of this process whose
+                # flush failed (a full disk) fails it too. The reads will say what they find.
+                continue
+            for chunk in chunks:
+                offset, size = chunk.byte_offset, chunk.size
+                # a filter that did not pay (lzf on a few bytes) is skipped and flagged in the
+                # mask: that chunk is stored as it is, and zeros may be its data
+                if offset is None or size == 0 or chunk.filter_mask:
+                    continue
+                if not any(os.pread(fd, min(size, CHUNK_HEAD_BYTES), offset)) \
+                        and not any(os.pread(fd, size, offset)):
+                    bad.append(f"{name}'s chunk at byte {offset:,} ({size:,} bytes) is all zeros, "
+                               f"which no compressed chunk is (blocks lost by the disk or file system?)")
+                    break
+    return bad
 
 
 GROUP_DATASETS = {"steps": (*STEP_FIELDS, "behavior_logits"), "episodes": tuple(EPISODE_FIELDS),
@@ -912,8 +981,12 @@ def _check_superblock(path: pathlib.Path) -> None:
     tail, and one too short to hold that address lost nearly everything.
     """
     size = _regular_file(path).st_size
-    with open(path, "rb") as fh:
-        head = fh.read(128)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(128)
+    except PermissionError as exc:  # not damage: the file is there, this user may not read it
+        raise TrajectoryLogError(f"{path}: cannot read it: {exc.strerror} (file permissions, "
+                                 f"or the directory's)") from exc
     if len(head) <= len(HDF5_SIGNATURE) and HDF5_SIGNATURE.startswith(head):
         raise _too_short(path, size)
     if not head.startswith(HDF5_SIGNATURE):
@@ -1267,14 +1340,26 @@ def check_one_run(files_attrs: dict, all_ranks: bool = False,
     sizes = [size for path, attrs in files_attrs.items()
              if (size := _int_attr(path, attrs, "world_size")) is not None]
     if all_ranks and sizes and by_rank:
-        missing = [r for r in range(max(sizes)) if r not in by_rank]
-        if missing:  # a partial summary looked like the whole run's
+        world = max(sizes)
+        present = sum(1 for r in by_rank if r < world)
+        if present < world:  # a partial summary looked like the whole run's
             where = pathlib.Path(next(iter(files_attrs))).parent
-            names = ", ".join(RANK_FILE_PATTERN.format(rank=r) for r in missing)
+            # counted, and only the first few named: a damaged world_size of 2**40 listed
+            # every rank (and ran out of memory doing it)
+            first = list(itertools.islice((r for r in range(world) if r not in by_rank), MISSING_NAMED))
+            count = world - present
+            names = ", ".join(RANK_FILE_PATTERN.format(rank=r) for r in first)
+            more = f" and {count - len(first):,} more" if count > len(first) else ""
             raise MissingRankFilesError(
-                f"{where}: the run had {max(sizes)} ranks but the file{'s' if len(missing) > 1 else ''} "
-                f"of rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} ({names}) "
-                f"{'are' if len(missing) > 1 else 'is'} missing; {advice}")
+                f"{where}: the run had {world:,} ranks but the file{'s' if count > 1 else ''} "
+                f"of rank{'s' if count > 1 else ''} {', '.join(map(str, first))}{more} ({names}"
+                f"{', ...' if more else ''}) {'are' if count > 1 else 'is'} missing; {advice}")
+
+
+# rank files a missing-ranks message names before it says how many more
+MISSING_NAMED = 10
+# no MPI job has this many ranks: a world_size or rank above it is damage
+MAX_WORLD_SIZE = 2 ** 24
 
 
 def _int_attr(path, attrs: dict, key: str) -> int | None:
@@ -1282,9 +1367,9 @@ def _int_attr(path, attrs: dict, key: str) -> int | None:
     value = attrs.get(key)
     if value is None:
         return None
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 0 <= value <= MAX_WORLD_SIZE:
         raise TrajectoryLogError(f"{path}: damaged trajectory file: its {key} attribute {value!r} "
-                                 f"is not a non-negative integer")
+                                 f"is not an integer in 0..{MAX_WORLD_SIZE:,}")
     return int(value)
 
 

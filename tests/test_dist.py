@@ -889,3 +889,44 @@ def test_two_ranks_stopped_by_a_signal_end_with_status_3_and_no_abort(tmp_path):
     stops = [int(x.replace(",", "")) for x in re.findall(r"stopped by a signal at ([\d,]+) frames", proc.stdout)]
     state = torch.load(run / "checkpoint.pt", weights_only=False)
     assert 0 < stops[0] < stops[1] == state["frames"] < 100000 and state["world_size"] == 2, stops  # resumed
+
+
+def test_merged_episodes_do_not_depend_on_when_merges_happen():
+    """Rank 0's clock picks the iterations that merge the ranks' episodes; appended rank
+    after rank, the same run listed them in another order (and reported another "last
+    100" mean) from one launch to the next."""
+    import types
+    from hybridsim.train import Trainer
+
+    class Gather:  # comm.gather of two ranks, played from rank 0
+        def __init__(self, ranks):
+            self.ranks = ranks
+
+        def gather(self, mine):
+            return [mine] + [other.pop(0) for other in self.ranks[1:]]
+
+    # (local env, episode id, return, length, start, end) of two ranks with 2 envs each
+    rank0 = [(0, 0, 1.0, 5, 0, 40), (1, 0, 2.0, 6, 0, 48), (0, 1, 3.0, 5, 40, 80)]
+    rank1 = [(1, 0, 4.0, 4, 0, 32), (0, 0, 5.0, 9, 0, 72), (1, 1, 6.0, 6, 32, 80)]
+
+    def merged(boundaries):
+        """all_episodes after merges at these frames (each merge takes what ended by then)."""
+        per_rank_batches = []
+        for r, episodes in enumerate((rank0, rank1)):
+            batches, done = [], 0
+            for frame in boundaries:
+                upto = [e for e in episodes if e[5] <= frame][done:]
+                done += len(upto)
+                batches.append([(e[0] + 2 * r, *e[1:]) for e in upto])
+            per_rank_batches.append(batches)
+        me = types.SimpleNamespace(env_ids=np.arange(2), episodes=types.SimpleNamespace(finished=[]),
+                                   _episodes_merged=0, rank=0, all_episodes=[],
+                                   comm=Gather([None, per_rank_batches[1]]))
+        for batch in per_rank_batches[0]:
+            me.episodes.finished.extend(batch)
+            Trainer._merge_episodes(me)
+        return me.all_episodes
+
+    once, often = merged([80]), merged([40, 60, 80])
+    assert once == often
+    assert [e[5] for e in once] == sorted(e[5] for e in once)

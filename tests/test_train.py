@@ -1033,3 +1033,16 @@ def test_training_returns_are_also_reported_human_normalized(tmp_path, capsys):
     events.Reload()
     assert events.Scalars("charts/mean_return_100")
     assert "charts/human_normalized_return_100" not in events.Tags()["scalars"]
+
+
+def test_a_checkpoint_after_a_failed_flush_counts_only_the_rows_written():
+    """Rows a failed flush left buffered were counted; HDF5 had grown the datasets for them
+    (zeros), and a resume took those zero rows for the run's steps."""
+    import types
+    from hybridsim.train import Trainer
+    traj = types.SimpleNamespace(steps_written=1000, steps_logged=1310, file_id="f", failed=None)
+    me = types.SimpleNamespace(traj=traj, frames=41920)
+    assert Trainer._trajectory_resume_state(me)["traj_rows"] == 1310  # buffered rows are written at close
+    traj.failed = OSError("File too large")
+    assert Trainer._trajectory_resume_state(me) == {"traj_rows": 1000, "traj_file_id": "f",
+                                                    "traj_logged_until": 41920}
