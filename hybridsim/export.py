@@ -344,7 +344,9 @@ def export_dataset(path, out, *, env: str = "run", compression: str = "lzf", ove
         vec, obs = replay.make_replay_env(path, cfg, seed, columns.size)
         tmp = f"{out}.{os.getpid()}.tmp"
         try:
-            _check_frames_shape(f, path, logged_obs, np.shape(obs)[1:])
+            if logged_obs:  # (nothing is written yet)
+                replay.check_logged_frames_shape(path, f["observations/frames"].shape[1:], np.shape(obs)[1:],
+                                                 "nothing was written")
             with _stop_signals() as stop:
                 summary = _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows,
                                  dataset_kw, cfg, run_cfg, report, stop, writers)
@@ -373,16 +375,6 @@ def _logged_observations(f, path, columns) -> dict:
                                              f"file's {columns[0]}-{columns[-1]}")
         logged.setdefault(int(row), []).append((col, k))
     return logged
-
-
-def _check_frames_shape(f, path, logged_obs, obs_shape) -> None:
-    """Logged observations of another shape than the run's environments make would differ
-    from every re-emulated one: damage to the file's layout, not a log of another run."""
-    if logged_obs and tuple(f["observations/frames"].shape[1:]) != tuple(obs_shape):
-        raise trajlog.TrajectoryLogError(
-            f"{path}: damaged trajectory file: observations/frames holds frames of shape "
-            f"{tuple(f['observations/frames'].shape[1:])}, but the run's environments observe "
-            f"{tuple(obs_shape)}; nothing was written")
 
 
 def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart_rows, dataset_kw, cfg,

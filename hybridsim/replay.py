@@ -178,6 +178,9 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
     seen, n_seen, final_observation = None, 0, None
     vec, obs = make_replay_env(path, cfg, seed, make_env=make_env)
     try:
+        if logged_obs:
+            check_logged_frames_shape(path, next(iter(logged_obs.values())).shape, np.shape(obs)[1:],
+                                      "cannot replay")
         if keep_transitions:  # the whole episode's room now, not after minutes of replay
             seen = _observation_buffer((own.size, *np.shape(obs[0])), np.asarray(obs[0]).dtype, scratch_dir)
         for k in range(begin, last + 1):
@@ -286,6 +289,15 @@ def _make_env(cfg: dict, seed: int, num_envs: int = 1):
     train_cfg.num_envs = num_envs
     train_cfg.num_minibatches = 1
     return make_vector_env(train_cfg, seed)
+
+
+def check_logged_frames_shape(path, logged_shape, env_shape, outcome: str) -> None:
+    """Logged observations of another shape than the run's environments make differed from
+    every re-emulated one, which read as a log of another run: it is damage to the layout."""
+    if tuple(logged_shape) != tuple(env_shape):
+        raise trajlog.TrajectoryLogError(
+            f"{path}: damaged trajectory file: observations/frames holds frames of shape "
+            f"{tuple(logged_shape)}, but the run's environments observe {tuple(env_shape)}; {outcome}")
 
 
 def make_replay_env(path, cfg: dict, seed: int, num_envs: int = 1, make_env=None):

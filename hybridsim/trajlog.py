@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 import errno
 import fnmatch
-import itertools
 import functools
+import itertools
 import json
 import os
 import pathlib

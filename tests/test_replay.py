@@ -813,6 +813,10 @@ def test_export_names_logged_observations_of_another_shape_as_damage(short_episo
         export.export_dataset(tampered, tmp_path / "dataset.h5", env="hybridsim")
     assert not isinstance(caught.value, export.ExportMismatch)
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    with pytest.raises(trajlog.TrajectoryLogError, match=re.escape(  # replay said "observation differs"
+            f"{tampered}: damaged trajectory file: observations/frames holds frames of shape {seen}, but "
+            f"the run's environments observe (4, 84, 84); cannot replay")):
+        replay.replay(tampered, 0, env="hybridsim")
 
 
 def test_iter_transitions_names_a_damaged_dataset(short_episode_run, tmp_path):
