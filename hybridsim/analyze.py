@@ -47,9 +47,13 @@ def _run_config(f) -> dict:
 
 def _env_range(f, cfg: dict) -> tuple[int, int] | None:
     """[first, last + 1) of the environment ids a rank file's rows may hold (its rank's
-    block, dist.env_block); None for a master file or a file that does not say."""
+    block, dist.env_block); None for a master file or a file that does not say. An impala
+    file resumed with another rank count may have gone on with other --num-envs (its batch
+    is --env-batch-size), which its config, written at its start, does not show."""
     rank, num_envs = f.attrs.get("rank"), cfg.get("num_envs")
     if f.attrs.get("virtual") or rank is None or type(num_envs) is not int or num_envs < 1:
+        return None
+    if cfg.get("schedule") == "impala" and "resumes" in f.attrs:
         return None
     return int(rank) * num_envs, (int(rank) + 1) * num_envs
 

@@ -404,6 +404,7 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
         ended = np.zeros(width, bool)  # which environments the previous row's step ended
         last_frames = None  # the previous block's last global_frame row
         last_ids = None  # the previous row's episode_id
+        warned_logits = False
         growth = _FileGrowth(tmp)
         start = 0
         while start < rows:
@@ -417,7 +418,8 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
                 raise trajlog.TrajectoryLogError(f"{path}: damaged trajectory file: steps/action rows "
                                                  f"{start}-{stop_row - 1} hold values outside the action "
                                                  f"set 0..{num_actions - 1}")
-            _check_logits(path, columns, start, log["behavior_logits"])
+            if not warned_logits:
+                warned_logits = _warn_of_nonfinite_logits(path, columns, start, log["behavior_logits"])
             block = np.empty((stop_row - start, width) + obs_shape, np.uint8)
             ends, ended_at = [], []
             for r in range(start, stop_row):
@@ -515,16 +517,20 @@ def _check_frames_grow(path, columns, start, frames, before) -> None:
     trajlog.check_frames_grow(path, stacked, np.arange(first, first + len(stacked)), columns, "nothing was written")
 
 
-def _check_logits(path, columns, start, logits) -> None:
-    """The acting policy's logits of rows start..: a run's are finite (it stops when its
-    network diverges), so a NaN or an infinity is damage, not copied."""
+def _warn_of_nonfinite_logits(path, columns, start, logits) -> bool:
+    """Warn (once: True) of a NaN or infinite logit in rows start..: damage, or the last
+    rollout of a run whose network diverged (it stops at the update after them, and those
+    rows are the run's log too); copied either way."""
     bad = np.argwhere(~np.isfinite(logits).all(axis=2))
-    if bad.size:
-        i, c = (int(v) for v in bad[0])
-        raise trajlog.TrajectoryLogError(
-            f"{path}: damaged trajectory file: steps/behavior_logits row {start + i}, column {c} "
-            f"(env {int(columns[c])}) holds {logits[i, c][~np.isfinite(logits[i, c])][0]}, not a finite "
-            f"logit; nothing was written")
+    if not bad.size:
+        return False
+    i, c = (int(v) for v in bad[0])
+    import warnings
+    from hybridsim import HybridsimWarning
+    warnings.warn(f"{path}: steps/behavior_logits row {start + i}, column {c} (env {int(columns[c])}) "
+                  f"holds {logits[i, c][~np.isfinite(logits[i, c])][0]}, not a finite logit (a run that "
+                  f"diverged there, or damage); copied as logged", HybridsimWarning, stacklevel=2)
+    return True
 
 
 def _check_episode_ids(path, columns, r, ids, before, ended, restart) -> None:

@@ -509,7 +509,8 @@ class TrajectoryWriter:
             except (OSError, RuntimeError):
                 # HDF5 could not finish the file; freeing its handles later crashed the
                 # process inside HDF5 (at exit: a segfault in place of the stop's status)
-                _UNFINISHED_WRITERS.append(self if KEEP_UNFINISHED_WRITERS else None)
+                if KEEP_UNFINISHED_WRITERS:
+                    _UNFINISHED_WRITERS.append(self)
                 if self.failed is None:
                     raise
             finally:
@@ -524,10 +525,11 @@ class TrajectoryWriter:
         self.close()
 
 
-_UNFINISHED_WRITERS: list = []  # one entry per writer whose file HDF5 failed to close
-# The command line (cli.run) sets it: such writers are then kept from the GC until
-# end_process_if_unfinished ends the process. A library user's process goes on instead.
+# The command line (cli.run, for `train`) sets it: writers whose file HDF5 failed to close
+# are then kept from the GC until end_process_if_unfinished ends the process. A library
+# user's process goes on (and end_process_if_unfinished returns).
 KEEP_UNFINISHED_WRITERS = False
+_UNFINISHED_WRITERS: list = []
 
 
 def end_process_if_unfinished(code: int) -> None:
@@ -795,7 +797,8 @@ def _find_read_attempts_setter():
     return None
 
 
-def _check_contents(f: h5py.File, path: pathlib.Path, master_ok: bool, lengths: bool = True) -> bool:
+def _check_contents(f: h5py.File, path: pathlib.Path, master_ok: bool, lengths: bool = True,
+                    zeroed: bool = True) -> bool:
     """Check the layout; True if a master file's rank files need SWMR."""
     if "format_version" not in f.attrs or ("steps" not in f and "virtual" not in f.attrs):
         raise TrajectoryLogError(f"{path}: an HDF5 file, but not a hybridsim trajectory log")
@@ -842,7 +845,7 @@ def _check_contents(f: h5py.File, path: pathlib.Path, master_ok: bool, lengths: 
         bad.append("steps/behavior_logits has no action column")
     if not bad and lengths and not f.swmr_mode:  # (a live writer resizes one dataset after another)
         bad = _unequal_lengths(f)
-    if not bad and "virtual" not in f.attrs:  # a master's datasets are its rank files'
+    if not bad and zeroed and "virtual" not in f.attrs:  # a master's datasets are its rank files'
         bad = _zeroed_chunks(f, required)
     if bad:
         raise TrajectoryLogError(f"{path}: damaged trajectory file: {'; '.join(bad)}")
@@ -853,11 +856,12 @@ def _check_contents(f: h5py.File, path: pathlib.Path, master_ok: bool, lengths: 
 CHUNK_HEAD_BYTES = 64
 
 
-def _zeroed_chunks(f, names) -> list[str]:
+def _zeroed_chunks(f, names, rows_below: dict | None = None) -> list[str]:
     """Compressed chunks whose stored bytes are all zeros, such as blocks a node's crash
     lost. HDF5 passes them (the fletcher32 sum of zeros is zero) and h5py's lzf filter
     then returns whatever its buffer held: analyze printed a mean episode length of 3e17.
-    A compressed chunk is never all zeros (an uncompressed one may be: no check there)."""
+    A compressed chunk is never all zeros (an uncompressed one may be: no check there).
+    rows_below: group -> rows; only chunks starting above that row are looked at."""
     bad = []
     with open(f.filename, "rb") as fh:
         fd = fh.fileno()
@@ -870,7 +874,9 @@ def _zeroed_chunks(f, names) -> list[str]:
                 try:
                     ds.id.chunk_iter(chunks.append)
                 except (AttributeError, NotImplementedError):  # h5py built on HDF5 < 1.12.3
-                    chunks = [ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks())]
+                    # by coordinates: get_chunk_info(i) walks the index from its start each time
+                    grid = itertools.product(*(range(0, n, c) for n, c in zip(ds.shape, ds.chunks)))
+                    chunks = [ds.id.get_chunk_info_by_coord(coord) for coord in grid]
             except (OSError, RuntimeError):
                 # HDF5 flushes the file's cached chunks first: a writer of this process whose
                 # flush failed (a full disk) fails it too. The reads will say what they find.
@@ -880,6 +886,8 @@ def _zeroed_chunks(f, names) -> list[str]:
                 # a filter that did not pay (lzf on a few bytes) is skipped and flagged in the
                 # mask: that chunk is stored as it is, and zeros may be its data
                 if offset is None or size == 0 or chunk.filter_mask:
+                    continue
+                if rows_below is not None and chunk.chunk_offset[0] >= rows_below.get(name.split("/")[0], 0):
                     continue
                 if not any(os.pread(fd, min(size, CHUNK_HEAD_BYTES), offset)) \
                         and not any(os.pread(fd, size, offset)):
@@ -1070,7 +1078,9 @@ def check_resumable(path, batch_size: int, num_actions: int, observations: Obser
             _resume_checks(f, path, batch_size, num_actions, observations, expected_rows, file_id, run_id)
             if last_frame is None:
                 return None
+            _check_kept_chunks(f, path, _RESUME_READS, None)
             kept = _rows_kept(f, _resume_cut(last_frame, logged_until))
+            _check_kept_chunks(f, path, _layout_names(f), kept)
             _check_blocks_rewritten(f, path, kept)
             return kept
     except TrajectoryLogError:
@@ -1080,8 +1090,9 @@ def check_resumable(path, batch_size: int, num_actions: int, observations: Obser
 
 
 def _resume_checks(f, path, batch_size, num_actions, observations, expected_rows, file_id, run_id) -> None:
-    # the layout first: damage is named as damage, not as another run's file
-    _check_contents(f, path, master_ok=False, lengths=False)
+    # the layout first: damage is named as damage, not as another run's file (lost
+    # blocks only where the resume reads or keeps rows: _check_kept_chunks)
+    _check_contents(f, path, master_ok=False, lengths=False, zeroed=False)
     held, held_run = str(f.attrs.get("file_id", "")), str(f.attrs.get("run_id", ""))
     # another file than the checkpoint's is this run's only when a resume started it
     # anew (the checkpoint's file was missing) and a kill came before the next checkpoint
@@ -1118,6 +1129,27 @@ def _resume_checks(f, path, batch_size, num_actions, observations, expected_rows
             if ds.chunks is None or ds.maxshape[0] is not None:
                 raise TrajectoryLogError(f"{path}: dataset {ds.name} cannot grow (not "
                                          f"written by hybridsim's TrajectoryWriter); use a new log_dir")
+
+
+# what _rows_kept reads whole to find the rows a resume keeps
+_RESUME_READS = ("steps/global_frame", "episodes/end_frame", "observations/index")
+
+
+def _layout_names(f) -> list[str]:
+    return list(REQUIRED_DATASETS) + (["observations/frames", "observations/index"] if "observations" in f else [])
+
+
+def _check_kept_chunks(f, path, names, kept) -> None:
+    """Refuse a resume into a file with a lost (zeroed) chunk among the rows it reads or
+    keeps (kept: _rows_kept's; None: all rows). Lost blocks past the cut, the usual ones
+    after a node's crash (the file is not synced at checkpoints), are dropped unread."""
+    names = [name for name in names if name in f]
+    rows_below = None if kept is None else {"steps": kept[1], "episodes": kept[2], "observations": kept[3]}
+    bad = _zeroed_chunks(f, names, rows_below)
+    if bad:
+        raise TrajectoryLogError(f"{path}: damaged trajectory file: {'; '.join(bad)}; cannot resume into "
+                                 f"it: move it away and resume (a new file then starts at the checkpoint, "
+                                 f"and the steps before it are recorded as a gap)")
 
 
 def _resume_cut(last_frame: int, logged_until: int | None) -> int:

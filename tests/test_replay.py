@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("ale_py")
-from hybridsim import export, replay, trajlog  # noqa: E402
+from hybridsim import HybridsimWarning, export, replay, trajlog  # noqa: E402
 from hybridsim.train import TrainConfig, Trainer  # noqa: E402
 import torch  # noqa: E402
 
@@ -773,16 +773,11 @@ def test_export_refuses_what_it_cannot_reproduce(short_episode_run, impala_run, 
      r"steps/episode_id row \d+, column 1 \(env 1\) holds \d+, not \d+: row \d+ holds \d+ and its step"),
     (lambda f: f["steps/episode_id"].__setitem__((0, 0), -1), r"steps/episode_id row 0, column 0 \(env 0\) "
                                                                r"holds -1, not an id >= 0"),
-    (lambda f: f["steps/behavior_logits"].__setitem__((10, 1, 2), np.nan),
-     r"steps/behavior_logits row 10, column 1 \(env 1\) holds nan, not a finite logit"),
-    (lambda f: f["steps/behavior_logits"].__setitem__((300, 0, 0), -np.inf),
-     r"steps/behavior_logits row 300, column 0 \(env 0\) holds -inf, not a finite logit"),
 ])
-def test_export_names_a_damaged_episode_id_or_logit_instead_of_copying_it(short_episode_run, tmp_path,
-                                                                         damage, message):
-    """The dataset copies episode_id and behavior_logits, which the re-emulation does not
-    check: an id that breaks the run's counting (one more after each episode's end) or a
-    logit that is not finite was written into the dataset, exit 0."""
+def test_export_names_a_damaged_episode_id_instead_of_copying_it(short_episode_run, tmp_path, damage, message):
+    """The dataset copies episode_id, which the re-emulation does not check: an id that
+    breaks the run's counting (one more after each episode's end) was written into the
+    dataset, exit 0."""
     path = trajlog.rank_file(short_episode_run, 0)
     tampered = tmp_path / path.name
     tampered.write_bytes(path.read_bytes())
@@ -793,6 +788,24 @@ def test_export_names_a_damaged_episode_id_or_logit_instead_of_copying_it(short_
         export.export_dataset(tampered, tmp_path / "dataset.h5", env="hybridsim")
     assert not isinstance(caught.value, export.ExportMismatch)
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no output, no temporary file
+
+
+@pytest.mark.parametrize("row, column, value", [(10, 1, np.nan), (300, 0, -np.inf)])
+def test_export_warns_of_a_logit_that_is_not_finite_and_copies_it(short_episode_run, tmp_path, row, column, value):
+    """A NaN or infinite logit is damage, or the last rollout of a run that diverged (it
+    stops at the update after those rows): said, and copied as logged, not a refusal of
+    the whole log (helper-91)."""
+    path = trajlog.rank_file(short_episode_run, 0)
+    tampered = tmp_path / path.name
+    tampered.write_bytes(path.read_bytes())
+    with h5py.File(tampered, "r+") as f:
+        f["steps/behavior_logits"][row, column, 0] = value
+    with pytest.warns(HybridsimWarning, match=rf"steps/behavior_logits row {row}, column {column} "
+                                              rf"\(env {column}\) holds {value}, not a finite logit"):
+        export.export_dataset(tampered, tmp_path / "dataset.h5", env="hybridsim")
+    with h5py.File(tmp_path / "dataset.h5", "r") as g:
+        copied = g["behavior_logits"][row, column, 0]
+    assert np.isnan(copied) if np.isnan(value) else copied == value
 
 
 @pytest.mark.parametrize("shape", ["3-D", "80x80"])

@@ -872,3 +872,28 @@ def test_a_file_this_user_cannot_read_is_not_called_damaged(tmp_path, monkeypatc
                                                          r"denied \(file permissions") as refused:
         trajlog.open_trajectory_file(path)
     assert "damaged" not in str(refused.value)
+
+
+@pytest.mark.parametrize("zeroed_row, refused", [(590, False), (100, True)])
+def test_a_resume_drops_lost_blocks_past_its_cut_and_refuses_kept_ones(tmp_path, zeroed_row, refused):
+    """The file is not synced at checkpoints, so a node's crash loses its last blocks,
+    which a resume cuts anyway: those must not refuse it (helper-91). A lost block among
+    the rows it keeps must, with what to do."""
+    path = trajlog.rank_file(tmp_path, 0)
+    rng = np.random.default_rng(3)
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=3, chunk_steps=64) as w:
+        for s in range(600):
+            w.append_step(**fake_step(rng, s, 2, 3))
+    with h5py.File(path, "r") as f:
+        ds = f["steps/action"]
+        info = ds.id.get_chunk_info_by_coord((zeroed_row // ds.chunks[0] * ds.chunks[0], 0))
+    with open(path, "r+b") as fh:
+        fh.seek(info.byte_offset)
+        fh.write(bytes(info.size))
+    resume = dict(expected_rows=201, last_frame=4 * 200)
+    if refused:
+        with pytest.raises(trajlog.TrajectoryLogError, match=r"steps/action's chunk at byte .* is all zeros.*"
+                                                             r"move it away and resume"):
+            trajlog.check_resumable(path, 2, 3, None, **resume)
+    else:
+        assert trajlog.check_resumable(path, 2, 3, None, **resume)[1] == 201
