@@ -222,12 +222,7 @@ class ALEInterface:
         if not isinstance(rom, (str, bytes, os.PathLike)):
             raise TypeError(f"loadROM needs a ROM file's path (str, bytes or os.PathLike), got {rom!r}")
         path = pathlib.Path(os.fsdecode(rom))  # str, bytes or os.PathLike, as ale-py takes
-        data = roms.read_rom(path)
-        md5 = roms.md5_hex(data)
-        entry = games_table.find(md5, path.stem)
-        if entry is None:
-            raise ValueError(f"{path}: unsupported ROM (md5 {md5}); hybridsim knows a ROM by the md5 "
-                             f"of a game ale-py ships, or by its file stem (see `hybridsim games`)")
+        entry, data, md5 = games_table.identify_rom(path)
         seed = self._settings.get("random_seed", int)
         if seed == -1:  # ALE: -1 seeds the environment RNG from the clock
             seed = int(time.time() * 1000) & 0x7FFFFFFF

@@ -114,10 +114,10 @@ SINGLE_GAMES = ("pong", "breakout", "space_invaders", "ms_pacman", "seaquest")
 
 def _time_block(env, actions, start: int, count: int, sound: bool = False) -> float:
     import time
+    read_samples = env.getAudio if sound else None  # a sound_obs user reads each act's samples
+    samples = np.empty(env.getAudioSize(), np.uint8) if sound else None
     t0 = time.perf_counter()
     act, game_over, reset = env.act, env.game_over, env.reset_game
-    read_samples = env.getAudio if sound else None  # a sound_obs user reads each act's samples
-    samples = np.empty(env.getAudioSize(), np.uint8)
     for k in range(start, start + count):
         act(actions[k % len(actions)])
         if read_samples is not None:

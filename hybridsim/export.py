@@ -22,11 +22,12 @@ import signal
 import sys
 import threading
 import time
+import warnings
 
 import h5py
 import numpy as np
 
-from hybridsim import replay, storage, trajlog
+from hybridsim import HybridsimWarning, replay, storage, trajlog
 
 COPIED = ("action", "reward_raw", "terminated", "truncated", "episode_id", "global_frame")
 BLOCK_ROWS = 256  # rows written at once at most (and the chunk's rows of the step columns)
@@ -525,8 +526,6 @@ def _warn_of_nonfinite_logits(path, columns, start, logits) -> bool:
     if not bad.size:
         return False
     i, c = (int(v) for v in bad[0])
-    import warnings
-    from hybridsim import HybridsimWarning
     warnings.warn(f"{path}: steps/behavior_logits row {start + i}, column {c} (env {int(columns[c])}) "
                   f"holds {logits[i, c][~np.isfinite(logits[i, c])][0]}, not a finite logit (a run that "
                   f"diverged there, or damage); copied as logged", HybridsimWarning, stacklevel=2)

@@ -35,6 +35,19 @@ def find(md5: str, stem: str) -> dict | None:
     return _by_md5().get(md5) or _by_name().get(stem.lower())
 
 
+def identify_rom(path) -> tuple[dict, bytes, str]:
+    """(its game's entry, its bytes, its md5) of a ROM file known by find's rule; a
+    ValueError for one hybridsim does not know (read_rom's errors for a missing file or
+    an impossible size)."""
+    data = roms.read_rom(path)
+    md5 = roms.md5_hex(data)
+    entry = find(md5, os.path.splitext(os.path.basename(path))[0])
+    if entry is None:
+        raise ValueError(f"{path}: unsupported ROM (md5 {md5}); hybridsim knows a ROM by the md5 "
+                         f"of a game ale-py ships, or by its file stem (see `hybridsim games`)")
+    return entry, data, md5
+
+
 def by_md5(md5: str) -> dict | None:
     """The game whose shipped image has this md5 (ALE's isSupportedROM asks no more)."""
     return _by_md5().get(md5)

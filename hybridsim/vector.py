@@ -236,18 +236,14 @@ def _game_and_rom(game: str | None, rom_file) -> tuple[str, pathlib.Path]:
     """(snake_case game name, ROM path): the installed ROM of `game`, or `rom_file` known as
     ALE knows a ROM (by its md5, else by its file stem), which `game`, if given, must name."""
     from hybridsim import games_table
-    from hybridsim.roms import md5_hex, read_rom, rom_path, snake_case
+    from hybridsim.roms import rom_path, snake_case
     if rom_file is None:
         name = snake_case(game)
         return name, rom_path(name)
     if not isinstance(rom_file, (str, bytes, os.PathLike)):
         raise TypeError(f"rom_file must be a ROM file's path (str, bytes or os.PathLike), got {rom_file!r}")
     path = pathlib.Path(os.fsdecode(rom_file))
-    md5 = md5_hex(read_rom(path))
-    entry = games_table.find(md5, path.stem)
-    if entry is None:
-        raise ValueError(f"{path}: unsupported ROM (md5 {md5}); hybridsim knows a ROM by the md5 "
-                         f"of a game ale-py ships, or by its file stem (see `hybridsim games`)")
+    entry = games_table.identify_rom(path)[0]
     if game is not None and snake_case(game) != entry["name"]:
         raise ValueError(f"rom_file {path} is the {entry['name']!r} ROM, but game={game!r}; "
                          f"give the game it is, or game=None")
