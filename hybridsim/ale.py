@@ -57,26 +57,33 @@ class ALEState:
         held = (frame_number, episode_frame_number, mode, difficulty)
         if None in held:
             from hybridsim._console import state_summary
-            summary = state_summary(self._data) or (0, 0, 0, 0)
+            # bytes that are no state: None, which the getters refuse (ale-py's raise SystemError)
+            summary = state_summary(self._data) or (None if self._data else 0,) * 4
             held = tuple(summary[k] if v is None else v for k, v in enumerate(held))
         self._frame_number, self._episode_frame_number, self._mode, self._difficulty = held
+
+    def _held(self, value):
+        if value is None:
+            raise ValueError(f"this ALEState's {len(self._data)} bytes are not a serialized "
+                             f"hybridsim state")
+        return value
 
     def serialize(self) -> bytes:
         return self._data
 
     def getFrameNumber(self) -> int:
-        return self._frame_number
+        return self._held(self._frame_number)
 
     def getEpisodeFrameNumber(self) -> int:
-        return self._episode_frame_number
+        return self._held(self._episode_frame_number)
 
     def getCurrentMode(self) -> int:
         """The game mode when the state was cloned."""
-        return self._mode
+        return self._held(self._mode)
 
     def getDifficulty(self) -> int:
         """The difficulty when the state was cloned."""
-        return self._difficulty
+        return self._held(self._difficulty)
 
     def equals(self, other: "ALEState") -> bool:
         return isinstance(other, ALEState) and self._data == other._data
@@ -205,9 +212,10 @@ class ALEInterface:
     def isSupportedROM(rom) -> str | None:
         """The game of a ROM file ale-py ships (by its md5, as ale-py: a renamed copy is
         known, a modified image under a game's name is not), or None."""
-        path = pathlib.Path(os.fsdecode(rom))
+        path = pathlib.Path(os.fsdecode(roms.check_rom_path(rom)))
         if not path.is_file():  # ale-py raises RuntimeError for these too
-            what = "is a directory, not a ROM file" if path.is_dir() else "does not exist"
+            what = ("is a directory, not a ROM file" if path.is_dir() else
+                    "is not a regular file" if path.exists() else "does not exist")
             raise RuntimeError(f"isSupportedROM: {path} {what}")
         try:
             data = roms.read_rom(path)
@@ -221,7 +229,7 @@ class ALEInterface:
         from hybridsim.console_props import emulator_kwargs
         if not isinstance(rom, (str, bytes, os.PathLike)):
             raise TypeError(f"loadROM needs a ROM file's path (str, bytes or os.PathLike), got {rom!r}")
-        path = pathlib.Path(os.fsdecode(rom))  # str, bytes or os.PathLike, as ale-py takes
+        path = pathlib.Path(os.fsdecode(roms.check_rom_path(rom)))  # str, bytes or os.PathLike, as ale-py
         entry, data, md5 = games_table.identify_rom(path)
         seed = self._settings.get("random_seed", int)
         if seed == -1:  # ALE: -1 seeds the environment RNG from the clock
@@ -276,6 +284,8 @@ class ALEInterface:
         emu = self._emu
         if emu is None:
             emu = self._require_rom()  # raises
+        if not isinstance(with_truncation, (bool, np.bool_)):  # None and "no" were read as bools
+            raise TypeError(f"game_over: with_truncation must be a bool, got {with_truncation!r}")
         return emu.game_over(with_truncation)
 
     def game_truncated(self) -> bool:
@@ -419,7 +429,7 @@ class ALEInterface:
         if state._rom_md5 and state._rom_md5 != self._md5:
             raise ValueError("restoreState: this state was cloned from another ROM "
                              f"(md5 {state._rom_md5}, loaded {self._md5})")
-        mode, difficulty = state.getCurrentMode(), state.getDifficulty()
+        mode, difficulty = state._mode, state._difficulty  # None for bytes that are no state
         # a game's default need not be among its selectable ones (backgammon: difficulty 0,
         # selectable 3)
         modes = {*self._entry["modes"], self._entry.get("default_mode", 0)}

@@ -43,8 +43,8 @@ class ALEVectorInterface:
 
     def get_action_set(self) -> list:
         """The Actions that action ids index (the minimal set, or all 18 with full_action_space)."""
-        from hybridsim.actions import Action
-        return [Action(int(a)) for a in self._env._engine_action_set]
+        from hybridsim.ale import _action_members  # ale_py.Action's, as ALEInterface's sets
+        return [_action_members()[int(a)] for a in self._env._engine_action_set]
 
     def get_num_envs(self) -> int:
         return self._env.num_envs
@@ -101,4 +101,6 @@ def _int_list(name: str, values) -> np.ndarray:
         array = array.astype(np.int64)
     if array.ndim != 1 or array.dtype.kind not in "iu":
         raise TypeError(f"{name} must be a sequence of ints, got {values!r}")
+    if array.dtype == np.uint64 and (array > np.iinfo(np.int64).max).any():  # would wrap to < 0
+        raise TypeError(f"{name} must fit in a signed 64-bit int, got {values!r}")
     return array.astype(np.int64)

@@ -48,7 +48,7 @@ class AtariEnv(ale_py.env.AtariEnv):
         self._hybridsim_ale = value if isinstance(value, ALEInterface) else ALEInterface()
 
     def __init__(self, *args, **kwargs):
-        self._check_arguments(*args, **kwargs)
+        args, kwargs = self._check_arguments(*args, **kwargs)
         # ale-py's constructor builds an ale_py.ALEInterface before the setter above replaces
         # it, which printed ale-py's banner ("Powered by Stella") for every environment;
         # ale-py's AtariEnv sets the same Error level itself, only after that construction.
@@ -58,16 +58,19 @@ class AtariEnv(ale_py.env.AtariEnv):
     @staticmethod
     def _check_arguments(*args, **kwargs):
         """What ale-py lets through: an unknown game only warns and then fails inside
-        loadROM, a NaN threshold turns every continuous action into NOOP."""
+        loadROM, a NaN threshold turns every continuous action into NOOP. Returns the
+        arguments for ale-py's constructor, the game as its ROM's name ("MsPacman" is
+        "ms_pacman", as AtariVectorEnv takes it; ale-py's lookup knows only the latter)."""
         bound = inspect.signature(ale_py.env.AtariEnv.__init__).bind(None, *args, **kwargs)
-        bound.apply_defaults()
         game = bound.arguments["game"]
         if not isinstance(game, str) or not game:
             raise TypeError(f"game must be a game's name, such as 'pong', got {game!r}")
-        rom_path(game)  # names the installed games when there is no ROM for it
-        threshold = bound.arguments["continuous_action_threshold"]
+        bound.arguments["game"] = rom_path(game).stem  # names the installed games if none is
+        threshold = bound.arguments.get("continuous_action_threshold",
+                                        bound.signature.parameters["continuous_action_threshold"].default)
         if not is_real(threshold) or not np.isfinite(threshold):
             raise ValueError(f"continuous_action_threshold must be a finite number, got {threshold!r}")
+        return bound.args[1:], bound.kwargs
 
     _closed = False
 

@@ -22,7 +22,15 @@ def rom_id_to_name(rom: str) -> str:
 
 
 def register_envs() -> None:
+    import warnings
+
     import gymnasium
+
+    # ale-py's -v4 ids have no namespace and no -v5 beside them, so gymnasium.make does not
+    # call them out of date; here <Game>-v5 shares hybridsim/ with them (PongNoFrameskip-v4,
+    # the DQN papers' id, warned). The -v0 ids warn as ale-py's do (of -v4 there).
+    warnings.filterwarnings("ignore", message=rf".*The environment {NAMESPACE}/\w+-v4 is out of date",
+                            category=DeprecationWarning)
 
     from hybridsim import games_table
 

@@ -6,6 +6,7 @@ import hashlib
 import os
 import pathlib
 import re
+import stat
 
 # Sizes of the cartridge images hybridsim can map (2K, 4K, F8/E0/FE, DPC, F6, F4).
 SUPPORTED_ROM_SIZES = (2048, 4096, 8192, 10495, 16384, 32768)
@@ -63,13 +64,27 @@ def did_you_mean(name: str, known) -> str:
     return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
+def check_rom_path(path):
+    """path itself if it can name a file: pathlib reads "" as "." and os.stat refuses a NUL."""
+    text = os.fsdecode(path)
+    if text == "":
+        raise ValueError("no ROM file given: the path is empty")
+    if "\0" in text:
+        raise ValueError(f"ROM path contains a NUL character: {text!r}")
+    return path
+
+
 def read_rom(path: str | os.PathLike) -> bytes:
     """Read a ROM image, with a clear error for a missing file or an impossible size."""
-    path = pathlib.Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"ROM file not found: {path}")
-    if not path.is_file():
-        raise IsADirectoryError(f"ROM path is not a file: {path}")
+    path = pathlib.Path(check_rom_path(path))
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"ROM file not found: {path}") from None
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(f"ROM path is a directory, not a file: {path}")
+    if not stat.S_ISREG(mode):  # reading a FIFO would wait for a writer
+        raise ValueError(f"ROM path is not a regular file (a device, FIFO or socket): {path}")
     data = path.read_bytes()
     if len(data) not in SUPPORTED_ROM_SIZES:
         raise ValueError(f"{path}: {len(data)} bytes is not a 2600 cartridge size hybridsim "

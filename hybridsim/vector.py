@@ -304,8 +304,9 @@ class AtariVectorEnv(VectorEnv):
             raise gym_error.Error(f"Invalid frameskip type: {type(frameskip)}.")
         if frameskip <= 0:
             raise gym_error.Error(f"Invalid frameskip of {frameskip}, frameskip must be positive.")
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
+                or not 1 <= num_envs < 2**31:  # the engine counts environments in a C int
+            raise ValueError(f"num_envs must be an int in 1..2**31-1, got {num_envs!r}")
         num_envs = int(num_envs)
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
                 or not 0 <= batch_size <= num_envs:
@@ -741,6 +742,9 @@ class AtariVectorEnv(VectorEnv):
             self._pending = (acts, strengths)
             return
         busy = ids[self._in_flight[ids]]
+        if len(busy) and env_ids is None:  # the last result's environments, sent already
+            raise ValueError(f"send() twice without recv(): environments {busy.tolist()} are still "
+                             f"running (pass env_ids to send others)")
         if len(busy):
             raise ValueError(f"env_ids must be environments waiting for an action (received, not sent "
                              f"since); these are still running: {busy.tolist()}")

@@ -1,9 +1,11 @@
 """The parts of the ale_py-compatible surface that need no emulation: actions, settings, ROMs."""
 import array
+import os
 
 import numpy as np
 import pytest
 
+import hybridsim
 from hybridsim import roms
 from hybridsim.actions import Action, as_action_id
 from hybridsim.settings import ALE_SETTINGS, Settings
@@ -117,6 +119,20 @@ def test_rom_lookup_and_errors(tmp_path):
         roms.read_rom(odd)
     with pytest.raises(IsADirectoryError):
         roms.read_rom(tmp_path)
+    # "" was read as "." (a directory), /dev/null and a FIFO as directories, a NUL as missing
+    fifo = tmp_path / "fifo.bin"
+    os.mkfifo(fifo)
+    for path, message in (("", "the path is empty"), (b"", "the path is empty"),
+                          ("/dev/null", "not a regular file"), (fifo, "not a regular file"),
+                          (f"{tmp_path}/x\0y.bin", "contains a NUL")):
+        with pytest.raises(ValueError, match=message):
+            roms.read_rom(path)
+        with pytest.raises(ValueError, match=message):
+            hybridsim.ALEInterface().loadROM(path)
+    with pytest.raises(ValueError, match="the path is empty"):
+        hybridsim.ALEInterface.isSupportedROM("")
+    with pytest.raises(RuntimeError, match="fifo.bin is not a regular file"):  # said "does not exist"
+        hybridsim.ALEInterface.isSupportedROM(fifo)
 
 
 def test_the_rest_of_ale_py_surface(tmp_path):
@@ -208,6 +224,19 @@ def test_argument_types_are_named_where_the_extension_spoke_cython():
     for data in (5, 2**40, None):
         with pytest.raises(TypeError, match="ALEState needs serialized state bytes"):
             ALEState(data)
+    # bytes that are no state reported frame 0, mode 0 (ale-py's getters raise)
+    assert ALEState().getFrameNumber() == 0
+    garbage = ALEState(bytes(range(256)) * 4)
+    for getter in (garbage.getFrameNumber, garbage.getEpisodeFrameNumber,
+                   garbage.getCurrentMode, garbage.getDifficulty):
+        with pytest.raises(ValueError, match="1024 bytes are not a serialized hybridsim state"):
+            getter()
+    a.act(0)
+    assert ALEState(a.cloneState().serialize()).getFrameNumber() == a.getFrameNumber()
+    for flag in (None, 0, [], "False", "no"):  # were read as bools; ale-py refuses them
+        with pytest.raises(TypeError, match="with_truncation must be a bool"):
+            a.game_over(flag)
+    assert a.game_over(np.bool_(False)) is False
 
 
 def test_a_wrong_output_array_raises_what_ale_py_raises_too():

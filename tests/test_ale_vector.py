@@ -34,7 +34,7 @@ def play_side_by_side(game, num_envs, steps, **kwargs):
     path = ale_py.roms.get_rom_path(game)
     theirs = ale_py.ALEVectorInterface(path, num_envs, **kwargs)
     ours = ALEVectorInterface(path, num_envs, **kwargs)
-    assert [a.value for a in ours.get_action_set()] == [a.value for a in theirs.get_action_set()]
+    assert ours.get_action_set() == theirs.get_action_set()  # ale_py.Action members, as theirs
     assert ours.get_observation_shape() == theirs.get_observation_shape()
     assert ours.get_num_envs() == theirs.get_num_envs() == num_envs
     ids, seeds = list(range(num_envs)), list(range(11, 11 + num_envs))
@@ -133,6 +133,12 @@ def test_bad_input_is_refused_as_ale_py_refuses_it():
         with pytest.raises(error):
             theirs.reset(ids, seeds)
         with pytest.raises(error):
+            ours.reset(ids, seeds)
+    # uint64 ids and seeds wrapped to negative ones (a seed of 2**64-1 kept the old seed)
+    for ids, seeds in (([0], [2**64 - 1]), ([0], [2**63]), (np.array([2**64 - 1], np.uint64), [5])):
+        with pytest.raises(TypeError):
+            theirs.reset(ids, seeds)
+        with pytest.raises(TypeError, match="must fit in a signed 64-bit int"):
             ours.reset(ids, seeds)
     ours.reset([0, 1, 2], [1, 2, 3])
     with pytest.raises(ValueError, match="actions must have shape"):

@@ -251,6 +251,10 @@ def test_async_send_with_env_ids():
     with pytest.raises(ValueError, match="still running"):
         running = np.flatnonzero(env._in_flight)
         env.send(np.zeros(1, np.int64), env_ids=running[:1])
+    env.recv()
+    env.send(np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match=r"send\(\) twice without recv\(\)"):  # blamed env_ids
+        env.send(np.zeros(2, np.int64))
 
 
 def test_state_snapshot_resumes_exactly():
@@ -431,8 +435,9 @@ def test_settings_and_seeds_are_checked_not_coerced():
                       (dict(stack_num=608710), "under 2 GiB")):
         with pytest.raises((TypeError, ValueError), match=match):
             AtariVectorEnv("pong", 1, **kw)
-    with pytest.raises(ValueError, match="num_envs must be an int"):
-        AtariVectorEnv("pong", 2.9)
+    for num_envs in (2.9, 2**31):  # 2**31 failed converting to a C int, naming nothing
+        with pytest.raises(ValueError, match=r"num_envs must be an int in 1\.\.2\*\*31-1"):
+            AtariVectorEnv("pong", num_envs)
     env = AtariVectorEnv("pong", 2, noop_max=0)
     # negative seeds mean "keep this environment's seed" (ale-py); below a C int they are errors
     for seed, match in ((-2**31 - 1, r"seed must be in \[-2\*\*31"), (2**31 - 1, r"seed must be in \[-2\*\*31"),

@@ -145,6 +145,28 @@ def test_single_env_arguments_ale_py_lets_through_are_refused():
         with pytest.raises(ValueError, match="continuous_action_threshold must be a finite number"):
             gymnasium.make("hybridsim/Breakout-v5", continuous=True, continuous_action_threshold=threshold)
     gymnasium.make("hybridsim/Breakout-v5", continuous=True, continuous_action_threshold=np.float32(0.3)).close()
+    # a CamelCase name passed the check above, then ale-py's lookup found no ROM ("got None");
+    # it is the game AtariVectorEnv("MsPacman") plays
+    env = gymnasium.make("hybridsim/Pong-v5", game="MsPacman")
+    assert env.unwrapped._game == "ms_pacman" and env.action_space.n == 9
+    env.close()
+
+
+def test_v4_ids_are_not_called_out_of_date_as_ale_pys_are_not():
+    """hybridsim/<Game>-v5 shares the namespace with the -v4 ids (ale-py's have none), so
+    gymnasium.make called PongNoFrameskip-v4 out of date; -v0 warns as ale-py's -v0 does."""
+    import subprocess
+    import sys
+    script = """
+import gymnasium, hybridsim
+for env_id in ("hybridsim/PongNoFrameskip-v4", "hybridsim/Pong-v4", "hybridsim/Pong-v0"):
+    gymnasium.make(env_id).close()
+"""
+    done = subprocess.run([sys.executable, "-W", "always::DeprecationWarning", "-c", script],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "hybridsim/Pong-v0 is out of date" in done.stderr
+    assert "-v4 is out of date" not in done.stderr
 
 
 def test_continuous_actions_are_checked_and_match_ale_py():
