@@ -81,13 +81,26 @@ def _rounded(fraction: float | None) -> float | None:
     return None if fraction is None else round(fraction, 2)
 
 
+def cpu_model() -> str:
+    """The processor's name (Linux's /proc/cpuinfo, else what platform knows)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Processor", "cpu model"):  # x86, arm, others
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def host_section() -> dict:
     from hybridsim import _core
     from hybridsim.vector import resolve_num_threads
     usable = usable_cores()
     return {"hostname": socket.gethostname(), "platform": platform.platform(),
             "python": sys.version.split()[0], "executable": sys.executable,
-            "cpus": os.cpu_count(), "cpus_usable": None if usable is None else len(usable),
+            "cpu_model": cpu_model(), "cpus": os.cpu_count(), "cpus_usable": None if usable is None else len(usable),
             # what `train` reads to choose OMP_WAIT_POLICY (cli.py): other work on these CPUs
             "cpus_usable_busy": None if usable is None else _rounded(cpu_busy_fraction(sorted(usable))),
             "default_env_threads": resolve_num_threads(0, 1 << 30),

@@ -10,8 +10,11 @@ Two schedules (both use hybridsim.vtrace):
   Batches hold the environments sent longest ago (`impala_order`), so runs repeat.
 
 Defaults follow CuLE's A2C+V-trace example (NVlabs/cule examples/a2c and examples/vtrace:
-RMSprop lr 0.00065, alpha 0.99, eps 1e-5, grad norm 0.5, entropy 0.01, value 0.5,
-gamma 0.99, 5 steps) and torchbeast's monobeast for the impala schedule where noted.
+RMSprop lr 0.00065, alpha 0.99, eps 1e-5, grad norm 0.5, entropy 0.01, gamma 0.99, 5
+steps) and torchbeast's monobeast for the impala schedule where noted. The baseline loss
+is torchbeast's, value_coef x 0.5 (vs - V)^2: CuLE's value 0.5 weighs (vs - V)^2 itself,
+twice what the same 0.5 gives here. A time-limit truncation ends the return as a
+terminal does (no bootstrap from the final observation), as in torchbeast.
 """
 from __future__ import annotations
 
@@ -58,6 +61,18 @@ RESUME_MUST_MATCH_PER_SCHEDULE = {"a2c": ("num_minibatches",), "impala": ("learn
 PER_RANK_SETTINGS = ("num_threads", "torch_threads", "device", "fallback_dir")
 # Files of a run: a fresh run refuses a directory holding any of them.
 RUN_FILES = ("checkpoint.pt", "metrics.csv", "trajectories.h5", "traj_rank*.h5")
+
+
+def learner_hardware(device: torch.device) -> dict:
+    """What a learner's rounding depends on besides its settings and thread count: the GPU,
+    or the CPU model and oneDNN's instruction-set cap (its convolutions pick kernels by ISA)."""
+    if device.type == "cuda":
+        return {"gpu": torch.cuda.get_device_name(device)}
+    return {"cpu": sysinfo.cpu_model(), "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA")}
+
+
+def _describe_hardware(hardware: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in hardware.items() if v is not None) or "unknown hardware"
 
 
 def read_checkpoint(path, map_location=None) -> dict:
@@ -635,8 +650,6 @@ class Trainer:
         T, B = actions.shape
         obs_t = self._on_device(obs)
         flat = obs_t.reshape(-1, *obs_t.shape[2:])  # [(T + 1) * B, ...], time-major
-        if isinstance(self.model.normalize, RunningObservationNorm):
-            self._update_obs_statistics(flat[:T * B])  # the T transitions' observations
         raw_rewards = torch.from_numpy(rewards).float().to(self.device)
         dones_t = torch.from_numpy(dones).float().to(self.device)
         actions_t = torch.from_numpy(actions).to(self.device)
@@ -671,6 +684,10 @@ class Trainer:
                 f"not applied and no checkpoint is written after it. Lower --lr (now {cfg.lr:g}) or "
                 f"resume from the last checkpoint with other settings")
         self.optimizer.step()
+        if isinstance(self.model.normalize, RunningObservationNorm):
+            # after the update: its forward pass normalized as the actor did (on-policy
+            # logits); the next rollout's actions see the new statistics
+            self._update_obs_statistics(flat[:T * B])  # the T transitions' observations
         self.updates += 1
         if self.updates % self.cfg.sync_check_every == 0 and not self.comm.parameters_in_sync(self.model):
             raise RuntimeError(f"rank {self.rank}: parameters differ between ranks after update "
@@ -893,7 +910,13 @@ class Trainer:
                 "config": dataclasses.asdict(self.cfg), "num_actions": self.num_actions,
                 "obs_shape": self.obs_shape, "episodes": self.all_episodes,
                 "world_size": self.world_size, "run_id": self.run_id,
-                "rank_states": self._rank_states}
+                "gradient_backend": self._gradient_backend(), "rank_states": self._rank_states}
+
+    def _gradient_backend(self) -> str | None:
+        """What sums the ranks' gradients (--allreduce auto, or a failed nccl/gloo, decides)."""
+        if not isinstance(self.comm, dist.MPIComm):
+            return None
+        return getattr(self.comm, "backend", "mpi")
 
     def save_checkpoint(self, path=None) -> pathlib.Path | None:
         """Rank 0 writes the checkpoint atomically (temporary file, fsync, rename): a write
@@ -925,6 +948,7 @@ class Trainer:
                 "episode_tracker": self.episodes.state(),
                 **self._trajectory_resume_state(),
                 "torch_threads": torch.get_num_threads(),  # a CPU learner's sums depend on it
+                "learner_hardware": learner_hardware(self.device),  # and its kernels on these
                 "core_memory": None if self.memory is None else _host(self.memory).copy(),
                 "impala_in_flight": self._impala_resume_state()}
 
@@ -961,6 +985,31 @@ class Trainer:
     def _gather_rank_states(self):
         """Collective before rank 0 writes a checkpoint: every rank's _rank_state on rank 0."""
         self._rank_states = self.comm.gather(self._rank_state())
+
+    def _note_inexact_resume(self, state: dict, mine: dict) -> None:
+        """Say what makes this job's numbers round differently from the checkpoint's (it
+        trains on, but will not equal an uninterrupted run bit for bit)."""
+        reasons = []
+        if self.device.type == "cpu" and mine.get("torch_threads") not in (None, torch.get_num_threads()):
+            reasons.append(f"it ran with {mine['torch_threads']} torch threads and now has "
+                           f"{torch.get_num_threads()} (pass --torch-threads {mine['torch_threads']})")
+        then, now = mine.get("learner_hardware"), learner_hardware(self.device)
+        if then is not None and then != now:
+            reasons.append(f"its learner ran on {_describe_hardware(then)}, now on "
+                           f"{_describe_hardware(now)} (other kernels)")
+        if self.rank == 0:  # settings of the whole job
+            saved = state["config"]
+            order = saved.get("impala_order", "submission")
+            if self.cfg.schedule == "impala" and order != self.cfg.impala_order:
+                reasons.append(f"--impala-order {order} -> {self.cfg.impala_order} (other batches)")
+            backend = state.get("gradient_backend")
+            # two ranks' sum is the same in any order; three or more are added in another
+            if (backend is not None and backend != self._gradient_backend()
+                    and state.get("world_size", 1) == self.world_size > 2):
+                reasons.append(f"gradients summed over {backend}, now over {self._gradient_backend()}")
+        if reasons:
+            print(f"note: rank {self.rank} will not equal an uninterrupted run bit for bit: "
+                  f"{'; '.join(reasons)}", file=sys.stderr)
 
     def load_checkpoint(self):
         path = self.checkpoint_path()
@@ -1059,11 +1108,7 @@ class Trainer:
             field("episode_tracker", lambda: self.episodes.load(mine["episode_tracker"]))
         else:
             self._skip_unknown_episode_starts(rank_states, saved.get("num_envs"))
-        if self.device.type == "cpu" and mine.get("torch_threads") not in (None, torch.get_num_threads()):
-            print(f"note: rank {self.rank} ran with {mine['torch_threads']} torch threads and now "
-                  f"has {torch.get_num_threads()}: gradient sums round differently, so this run "
-                  f"will not equal an uninterrupted one bit for bit (pass --torch-threads "
-                  f"{mine['torch_threads']} for that)", file=sys.stderr)
+        self._note_inexact_resume(state, mine)
         self._resume_traj_rows = mine.get("traj_rows")
         self._resume_traj_file_id = mine.get("traj_file_id")
         self._resume_traj_logged_until = mine.get("traj_logged_until")

@@ -33,7 +33,7 @@ class TrainConfig:
     log_dir: str = "runs/pong"
     """Run directory: checkpoints, metrics.csv, TensorBoard events, learning_curve.png, trajectories."""
     seed: int = 1
-    """Seed of the model, the action sampler and the environments (environment i gets seed + i)."""
+    """Seed of the model, the action sampler and the environments (environment i gets seed + i, as in ale-py's and gymnasium's vector envs, so runs seeded s and s + 1 share all but one environment seed: space independent runs' seeds by more than the job's environments, e.g. 1000, 2000, 3000)."""
     config: str = ""
     """Optional TOML or JSON file with any of these settings, or a shipped recipe's name (quickstart, pong-cpu, pong-h200); the command line overrides it."""
     resume: bool = False
@@ -71,7 +71,7 @@ class TrainConfig:
     entropy_coef: float = 0.01
     """Weight of the entropy bonus."""
     value_coef: float = 0.5
-    """Weight of the baseline loss 0.5 (vs - V)^2."""
+    """Weight of the baseline loss 0.5 (vs - V)^2 (torchbeast's form; CuLE weighs (vs - V)^2 itself, so its 0.5 is 1.0 here)."""
     gamma: float = 0.99
     """Discount factor."""
     clip_rho: float = 1.0
@@ -89,7 +89,7 @@ class TrainConfig:
     noop_max: int = 30
     """Up to this many no-op actions after each reset."""
     episodic_life: bool = False
-    """End an episode, for learning, when a life is lost."""
+    """End the episode when a life is lost, resetting the game (ale-py's AtariVectorEnv episodic_life: not the DQN variant that plays on, so the agent only sees its first life; eval plays whole games)."""
     max_episode_frames: int = 108_000
     """Truncate episodes after this many emulator frames (0: never; ALE's vector envs would cut every episode after one step)."""
     device: str = "auto"

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("ale_py")
 
-from hybridsim import train, trajlog  # noqa: E402
+from hybridsim import sysinfo, train, trajlog  # noqa: E402
 from hybridsim.cli import build_parser  # noqa: E402
 from hybridsim.config import build_config  # noqa: E402
 from hybridsim.train import TrainConfig, Trainer  # noqa: E402
@@ -301,6 +301,26 @@ def test_resume_refuses_other_learning_settings_and_keeps_the_run(tmp_path):
         Trainer(tiny_config(tmp_path, total_frames=800, resume=True, use_lstm=True)).train()
 
 
+@pytest.mark.parametrize("use_lstm", [False, True])
+def test_running_normalization_learns_on_the_actors_policy(tmp_path, monkeypatch, use_lstm):
+    """With one minibatch every a2c update is on-policy: the learner's logits are the ones
+    the actor sampled from (the statistics took the batch before the learner's forward pass,
+    and the logits differed by up to 7e-2)."""
+    largest_log_rho = []
+    from_logits = train.vtrace.from_logits
+
+    def recording(**kwargs):
+        out = from_logits(**kwargs)
+        largest_log_rho.append(float(out.log_rhos.abs().max()))
+        return out
+    monkeypatch.setattr(train.vtrace, "from_logits", recording)
+    trainer = Trainer(tiny_config(tmp_path, obs_normalization="running", num_minibatches=1,
+                                  use_lstm=use_lstm, total_frames=800, log_trajectories=False))
+    trainer.train()
+    assert len(largest_log_rho) == trainer.updates >= 10 and max(largest_log_rho) == 0.0
+    assert float(trainer.model.normalize.count) > 1  # the statistics did learn
+
+
 def test_a_resume_with_other_torch_threads_says_it_will_not_be_exact(tmp_path, capsys):
     """Sums round differently with another thread count (the weights drift by ~1e-8 per
     update): the resume notes it and names the count that would keep it exact."""
@@ -310,6 +330,21 @@ def test_a_resume_with_other_torch_threads_says_it_will_not_be_exact(tmp_path, c
     assert "ran with 1 torch threads and now has 2" in capsys.readouterr().err
     Trainer(tiny_config(tmp_path, total_frames=1200, resume=True, torch_threads=2)).train()
     assert "torch threads" not in capsys.readouterr().err
+    # another CPU (or oneDNN cap) picks other kernels: a Slurm requeue onto another node
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert state["rank_states"][0]["learner_hardware"]["cpu"] == sysinfo.cpu_model()
+    state["rank_states"][0]["learner_hardware"] = {"cpu": "Another CPU", "onednn_max_cpu_isa": "AVX2"}
+    torch.save(state, tmp_path / "checkpoint.pt")
+    Trainer(tiny_config(tmp_path, total_frames=1600, resume=True, torch_threads=2)).train()
+    assert "its learner ran on cpu Another CPU, onednn_max_cpu_isa AVX2, now on cpu " in capsys.readouterr().err
+    # with impala, another order makes other batches
+    impala = dict(schedule="impala", env_batch_size=2, learner_batch=2, torch_threads=1)
+    Trainer(tiny_config(tmp_path / "impala", total_frames=400, **impala)).train()
+    capsys.readouterr()
+    Trainer(tiny_config(tmp_path / "impala", total_frames=800, resume=True, impala_order="completion",
+                        **impala)).train()
+    err = capsys.readouterr().err
+    assert "will not equal an uninterrupted run bit for bit: --impala-order submission -> completion" in err
 
 
 def test_the_network_starts_the_same_on_any_thread_count():
