@@ -591,7 +591,7 @@ def iter_transitions(path, block_rows: int = BLOCK_ROWS):
                                 f"(`export RUN_DIR OUT_DIR` writes OUT_DIR/dataset_rankNNNNN.h5)")
     trajlog._check_superblock(path)  # a missing, foreign or truncated file, by name
     try:
-        with h5py.File(path, "r", locking=False) as g:
+        with trajlog.open_unlocked(path) as g:
             yield from _dataset_blocks(g, path, block_rows)
     except trajlog.TrajectoryLogError:
         raise
@@ -644,7 +644,9 @@ def _dataset_blocks(g, path, block_rows):
     observations = g["observations"]
     rows, width = observations.shape[:2]
     final_at = {(int(r), int(c)): k for k, (r, c) in enumerate(final_index)}
-    step_bytes = width * int(np.prod(observations.shape[2:]))
+    # a block holds its rows' observations three times: as read, as yielded and as the
+    # steps' next observations
+    step_bytes = 3 * width * int(np.prod(observations.shape[2:]))
     block_rows = int(max(1, min(block_rows, BLOCK_BYTES // max(1, step_bytes))))
     for start in range(0, rows, block_rows):
         stop = min(rows, start + block_rows)

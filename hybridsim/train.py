@@ -187,8 +187,8 @@ def _holds_data(path: pathlib.Path) -> bool:
         with open(path, "rb") as f:
             return len(f.read(1 << 16).splitlines()) > 1  # more than the header
     try:
-        import h5py
-        with h5py.File(path, "r", locking=False) as f:
+        from hybridsim.trajlog import open_unlocked
+        with open_unlocked(path) as f:
             return bool(f["steps/action"].shape[0] or f["episodes/env_id"].shape[0])
     except Exception:
         return True

@@ -720,6 +720,22 @@ def _open(path: pathlib.Path, master_ok: bool) -> TrajectoryFile:
     return f
 
 
+def _locking_differs(exc: OSError) -> bool:
+    """HDF5's refusal to open a file without locking that this process has open with it."""
+    return "file locking" in str(exc) and "don't match" in str(exc)
+
+
+def open_unlocked(path) -> h5py.File:
+    """A finished file opened for reading without an HDF5 file lock (see _open_h5), or with
+    HDF5's default where this process holds it open that way (a notebook's h5py.File)."""
+    try:
+        return h5py.File(path, "r", locking=False)
+    except OSError as exc:
+        if _locking_differs(exc):
+            return h5py.File(path, "r")
+        raise
+
+
 def _open_h5(path: pathlib.Path, swmr: bool = False, locking: bool | None = False) -> TrajectoryFile:
     """Open without SWMR unless the file is open for writing (a running job, or a killed one).
 
@@ -740,7 +756,7 @@ def _open_h5(path: pathlib.Path, swmr: bool = False, locking: bool | None = Fals
                 return TrajectoryFile(h5py.h5f.open(os.fsencode(path), flags, fapl=fapl))
         return TrajectoryFile(path, "r", libver="latest", swmr=swmr, locking=locking)
     except OSError as exc:
-        if locking is False and "file locking" in str(exc) and "don't match" in str(exc):
+        if locking is False and _locking_differs(exc):
             return _open_h5(path, swmr=swmr, locking=None)
         # HDF5 says so only once the superblock's checksum passed: a damaged superblock
         # fails here and never reaches the slow SWMR open
@@ -1318,7 +1334,7 @@ def is_trajectory_log(path) -> bool:
         with open(path, "rb") as fh:
             if fh.read(len(HDF5_SIGNATURE)) != HDF5_SIGNATURE:
                 return False
-        with h5py.File(path, "r", locking=False) as f:
+        with open_unlocked(path) as f:
             return "format_version" in f.attrs
     except (OSError, RuntimeError, ValueError):
         return has_log_name(path)
