@@ -100,7 +100,8 @@ def host_section() -> dict:
     usable = usable_cores()
     return {"hostname": socket.gethostname(), "platform": platform.platform(),
             "python": sys.version.split()[0], "executable": sys.executable,
-            "cpu_model": cpu_model(), "cpus": os.cpu_count(), "cpus_usable": None if usable is None else len(usable),
+            "cpu_model": cpu_model(), "cpus": os.cpu_count(),
+            "cpus_usable": None if usable is None else len(usable),
             # what `train` reads to choose OMP_WAIT_POLICY (cli.py): other work on these CPUs
             "cpus_usable_busy": None if usable is None else _rounded(cpu_busy_fraction(sorted(usable))),
             "default_env_threads": resolve_num_threads(0, 1 << 30),

@@ -994,7 +994,7 @@ class Trainer:
             reasons.append(f"it ran with {mine['torch_threads']} torch threads and now has "
                            f"{torch.get_num_threads()} (pass --torch-threads {mine['torch_threads']})")
         then, now = mine.get("learner_hardware"), learner_hardware(self.device)
-        if then is not None and then != now:
+        if isinstance(then, dict) and then != now:  # (older checkpoints hold none)
             reasons.append(f"its learner ran on {_describe_hardware(then)}, now on "
                            f"{_describe_hardware(now)} (other kernels)")
         if self.rank == 0:  # settings of the whole job
