@@ -284,7 +284,9 @@ class ALEInterface:
         emu = self._emu
         if emu is None:
             emu = self._require_rom()  # raises
-        if not isinstance(with_truncation, (bool, np.bool_)):  # None and "no" were read as bools
+        # None and "no" were read as bools (identity tests first: this runs every step)
+        if with_truncation is not True and with_truncation is not False \
+                and not isinstance(with_truncation, np.bool_):
             raise TypeError(f"game_over: with_truncation must be a bool, got {with_truncation!r}")
         return emu.game_over(with_truncation)
 

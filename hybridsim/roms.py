@@ -79,7 +79,7 @@ def read_rom(path: str | os.PathLike) -> bytes:
     path = pathlib.Path(check_rom_path(path))
     try:
         mode = path.stat().st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (a file as a directory on the way)
         raise FileNotFoundError(f"ROM file not found: {path}") from None
     if stat.S_ISDIR(mode):
         raise IsADirectoryError(f"ROM path is a directory, not a file: {path}")

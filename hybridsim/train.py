@@ -65,10 +65,12 @@ RUN_FILES = ("checkpoint.pt", "metrics.csv", "trajectories.h5", "traj_rank*.h5")
 
 def learner_hardware(device: torch.device) -> dict:
     """What a learner's rounding depends on besides its settings and thread count: the GPU,
-    or the CPU model and oneDNN's instruction-set cap (its convolutions pick kernels by ISA)."""
+    or the CPU model, the instruction set torch found and oneDNN's cap on it (its
+    convolutions pick kernels by ISA)."""
     if device.type == "cuda":
         return {"gpu": torch.cuda.get_device_name(device)}
-    return {"cpu": sysinfo.cpu_model(), "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA")}
+    return {"cpu": sysinfo.cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA"))}
 
 
 def _describe_hardware(hardware: dict) -> str:
@@ -994,7 +996,7 @@ class Trainer:
             reasons.append(f"it ran with {mine['torch_threads']} torch threads and now has "
                            f"{torch.get_num_threads()} (pass --torch-threads {mine['torch_threads']})")
         then, now = mine.get("learner_hardware"), learner_hardware(self.device)
-        if isinstance(then, dict) and then != now:  # (older checkpoints hold none)
+        if isinstance(then, dict) and any(then[k] != now[k] for k in then.keys() & now.keys()):
             reasons.append(f"its learner ran on {_describe_hardware(then)}, now on "
                            f"{_describe_hardware(now)} (other kernels)")
         if self.rank == 0:  # settings of the whole job

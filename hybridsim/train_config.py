@@ -33,7 +33,7 @@ class TrainConfig:
     log_dir: str = "runs/pong"
     """Run directory: checkpoints, metrics.csv, TensorBoard events, learning_curve.png, trajectories."""
     seed: int = 1
-    """Seed of the model, the action sampler and the environments (environment i gets seed + i, as in ale-py's and gymnasium's vector envs, so runs seeded s and s + 1 share all but one environment seed: space independent runs' seeds by more than the job's environments, e.g. 1000, 2000, 3000)."""
+    """Seed of the model, the action sampler and the environments (environment i gets seed + i, as in ale-py's and gymnasium's vector envs, so runs seeded s and s + 1 share all but one environment seed: space independent runs' seeds by more than the job's environments on all ranks, e.g. 1000, 2000, 3000 for under 1,000)."""
     config: str = ""
     """Optional TOML or JSON file with any of these settings, or a shipped recipe's name (quickstart, pong-cpu, pong-h200); the command line overrides it."""
     resume: bool = False

@@ -236,7 +236,7 @@ def test_argument_types_are_named_where_the_extension_spoke_cython():
     for flag in (None, 0, [], "False", "no"):  # were read as bools; ale-py refuses them
         with pytest.raises(TypeError, match="with_truncation must be a bool"):
             a.game_over(flag)
-    assert a.game_over(np.bool_(False)) is False
+    assert a.game_over(np.bool_(False)) is False and a.game_over(False) is False
 
 
 def test_a_wrong_output_array_raises_what_ale_py_raises_too():

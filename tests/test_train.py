@@ -317,7 +317,7 @@ def test_running_normalization_learns_on_the_actors_policy(tmp_path, monkeypatch
     trainer = Trainer(tiny_config(tmp_path, obs_normalization="running", num_minibatches=1,
                                   use_lstm=use_lstm, total_frames=800, log_trajectories=False))
     trainer.train()
-    assert len(largest_log_rho) == trainer.updates >= 10 and max(largest_log_rho) == 0.0
+    assert len(largest_log_rho) == trainer.updates >= 10 and max(largest_log_rho) < 1e-6
     assert float(trainer.model.normalize.count) > 1  # the statistics did learn
 
 
@@ -329,14 +329,14 @@ def test_a_resume_with_other_torch_threads_says_it_will_not_be_exact(tmp_path, c
     Trainer(tiny_config(tmp_path, total_frames=800, resume=True, torch_threads=2)).train()
     assert "ran with 1 torch threads and now has 2" in capsys.readouterr().err
     Trainer(tiny_config(tmp_path, total_frames=1200, resume=True, torch_threads=2)).train()
-    assert "torch threads" not in capsys.readouterr().err
+    assert "bit for bit" not in capsys.readouterr().err  # the same threads and hardware
     # another CPU (or oneDNN cap) picks other kernels: a Slurm requeue onto another node
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     assert state["rank_states"][0]["learner_hardware"]["cpu"] == sysinfo.cpu_model()
-    state["rank_states"][0]["learner_hardware"] = {"cpu": "Another CPU", "onednn_max_cpu_isa": "AVX2"}
+    state["rank_states"][0]["learner_hardware"].update(cpu="Another CPU", onednn_max_cpu_isa="AVX2")
     torch.save(state, tmp_path / "checkpoint.pt")
     Trainer(tiny_config(tmp_path, total_frames=1600, resume=True, torch_threads=2)).train()
-    assert "its learner ran on cpu Another CPU, onednn_max_cpu_isa AVX2, now on cpu " in capsys.readouterr().err
+    assert "its learner ran on cpu Another CPU, cpu_capability " in capsys.readouterr().err
     # with impala, another order makes other batches
     impala = dict(schedule="impala", env_batch_size=2, learner_batch=2, torch_threads=1)
     Trainer(tiny_config(tmp_path / "impala", total_frames=400, **impala)).train()
