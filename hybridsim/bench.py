@@ -112,16 +112,26 @@ def bench_cpu(print_fn=print) -> list[dict]:
 SINGLE_GAMES = ("pong", "breakout", "space_invaders", "ms_pacman", "seaquest")
 
 
-def _time_block(env, actions, start: int, count: int, sound: bool = False) -> float:
+def _time_block(env, actions, start: int, count: int, sound: bool = False,
+                screen_every: int = 0) -> float:
+    """Seconds for `count` acts of the action stream from `start`; with `screen_every` N,
+    the RGB screen read after every N-th act (gymnasium's AtariEnv at frameskip 4 reads it
+    once per 4 acts), into a buffer allocated before the clock starts."""
     import time
     read_samples = env.getAudio if sound else None  # a sound_obs user reads each act's samples
     samples = np.empty(env.getAudioSize(), np.uint8) if sound else None
+    read_screen = screen = None
+    if screen_every:
+        read_screen, (height, width) = env.getScreenRGB, env.getScreenDims()
+        screen = np.empty((height, width, 3), np.uint8)
     t0 = time.perf_counter()
     act, game_over, reset = env.act, env.game_over, env.reset_game
     for k in range(start, start + count):
         act(actions[k % len(actions)])
         if read_samples is not None:
             read_samples(samples)
+        if read_screen is not None and (k + 1) % screen_every == 0:
+            read_screen(screen)
         if game_over():
             reset()
     return time.perf_counter() - t0
@@ -129,21 +139,29 @@ def _time_block(env, actions, start: int, count: int, sound: bool = False) -> fl
 
 def bench_single(make_reference, make_candidate, games=SINGLE_GAMES, frames: int = 20_000,
                  blocks: int = 10, seed: int = 0, print_fn=print,
-                 names=("ale-py", "hybridsim"), sound: bool = False) -> list[dict]:
-    """Frames/s of `act` for two ALEInterface implementations, timed alternately in blocks.
+                 names=("ale-py", "hybridsim"), sound: bool = False, screen_every: int = 4) -> list[dict]:
+    """Frames/s of `act` for two ALEInterface implementations, timed alternately in blocks:
+    `act` alone, and with the screen read every `screen_every` acts (0: not timed).
 
     Alternating blocks in one process share the machine's state (caches, clock, load), so
     the ratio is fair even on a noisy machine. Each side plays the same random stream of
     minimal actions with ALE's default settings (frame_skip 1, sticky actions 0.25); with
-    `sound`, sound_obs on and each act's samples read (getAudio).
+    `sound`, sound_obs on and each act's samples read (getAudio). `act` alone favours
+    hybridsim, which draws a frame only when its screen is read (ale-py draws every one);
+    the screen-reading figure is what an agent's loop gets.
     """
     from hybridsim import games_table, roms
     for game in games:  # before any timing: ale-py would end the process on some
         games_table.require_ale_py_loadable(game, "bench times ale-py beside hybridsim")
     rows = []
+    workloads = [0] + ([screen_every] if screen_every else [])
     print_fn(f"single environment act(){' with sound_obs and getAudio()' if sound else ''}, "
-             f"{frames:,} frames per side, {blocks} alternating blocks")
-    print_fn(f"{'game':16s} {names[0] + ' fps':>14s} {names[1] + ' fps':>16s} {'ratio':>7s}")
+             f"{frames:,} frames per side, {blocks} alternating blocks"
+             + (f"; then with getScreenRGB() after every {screen_every} acts" if screen_every else ""))
+    header = f"{'game':16s} {names[0] + ' fps':>14s} {names[1] + ' fps':>16s} {'ratio':>7s}"
+    if screen_every:
+        header += f" | {'with screen: ' + names[0]:>22s} {names[1]:>10s} {'ratio':>7s}"
+    print_fn(header)
     for game in games:
         envs = []
         for make in (make_reference, make_candidate):
@@ -156,15 +174,22 @@ def bench_single(make_reference, make_candidate, games=SINGLE_GAMES, frames: int
         rng = np.random.default_rng(seed)
         actions = [minimal[i] for i in rng.integers(len(minimal), size=4096)]
         per_block = max(1, frames // blocks)
-        seconds = [0.0, 0.0]
-        for b in range(blocks):
-            for side in ((0, 1) if b % 2 == 0 else (1, 0)):
-                seconds[side] += _time_block(envs[side], actions, b * per_block, per_block, sound)
-        fps = [per_block * blocks / s for s in seconds]
-        row = {"game": game, "reference_fps": fps[0], "candidate_fps": fps[1],
-               "ratio": fps[1] / fps[0]}
+        row = {"game": game}
+        line = f"{game:16s}"
+        for every in workloads:
+            seconds = [0.0, 0.0]
+            for b in range(blocks):
+                for side in ((0, 1) if b % 2 == 0 else (1, 0)):
+                    seconds[side] += _time_block(envs[side], actions, b * per_block, per_block, sound, every)
+            fps = [per_block * blocks / s for s in seconds]
+            suffix = f"_screen_every_{every}" if every else ""
+            row.update({f"reference_fps{suffix}": fps[0], f"candidate_fps{suffix}": fps[1],
+                        f"ratio{suffix}": fps[1] / fps[0]})
+            widths = (22, 10) if every else (14, 16)
+            line += (" |" if every else "") + (f" {fps[0]:{widths[0]},.0f} {fps[1]:{widths[1]},.0f} "
+                                               f"{fps[1] / fps[0]:7.2f}")
         rows.append(row)
-        print_fn(f"{game:16s} {fps[0]:14,.0f} {fps[1]:16,.0f} {row['ratio']:7.2f}")
+        print_fn(line)
     return rows
 
 

@@ -22,8 +22,8 @@ Ctrl-C (the last checkpoint written stays; --resume continues from it)."""
 def _cmd_bench(args) -> int:
     from hybridsim import bench
     _require_at_least(args, frames=1, num_envs=1, threads=0, steps=1, rounds=1, batch_size=0,
-                      thread_affinity_offset=-1)
-    _refuse_unused(args, {"single": ("frames", "sound"),
+                      thread_affinity_offset=-1, screen_every=0)
+    _refuse_unused(args, {"single": ("frames", "sound", "screen_every"),
                           "vector": ("num_envs", "threads", "steps", "rounds", "scaling",
                                      "envpool_python", "batch_size", "thread_affinity_offset"),
                           "single or vector": ("games",)})
@@ -37,7 +37,7 @@ def _cmd_bench(args) -> int:
         from hybridsim.ale import ALEInterface
         ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
         bench.bench_single(ale_py.ALEInterface, ALEInterface, games=games or bench.SINGLE_GAMES,
-                           frames=args.frames, sound=args.sound)
+                           frames=args.frames, sound=args.sound, screen_every=args.screen_every)
     if args.vector:
         bench.bench_vector(games=games or bench.VECTOR_GAMES, num_envs=args.num_envs,
                            threads=args.threads, steps=args.steps, rounds=args.rounds,
@@ -547,6 +547,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frames", type=int, default=20_000, help="frames per side for --single")
     p.add_argument("--sound", action="store_true",
                    help="--single: both sides with sound_obs on, reading each act's samples")
+    p.add_argument("--screen-every", type=int, default=4,
+                   help="--single: also time act() with getScreenRGB() after every N acts (4: "
+                        "gymnasium's AtariEnv at frameskip 4; 0: act() alone)")
     p.add_argument("--vector", action="store_true",
                    help="AtariVectorEnv: hybridsim vs ale-py vs EnvPool, alternating, plus --scaling")
     p.add_argument("--num-envs", type=int, default=16, help="environments for --vector")

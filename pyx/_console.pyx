@@ -71,7 +71,7 @@ VectorEmulator(rom, game, num_envs, seeds=None, num_threads=0, **same keywords)
   take turns; a call made inside another on the same thread (a signal handler) raises
   RuntimeError.
 """
-from libc.stdint cimport uint8_t, int32_t, uint32_t
+from libc.stdint cimport uint8_t, int32_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 from cython.parallel cimport prange
@@ -83,6 +83,7 @@ import numpy as np
 cimport numpy as cnp
 
 from ale_env cimport (AleEnv, EnvConfig, FrameBuffers, FrameReplay, StateFault, console_materialize,
+                     console_materialize_shown,
                      env_clone_canonical, env_state_check, kFrameBytes, state_fault_text)
 
 cdef extern from "ale_env.h" namespace "hs" nogil:
@@ -254,6 +255,25 @@ MODE_STEPS = {"act": 0, "select": 1, "soft_reset": 2}
 # clone_state()'s bytes: magic, ROM/config fingerprint (16), include_rng flag (1), AleEnv,
 # and since format 3 a CRC-32 of all that (little-endian), so that a state damaged on disk
 # or in transit is refused instead of restoring as another plausible state
+# Palette entry -> R, G, B, 0 for NTSC (0) and PAL (1): get_screen_rgb stores a pixel's
+# three bytes with one 4-byte copy (the fourth is overwritten by the next pixel's red).
+cdef uint8_t RGB_BYTES[2 * 256 * 4]
+
+
+cdef void _fill_rgb_bytes():
+    cdef int tv, v
+    cdef const uint32_t* table
+    for tv in range(2):
+        table = palette_table(tv)
+        for v in range(256):
+            RGB_BYTES[(tv * 256 + v) * 4] = (table[v] >> 16) & 0xFF
+            RGB_BYTES[(tv * 256 + v) * 4 + 1] = (table[v] >> 8) & 0xFF
+            RGB_BYTES[(tv * 256 + v) * 4 + 2] = table[v] & 0xFF
+            RGB_BYTES[(tv * 256 + v) * 4 + 3] = 0
+
+
+_fill_rgb_bytes()
+
 cdef bytes STATE_MAGIC = b"HSENV3"
 cdef bytes STATE_MAGIC_V2 = b"HSENV2"  # format 2, without the CRC: still restored
 cdef Py_ssize_t STATE_HEAD = len(STATE_MAGIC) + 16 + 1
@@ -422,11 +442,11 @@ cdef class Emulator:
     cdef object blend
     cdef object _blended
     cdef bytes fingerprint
-    # Frames are emulated without drawing unless the screen was read after the previous
-    # act (then the caller probably reads every frame); a screen read draws what is
-    # pending (console.h, FrameReplay). The pixels are the same either way.
+    # Frames are emulated without drawing unless the screen will probably be read after
+    # this act (_arm_replay); a screen read draws what is pending by running the frame
+    # again (console.h, FrameReplay). The pixels are the same either way.
     cdef FrameReplay* replay
-    cdef bint screen_read
+    cdef uint64_t read_history  # bit k: the screen was read after the act k acts back
     # ALE's sound observation (sound_obs): the two channels and the samples of the last act
     # (tia_sound.h). Without it the TIA's audio writes are not recorded.
     cdef TiaSound sound
@@ -441,7 +461,7 @@ cdef class Emulator:
         memset(self.replay, 0, sizeof(FrameReplay))
         self.fbs.replay = self.replay
         self.fbs.ram_cache = NULL  # the console's own RAM (console.h)
-        self.screen_read = False
+        self.read_history = 0
 
     def __dealloc__(self):
         if self.env != NULL:
@@ -645,19 +665,38 @@ cdef class Emulator:
         return out
 
     cdef const uint8_t* _screen(self):
-        self._materialize()
+        self._materialize(False)
         return self.fbs.buf[self.fbs.shown]
 
     cdef void _arm_replay(self):
-        """Before emulating: leave the frames undrawn unless the last ones were read."""
-        self.replay.lazy = not self.screen_read
-        self.screen_read = False
+        """Before emulating: draw the frames as they run if the screen will probably be
+        read after this act (else a read runs the frame again), leave them undrawn if not.
+        The guess: the reads of the last 16 acts repeat with the shortest period p <= 16
+        they show (p 1: every act; 4: once per frame skip of 4, or its last two acts, as a
+        max-pool reads them), else "the last act's was read"."""
+        cdef uint64_t history = self.read_history
+        cdef bint draw = history & 1
+        cdef int p
+        for p in range(1, 17):
+            if ((history ^ (history >> p)) & 0xFFFF) == 0:
+                draw = (history >> (p - 1)) & 1
+                break
+        self.replay.lazy = not draw
+        self.read_history = history << 1
 
-    cdef void _materialize(self):
-        """Draws the frames left undrawn; every pixel read goes through here."""
+    def screen_pending(self):
+        """Whether the last frame waits to be drawn: a screen read would run it again."""
+        return bool(self.replay.pending[self.fbs.shown])
+
+    cdef void _materialize(self, bint both=True):
+        """Draws the frames left undrawn: both buffers, or the shown one (all a screen read
+        without colour averaging needs); every pixel read goes through here."""
         cdef const uint8_t* rom_ptr = self.rom
-        self.screen_read = True
-        console_materialize(rom_ptr, self.fbs)
+        self.read_history |= 1
+        if both:
+            console_materialize(rom_ptr, self.fbs)
+        else:
+            console_materialize_shown(rom_ptr, self.fbs)
 
     def _check_out(self, out, shape, shape_error=OutputShapeError):
         """`out`, or a new array, of `shape`; refused as ale-py refuses it: a wrong type, dtype,
@@ -700,16 +739,13 @@ cdef class Emulator:
     def get_screen_rgb(self, out=None):
         out = self._check_out(out, (self.height, 160, 3))
         cdef uint8_t[:, :, ::1] view = out
-        cdef const uint32_t* table = palette_table(1 if self.env.console.pal else 0)
+        cdef const uint8_t* rgb = &RGB_BYTES[(1 if self.env.console.pal else 0) * 256 * 4]
         cdef const uint8_t* src = self._indices()
         cdef int i, n = self.height * 160
-        cdef uint32_t rgb
         cdef uint8_t* dst = &view[0, 0, 0]
-        for i in range(n):
-            rgb = table[src[i]]
-            dst[3 * i] = (rgb >> 16) & 0xFF
-            dst[3 * i + 1] = (rgb >> 8) & 0xFF
-            dst[3 * i + 2] = rgb & 0xFF
+        for i in range(n - 1):
+            memcpy(dst + 3 * i, rgb + 4 * src[i], 4)
+        memcpy(dst + 3 * (n - 1), rgb + 4 * src[n - 1], 3)  # the last: not past the end
         return out
 
     def get_screen_grayscale(self, out=None):

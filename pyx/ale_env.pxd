@@ -15,6 +15,7 @@ cdef extern from "ale_env.h" namespace "hs" nogil:
         FrameReplay* replay
         uint8_t* ram_cache
     void console_materialize(const uint8_t* rom, FrameBuffers& fbs)
+    void console_materialize_shown(const uint8_t* rom, FrameBuffers& fbs)
     int kFrameBytes
     cdef struct EnvConfig:
         int32_t game

@@ -46,6 +46,23 @@ def test_lazy_frames_match_eager_frames(game):
             lazy.reset_game()
 
 
+def test_frames_the_caller_will_read_are_drawn_as_they_run():
+    """The reads of the last acts predict the next: a screen read once per frame skip of 4
+    (gymnasium's AtariEnv), or on its last two acts (a max-pool), finds its frame drawn
+    (not run again); the acts nobody reads stay undrawn, and without reads every act is."""
+    a = _env("breakout", 0)
+    emulator = a._emu
+    patterns = {"every act": {0, 1, 2, 3}, "every 4th": {3}, "last two of 4": {2, 3},
+                "never": set()}
+    for name, read_at in patterns.items():
+        for k in range(80):
+            a.act(k % 4 == 0)  # FIRE now and then: the ball moves
+            if k >= 40:  # once the pattern has shown itself
+                assert emulator.screen_pending() == (k % 4 not in read_at), (name, k)
+            if k % 4 in read_at:
+                a.getScreenRGB()
+
+
 def _short_and_long_frames_rom() -> bytes:
     """Every fourth frame ends 60 lines after VSYNC, above the display's bottom, so the
     lines below keep the pixels of the frame before last (ALE draws into the buffer not

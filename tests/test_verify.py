@@ -129,7 +129,28 @@ def test_bench_single_with_sound_reads_the_samples(capsys, monkeypatch):
         self.getBool("sound_obs")) or real(self, buffer))
     assert main(["bench", "--single", "--sound", "--games", "space_invaders", "--frames", "20"]) == 0
     assert "with sound_obs and getAudio()" in capsys.readouterr().out
-    assert len(reads) == 20 and all(reads)
+    assert len(reads) == 40 and all(reads)  # act() alone, then with the screen read
+
+
+def test_bench_single_reads_the_screen_as_an_agent_does(capsys, monkeypatch):
+    """`act()` alone favours hybridsim (it draws only frames whose screen is read): bench
+    also times both sides reading the RGB screen after every N acts, a frame skip's step."""
+    import ale_py
+
+    from hybridsim import ale
+    from hybridsim.cli import main
+    reads = {"hybridsim": 0, "ale-py": 0}
+    for name, cls in (("hybridsim", ale.ALEInterface), ("ale-py", ale_py.ALEInterface)):
+        def counting(self, buffer=None, real=cls.getScreenRGB, name=name):
+            reads[name] += 1
+            return real(self, buffer)
+        monkeypatch.setattr(cls, "getScreenRGB", counting)
+    assert main(["bench", "--single", "--games", "pong", "--frames", "40", "--screen-every", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "then with getScreenRGB() after every 4 acts" in out and len(out.splitlines()[-1].split()) == 8
+    assert reads == {"hybridsim": 10, "ale-py": 10}
+    assert main(["bench", "--single", "--games", "pong", "--frames", "40", "--screen-every", "0"]) == 0
+    assert "getScreenRGB" not in capsys.readouterr().out and reads == {"hybridsim": 10, "ale-py": 10}
 
 
 def test_bench_vector_plays_each_game_s_own_actions(capsys):
