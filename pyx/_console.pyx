@@ -252,9 +252,6 @@ GAME_IDS = {name: _game_table.game_id(name) for name in _game_table.game_names()
 GAME_IDS["none"] = 0
 MODE_STEPS = {"act": 0, "select": 1, "soft_reset": 2}
 
-# clone_state()'s bytes: magic, ROM/config fingerprint (16), include_rng flag (1), AleEnv,
-# and since format 3 a CRC-32 of all that (little-endian), so that a state damaged on disk
-# or in transit is refused instead of restoring as another plausible state
 # Palette entry -> R, G, B, 0 for NTSC (0) and PAL (1): get_screen_rgb stores a pixel's
 # three bytes with one 4-byte copy (the fourth is overwritten by the next pixel's red).
 cdef uint8_t RGB_BYTES[2 * 256 * 4]
@@ -274,6 +271,9 @@ cdef void _fill_rgb_bytes():
 
 _fill_rgb_bytes()
 
+# clone_state()'s bytes: magic, ROM/config fingerprint (16), include_rng flag (1), AleEnv,
+# and since format 3 a CRC-32 of all that (little-endian), so that a state damaged on disk
+# or in transit is refused instead of restoring as another plausible state
 cdef bytes STATE_MAGIC = b"HSENV3"
 cdef bytes STATE_MAGIC_V2 = b"HSENV2"  # format 2, without the CRC: still restored
 cdef Py_ssize_t STATE_HEAD = len(STATE_MAGIC) + 16 + 1
@@ -796,6 +796,10 @@ cdef class Emulator:
             raise MemoryError("cannot allocate a state")
         cdef const char* raw = state
         memcpy(saved, raw + head, sizeof(AleEnv))
+        if state[head - 1] > 1:  # cloneState writes 0 or 1 (a forged byte read as "no RNG")
+            free(saved)
+            raise ValueError(f"not a state of this emulator build (its include_rng byte is "
+                             f"{state[head - 1]}, not 0 or 1)")
         cdef bint with_rng = state[head - 1] == 1
         cdef StateFault fault = env_state_check(saved[0], self.env[0], with_rng, False)
         if fault.field != NULL:

@@ -51,6 +51,11 @@ def _interp_code(interpolation):
     return code
 
 
+def _row_size(array) -> int:
+    """Elements of one image of a batch: reshape(n, -1) cannot say it for n == 0."""
+    return int(np.prod(array.shape[1:]))
+
+
 cdef class Resizer:
     """A precomputed resize (one hs::pp::ResizePlan) for one source/destination shape.
 
@@ -153,8 +158,8 @@ cdef class Resizer:
         s = self._check(src, "src", True)
         cdef Py_ssize_t n = s.shape[0], k
         out = self._out(out, n)
-        cdef const uint8_t[:, ::1] sv = s.reshape(n, -1)     # IN
-        cdef uint8_t[:, ::1] ov = out.reshape(n, -1)         # OUT
+        cdef const uint8_t[:, ::1] sv = s.reshape(n, _row_size(s))  # IN
+        cdef uint8_t[:, ::1] ov = out.reshape(n, _row_size(out))  # OUT
         if n == 0:
             return out
         for k in prange(n, nogil=True, schedule="static"):
@@ -169,9 +174,9 @@ cdef class Resizer:
             raise ValueError(f"a and b must hold as many images, got {sa.shape[0]} and {sb.shape[0]}")
         cdef Py_ssize_t n = sa.shape[0], k
         out = self._out(out, n)
-        cdef const uint8_t[:, ::1] av = sa.reshape(n, -1)    # IN
-        cdef const uint8_t[:, ::1] bv = sb.reshape(n, -1)    # IN
-        cdef uint8_t[:, ::1] ov = out.reshape(n, -1)         # OUT
+        cdef const uint8_t[:, ::1] av = sa.reshape(n, _row_size(sa))  # IN
+        cdef const uint8_t[:, ::1] bv = sb.reshape(n, _row_size(sb))  # IN
+        cdef uint8_t[:, ::1] ov = out.reshape(n, _row_size(out))  # OUT
         if n == 0:
             return out
         for k in prange(n, nogil=True, schedule="static"):

@@ -163,6 +163,21 @@ def test_a_restored_state_brings_back_its_mode_and_difficulty_as_in_ale_py(game,
         np.testing.assert_array_equal(g[1], w[1], err_msg=f"screen at check {k}")
 
 
+def test_a_state_whose_include_rng_byte_is_neither_0_nor_1_is_refused():
+    """cloneState writes 0 or 1; another value, with the CRC made to match, restored as
+    "no RNG" without a word."""
+    import zlib
+    a = ALEInterface()
+    a.loadROM(str(rom_path("pong")))
+    state = bytearray(a.cloneState(include_rng=True).serialize())
+    flag_at = len(b"HSENV3") + 16
+    assert state[flag_at] == 1
+    state[flag_at] = 7
+    state[-4:] = zlib.crc32(bytes(state[:-4])).to_bytes(4, "little")
+    with pytest.raises(ValueError, match="include_rng byte is 7, not 0 or 1"):
+        a.restoreState(ALEState(bytes(state)))
+
+
 def test_a_state_restore_names_foreign_bytes_before_a_mode_the_game_lacks():
     """air_raid has no mode 0, the mode ALEState(bytes) reads from bytes it cannot parse:
     garbage and another game's state still get the emulator's own words; a state of this

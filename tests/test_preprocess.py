@@ -372,6 +372,8 @@ def test_batch_and_maxpool_match_cv2(channels):
     assert np.array_equal(pp.maxpool(a, b), pooled)
     out = np.empty((9, 84, 84) + (() if channels == 1 else (channels,)), np.uint8)
     assert r.batch(a, out=out) is out and np.array_equal(out, want)
+    # an empty batch is an empty result (reshape(0, -1) failed before the n == 0 return)
+    assert r.batch(a[:0]).shape == r.maxpool_batch(a[:0], b[:0]).shape == (0,) + out.shape[1:]
 
 
 def test_input_views_and_errors():
