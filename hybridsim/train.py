@@ -52,8 +52,8 @@ CHECKPOINT_KEYS = ("model", "optimizer", "frames", "updates", "config", "num_act
 # (the budget, logging, threads, devices and backends may change; the backends are exact).
 RESUME_MUST_MATCH = ("game", "model", "use_lstm", "obs_normalization", "optimizer", "schedule", "num_steps",
                      "frame_skip", "repeat_action_probability", "noop_max", "episodic_life",
-                     "max_episode_frames", "reward_clip", "seed", "lr", "lr_decay", "rmsprop_alpha",
-                     "eps", "max_grad_norm", "entropy_coef", "value_coef", "gamma", "clip_rho",
+                     "life_loss_terminal", "max_episode_frames", "reward_clip", "seed", "lr", "lr_decay",
+                     "rmsprop_alpha", "eps", "max_grad_norm", "entropy_coef", "value_coef", "gamma", "clip_rho",
                      "clip_pg_rho", "vtrace_lambda")
 # ... and those that shape the updates of one schedule only
 RESUME_MUST_MATCH_PER_SCHEDULE = {"a2c": ("num_minibatches",), "impala": ("learner_batch",)}
@@ -585,6 +585,9 @@ class Trainer:
         self.local_frames = 0  # this rank's frames not yet added to self.frames
         self.updates = 0
         self.episodes = EpisodeTracker(cfg.num_envs)
+        # each environment's lives after its last step (-1: none seen yet), for life_loss_terminal
+        self.last_lives = np.full(cfg.num_envs, -1, np.int64)
+        self._resume_lives = None  # the checkpoint's, restored with the environments
         self._rank_states: list[dict] | None = None  # every rank's _rank_state, on rank 0
         self.all_episodes: list[tuple] = []  # every rank's finished episodes, on rank 0
         self.stop_requested = False  # set by request_stop (SIGUSR1/SIGTERM before a time limit)
@@ -697,6 +700,19 @@ class Trainer:
         self.last_losses = {"losses/policy": pg_loss.item(), "losses/baseline": baseline_loss.item(),
                             "losses/entropy": entropy.item(), "losses/grad_norm": float(grad_norm),
                             "charts/mean_rho": float(out.log_rhos.exp().mean())}
+
+    def _lost_lives(self, env_ids, info, stepped=None) -> np.ndarray | bool:
+        """With life_loss_terminal, which of these environments' steps lost a life with the
+        game playing on: fewer lives than after the last step, and more than 0 (the last one
+        ends the game: ale-py's life_loss_info rule). Keeps their lives for the next step."""
+        if not self.cfg.life_loss_terminal:
+            return False
+        lives = _host(info["lives"]).astype(np.int64)
+        lost = (lives < self.last_lives[env_ids]) & (lives > 0)
+        if stepped is not None:  # an impala environment's first observation is no step
+            lost &= stepped
+        self.last_lives[env_ids] = lives
+        return lost
 
     def set_learning_rate(self):
         if self.cfg.lr_decay:
@@ -952,6 +968,7 @@ class Trainer:
                 "torch_threads": torch.get_num_threads(),  # a CPU learner's sums depend on it
                 "learner_hardware": learner_hardware(self.device),  # and its kernels on these
                 "core_memory": None if self.memory is None else _host(self.memory).copy(),
+                "last_lives": self.last_lives.copy(),
                 "impala_in_flight": self._impala_resume_state()}
 
     def _trajectory_resume_state(self) -> dict:
@@ -1122,6 +1139,8 @@ class Trainer:
         env_state = _decoded_env_state(mine, path, self.rank)
         if self.memory is not None and env_state is not None:
             self._resume_memory = field("core_memory", lambda: self._checked_memory(mine["core_memory"]))
+        if self.cfg.life_loss_terminal and env_state is not None:
+            self._resume_lives = field("last_lives", lambda: self._checked_lives(mine["last_lives"]))
         impala = mine.get("impala_in_flight")
         if env_state is not None and self.cfg.schedule == "impala":
             if impala is not None:
@@ -1134,6 +1153,13 @@ class Trainer:
                       f"(an older checkpoint); environments restart", file=sys.stderr)
                 return None
         return env_state
+
+    def _checked_lives(self, saved) -> np.ndarray:
+        """A checkpoint's lives of this rank's environments after their last steps."""
+        lives = np.asarray(saved)
+        if lives.shape != (self.cfg.num_envs,) or lives.dtype.kind not in "iu":
+            raise ValueError(f"{lives.dtype} array of shape {lives.shape}, not {self.cfg.num_envs} integers")
+        return lives.astype(np.int64)
 
     def _checked_memory(self, saved) -> np.ndarray:
         """A checkpoint's recurrent memory of this rank's environments, checked for this run
@@ -1239,6 +1265,9 @@ class Trainer:
                     self.episodes.returns[:] = self.episodes.lengths[:] = 0  # fresh episodes
                     self.episodes.start_frames[:] = self.frames
                 obs, state_info = self.env.reset(seed=self.env_seed)
+                self._lost_lives(_host(state_info.get("env_id", np.arange(self.cfg.num_envs))), state_info)
+            elif self._resume_lives is not None:
+                self.last_lives[:] = self._resume_lives
             start_time, start_frames = time.perf_counter(), self.frames
             last_log = time.perf_counter()
             next_checkpoint = (self.frames // cfg.checkpoint_every + 1) * cfg.checkpoint_every
@@ -1444,8 +1473,10 @@ class Trainer:
             obs, reward, terminated, truncated, info = self.env.step(actions[t])
             reward, terminated, truncated = _host(reward), _host(terminated), _host(truncated)
             done = np.logical_or(terminated, truncated)
-            rewards[t], dones[t] = reward, done
-            note_step(self.memory, env_ids, actions[t], reward, done)
+            # what the learner takes as an episode's end; the logs and returns keep whole games
+            learn_done = done | self._lost_lives(env_ids, info)
+            rewards[t], dones[t] = reward, learn_done
+            note_step(self.memory, env_ids, actions[t], reward, learn_done)
             self.local_frames += self.frames_per_agent_step(N)
             episode_ids = self.episodes.episode_ids.copy()  # the ids of the steps just taken
             self.episodes.update(env_ids, reward, done, self.frames + self.local_frames)
@@ -1502,17 +1533,18 @@ class Trainer:
             outstanding[ids] = False
             reward, terminated, truncated = reward * answered, terminated & answered, truncated & answered
             done = np.logical_or(terminated, truncated)
+            learn_done = done | self._lost_lives(ids, info, answered)
             for k, e in enumerate(ids):
                 buf = traj[int(e)]
                 # the reward of the buffer's last action; after a resume the buffers start
                 # empty, and an action sent before the checkpoint is not in them
                 if answered[k] and len(buf["rew"]) < len(buf["act"]):
                     buf["rew"].append(reward[k])
-                    buf["done"].append(done[k])
+                    buf["done"].append(learn_done[k])
             if not answered.any():
                 continue
             stepped = ids[answered]
-            note_step(self.memory, stepped, last_action[stepped], reward[answered], done[answered])
+            note_step(self.memory, stepped, last_action[stepped], reward[answered], learn_done[answered])
             self.local_frames += self.frames_per_agent_step(len(stepped))
             frame = self.frames + self.local_frames
             episode_ids = self.episodes.episode_ids[ids].copy()

@@ -89,7 +89,9 @@ class TrainConfig:
     noop_max: int = 30
     """Up to this many no-op actions after each reset."""
     episodic_life: bool = False
-    """End the episode when a life is lost, resetting the game (ale-py's AtariVectorEnv episodic_life: not the DQN variant that plays on, so the agent only sees its first life; eval plays whole games)."""
+    """End the episode when a life is lost, resetting the game (ale-py's AtariVectorEnv episodic_life), so the agent only sees its first life; life_loss_terminal is the DQN variant that plays on. Eval plays whole games."""
+    life_loss_terminal: bool = False
+    """The DQN variant of episodic life: a lost life is a terminal for the learner (no bootstrapping across it, a recurrent core's memory starts afresh) while the game plays on, so the agent sees every life (Mnih et al. 2015; ale-py's life_loss_info, from its `lives`: fewer than before and more than 0). Episode returns, the trajectory logs and eval stay whole games."""
     max_episode_frames: int = 108_000
     """Truncate episodes after this many emulator frames (0: never; ALE's vector envs would cut every episode after one step)."""
     device: str = "auto"
@@ -245,6 +247,9 @@ class TrainConfig:
         checks.append((_utf8(str(self.log_dir)),  # TensorBoard's writer and h5py attributes need it
                        f"log_dir must be a UTF-8 path, got {self.log_dir!r}"))
 
+        checks.append((not (self.episodic_life and self.life_loss_terminal),
+                       "episodic_life and life_loss_terminal: choose one (episodic_life resets the "
+                       "game at the first lost life, so no life is lost while the game plays on)"))
         if self.schedule == "impala":
             checks.append((self.env_batch_size <= self.num_envs,
                            f"env_batch_size ({self.env_batch_size}) must be <= num_envs "

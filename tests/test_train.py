@@ -301,6 +301,64 @@ def test_resume_refuses_other_learning_settings_and_keeps_the_run(tmp_path):
         Trainer(tiny_config(tmp_path, total_frames=800, resume=True, use_lstm=True)).train()
 
 
+def _per_env(env_ids, values) -> dict:
+    out = {}
+    for e, v in zip(env_ids, values):
+        out.setdefault(int(e), []).append(bool(v))
+    return out
+
+
+@pytest.mark.parametrize("schedule", ["a2c", "impala"])
+def test_a_lost_life_ends_the_learners_episode_while_the_game_plays_on(tmp_path, monkeypatch, schedule):
+    """--life-loss-terminal: the learner's episode ends (the dones of its rollouts, and of a
+    recurrent core's memory) are the game's ends plus each step whose lives fell below the
+    step before's with lives left, worked out here from the trajectory log's own columns;
+    the log, the episode returns and the games stay whole."""
+    noted = []  # (env ids, the learner's dones) per environment step, in order
+    note_step = train.note_step
+
+    def recording(memory, index, actions, rewards, dones):
+        noted.append((np.array(index), np.array(dones, bool)))
+        note_step(memory, index, actions, rewards, dones)
+    monkeypatch.setattr(train, "note_step", recording)
+    learned = []  # the dones of each update's rollout
+    learn = Trainer.learn
+
+    def learn_recording(self, obs, actions, behavior_logits, rewards, dones, memory=None):
+        learned.append(np.array(dones))
+        return learn(self, obs, actions, behavior_logits, rewards, dones, memory)
+    monkeypatch.setattr(Trainer, "learn", learn_recording)
+    trainer = Trainer(tiny_config(tmp_path, game="breakout", life_loss_terminal=True, num_minibatches=1,
+                                  total_frames=4000, schedule=schedule, env_batch_size=2, learner_batch=2,
+                                  use_lstm=schedule == "impala", max_episode_frames=1200))
+    summary = trainer.train()
+    steps = {k: v.ravel() for k, v in trajlog.read_steps(  # rows of steps in order, a slot per env
+        tmp_path / "trajectories.h5", fields=["env_id", "terminated", "truncated", "lives", "episode_id"]).items()}
+    steps = {k: v[steps["env_id"] >= 0] for k, v in steps.items()}  # impala: a first observation is no step
+    game_ends = _per_env(steps["env_id"], steps["terminated"] | steps["truncated"])
+    lives = {e: [int(x) for x in steps["lives"][steps["env_id"] == e]] for e in game_ends}
+    expected = {}
+    for e, ends in game_ends.items():  # the slow, obvious rule
+        expected[e] = []
+        for t, end in enumerate(ends):
+            lost = t > 0 and 0 < lives[e][t] < lives[e][t - 1]
+            expected[e].append(end or lost)
+    assert _per_env(np.concatenate([i for i, _ in noted]), np.concatenate([d for _, d in noted])) == expected
+    lost_lives = sum(map(sum, expected.values())) - sum(map(sum, game_ends.values()))
+    assert lost_lives >= 8 and 0 < sum(map(sum, game_ends.values()))  # lives lost mid-game, and games ended
+    assert any(d.any() for d in learned)
+    if schedule == "a2c":  # one update a rollout of all environments, in step order
+        assert np.array_equal(np.concatenate(learned).astype(bool),
+                              np.stack([d for _, d in noted])[:len(learned) * 5])
+    # an episode is a whole game: its id changes only where a game ended
+    for e in game_ends:
+        ids = steps["episode_id"][steps["env_id"] == e]
+        assert np.array_equal(np.flatnonzero(np.diff(ids)), np.flatnonzero(game_ends[e][:-1]))
+    assert summary["episodes"] == sum(map(sum, game_ends.values()))
+    with pytest.raises(ValueError, match="episodic_life and life_loss_terminal: choose one"):
+        Trainer(tiny_config(tmp_path / "both", game="breakout", life_loss_terminal=True, episodic_life=True))
+
+
 @pytest.mark.parametrize("use_lstm", [False, True])
 def test_running_normalization_learns_on_the_actors_policy(tmp_path, monkeypatch, use_lstm):
     """With one minibatch every a2c update is on-policy: the learner's logits are the ones

@@ -60,17 +60,20 @@ def test_train_on_the_cpu_engine_and_resume(tmp_path, schedule, capsys):
     assert resumed["frames"] >= 1600
 
 
-@pytest.mark.parametrize("schedule,use_lstm", [("a2c", False), ("impala", False), ("a2c", True),
-                                               ("impala", True)])
-def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, schedule, use_lstm):
+@pytest.mark.parametrize("schedule,use_lstm,life_loss_terminal", [
+    ("a2c", False, False), ("impala", False, False), ("a2c", True, False), ("impala", True, False),
+    ("a2c", False, True), ("impala", True, True)])
+def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, schedule, use_lstm, life_loss_terminal):
     """Stopped by a signal mid-run and resumed, the run ends with the same parameters,
     optimizer state and episode records as one that never stopped, also for the episodes
     running at the stop (short truncated episodes cross it). Impala (one worker thread, so
     the batches come in submission order): with the actions in flight at the stop and the
     trajectories in progress or waiting for the learner. A recurrent network: with every
-    environment's memory, and each waiting trajectory's memory at its start."""
+    environment's memory, and each waiting trajectory's memory at its start. With
+    --life-loss-terminal (breakout, 5 lives): with each environment's lives at the stop."""
     import torch
-    base = dict(game="pong", backend="cpu", num_envs=4, num_minibatches=2, total_frames=4000,
+    base = dict(game="breakout" if life_loss_terminal else "pong", life_loss_terminal=life_loss_terminal,
+                backend="cpu", num_envs=4, num_minibatches=2, total_frames=4000,
                 num_threads=1, torch_threads=1, log_every=0.0, checkpoint_every=10**9, noop_max=5,
                 max_episode_frames=600, log_trajectories=False, schedule=schedule, use_lstm=use_lstm)
     if schedule == "impala":
@@ -104,6 +107,13 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, schedule, use_lstm)
     torch.save(state, tmp_path / "split_raw" / "checkpoint.pt")
     for run in ("split", "split_raw"):
         resumed = Trainer(TrainConfig(**base, log_dir=str(tmp_path / run), resume=True))
+        lives_at_start = []
+        resumed_iteration = getattr(resumed, f"_{schedule}_iteration")
+
+        def noting_lives(state, iteration=resumed_iteration, trainer=resumed):
+            lives_at_start.append(trainer.last_lives.copy())
+            iteration(state)
+        setattr(resumed, f"_{schedule}_iteration", noting_lives)
         resumed.train()
 
         assert resumed.frames == whole.frames and resumed.updates == whole.updates
@@ -117,10 +127,21 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, schedule, use_lstm)
         assert resumed.all_episodes == whole.all_episodes
         if schedule == "impala":
             assert len(first._loop_state["ready"]) and state["rank_states"][0]["impala_in_flight"]["outstanding"].any()
+        if life_loss_terminal:  # lives lost before the stop, and the lives at it restored
+            saved = state["rank_states"][0]["last_lives"]
+            assert np.array_equal(saved, first.last_lives) and (saved < 5).any() and (saved > 0).all()
+            assert np.array_equal(lives_at_start[0], saved)
         if use_lstm:  # memories in mid-episode crossed the stop
             saved = state["rank_states"][0]["core_memory"]
             assert saved.shape == (4, 2 * 256 + 3) and (saved[:, -1] == 0).any() and np.abs(saved[:, :256]).max() > 0
             torch.testing.assert_close(resumed.memory, whole.memory, rtol=0, atol=0)
+    if life_loss_terminal:  # a damaged record of the lives is named
+        lives = state["rank_states"][0]["last_lives"]
+        for damaged in (lives[:3], lives.astype(np.float32), None):
+            torch.save(dict(state, rank_states=[dict(state["rank_states"][0], last_lives=damaged)]),
+                       tmp_path / "split" / "checkpoint.pt")
+            with pytest.raises(ValueError, match="damaged checkpoint: its last_lives does not load"):
+                Trainer(TrainConfig(**base, log_dir=str(tmp_path / "split"), resume=True)).train()
 
 
 class _TensorBatches:
