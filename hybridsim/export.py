@@ -29,7 +29,7 @@ import numpy as np
 
 from hybridsim import HybridsimWarning, replay, storage, trajlog
 
-COPIED = ("action", "reward_raw", "terminated", "truncated", "episode_id", "global_frame")
+COPIED = ("action", "reward_raw", "terminated", "truncated", "episode_id", "global_frame", "lives")
 BLOCK_ROWS = 256  # rows written at once at most (and the chunk's rows of the step columns)
 BLOCK_BYTES = 64 << 20  # observations held before they are written: fewer rows for wide ranks
 OBS_CHUNK_ROWS = 32  # an observation chunk: 32 steps of one environment (~0.9 MB at 4x84x84)
@@ -436,7 +436,7 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
                     obs, _ = vec.reset(seed=seed)
                 block[r - start] = np.asarray(obs)
                 obs, reward, terminated, truncated, info = vec.step(actions[r - start].astype(np.int64))
-                _check_row(path, r, log, r - start, reward, terminated, truncated)
+                _check_row(path, r, log, r - start, reward, terminated, truncated, info["lives"])
                 ended = np.asarray(terminated, bool) | np.asarray(truncated, bool)
                 if ended.any():
                     ends.append(np.asarray(info["final_obs"])[ended])
@@ -556,7 +556,7 @@ def _check_episode_ids(path, columns, r, ids, before, ended, restart) -> None:
         f"holds {int(ids[c])}, not {expected}; nothing was written")
 
 
-def _check_row(path, r, log, i, reward, terminated, truncated) -> None:
+def _check_row(path, r, log, i, reward, terminated, truncated, lives) -> None:
     """Row r (row i of the block `log`) as re-emulated against the file's."""
     problems = []
     if not np.array_equal(np.asarray(reward, np.float64), log["reward_raw"][i].astype(np.float64)):
@@ -564,13 +564,21 @@ def _check_row(path, r, log, i, reward, terminated, truncated) -> None:
     if not (np.array_equal(np.asarray(terminated, bool), log["terminated"][i].astype(bool))
             and np.array_equal(np.asarray(truncated, bool), log["truncated"][i].astype(bool))):
         problems.append("episode ends")
+    if not np.array_equal(np.asarray(lives, np.int64), log["lives"][i].astype(np.int64)):
+        problems.append("lives")
     if problems:
         raise ExportMismatch(f"{path}: step row {r}: the re-emulated {' and '.join(problems)} differ "
                              f"from the logged ones (not this run's log, or a damaged one); nothing "
                              f"was written")
 
 
-DATASET_COLUMNS = COPIED + ("behavior_logits", "cut_short")  # a dataset's per-step arrays
+# a dataset's per-step arrays; `lives` came later (2026-12-07): a dataset without it reads as before
+DATASET_COLUMNS = tuple(n for n in COPIED if n != "lives") + ("behavior_logits", "cut_short")
+
+
+def _columns(g) -> tuple:
+    """The per-step arrays of dataset `g`."""
+    return DATASET_COLUMNS + (("lives",) if "lives" in g else ())
 
 
 def iter_transitions(path, block_rows: int = BLOCK_ROWS):
@@ -578,8 +586,8 @@ def iter_transitions(path, block_rows: int = BLOCK_ROWS):
     a dict of arrays with one entry per (row, column) step, in row-major order:
     `observations` (what the policy saw), `actions`, `rewards` (unclipped), `terminated`,
     `truncated`, `cut_short` (a resume restarted the environment after this step),
-    `next_observations`, `behavior_logits`, `episode_id`, `global_frame`, `env_id` and
-    `row`. A step's next observation is the next row's, unless the step ended its episode
+    `next_observations`, `behavior_logits`, `episode_id`, `global_frame`, `env_id`, `row`
+    and `lives` (after the step; absent from datasets written before 2026-12-07). A step's next observation is the next row's, unless the step ended its episode
     (terminated, truncated or cut short): then the one in `final_observations`. The last
     row's steps that end no episode have no next observation in the file and are left out.
     A file that is not such a dataset, or is damaged, raises TrajectoryLogError naming it."""
@@ -608,7 +616,7 @@ def _check_dataset_layout(g, path, env_ids, final_index) -> None:
         bad.append(f"observations is {observations.ndim}-D, not (rows, environments, observation)")
     else:
         rows, width = observations.shape[:2]
-        for name in DATASET_COLUMNS:
+        for name in _columns(g):
             if g[name].shape[:2] != (rows, width):
                 bad.append(f"{name} has shape {g[name].shape}, not {rows} rows of {width} environments "
                            f"as observations")
@@ -644,6 +652,7 @@ def _dataset_blocks(g, path, block_rows):
     observations = g["observations"]
     rows, width = observations.shape[:2]
     final_at = {(int(r), int(c)): k for k, (r, c) in enumerate(final_index)}
+    columns = _columns(g)
     # a block holds its rows' observations three times: as read, as yielded and as the
     # steps' next observations
     step_bytes = 3 * width * int(np.prod(observations.shape[2:]))
@@ -651,7 +660,7 @@ def _dataset_blocks(g, path, block_rows):
     for start in range(0, rows, block_rows):
         stop = min(rows, start + block_rows)
         seen = observations[start:min(rows, stop + 1)]  # and the next row's, for next_observations
-        block = {name: g[name][start:stop] for name in DATASET_COLUMNS}
+        block = {name: g[name][start:stop] for name in columns}
         ends = block["terminated"].astype(bool) | block["truncated"].astype(bool) | block["cut_short"]
         has_next = np.ones(ends.shape, bool)
         if stop == rows:
@@ -674,4 +683,5 @@ def _dataset_blocks(g, path, block_rows):
                "truncated": block["truncated"][r, c], "cut_short": block["cut_short"][r, c],
                "next_observations": following, "behavior_logits": block["behavior_logits"][r, c],
                "episode_id": block["episode_id"][r, c], "global_frame": block["global_frame"][r, c],
-               "env_id": env_ids[c], "row": start + r}
+               "env_id": env_ids[c], "row": start + r,
+               **({"lives": block["lives"][r, c]} if "lives" in block else {})}

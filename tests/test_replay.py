@@ -376,7 +376,8 @@ def _slow_transitions(out):
                           "truncated": data["truncated"][t, b], "cut_short": data["cut_short"][t, b],
                           "next_observations": following, "behavior_logits": data["behavior_logits"][t, b],
                           "episode_id": data["episode_id"][t, b], "global_frame": data["global_frame"][t, b],
-                          "env_id": env_ids[b], "row": t})
+                          "env_id": env_ids[b], "row": t,
+                          **({"lives": data["lives"][t, b]} if "lives" in data else {})})
     return {name: np.stack([one[name] for one in taken]) for name in taken[0]}
 
 
@@ -710,6 +711,13 @@ def test_export_is_the_log_with_every_observation(short_episode_run, tmp_path):
         assert g.attrs["game"] == "breakout" and g.attrs["backend"] == "cpu"
     _assert_export_holds_every_replayed_episode(path, out)
     _assert_transitions_read_as_the_slow_reader_does(out)
+    assert len(np.unique(_transitions(out)["lives"])) > 1  # breakout: lives were lost
+    older = tmp_path / "before_lives.h5"  # a dataset written before lives were exported
+    older.write_bytes(out.read_bytes())
+    with h5py.File(older, "r+") as g:
+        del g["lives"]
+    assert "lives" not in _transitions(older)
+    _assert_transitions_read_as_the_slow_reader_does(older)
     with pytest.raises(trajlog.TrajectoryLogError, match="a trajectory log; export it first"):
         next(export.iter_transitions(path))
     with pytest.raises(IsADirectoryError, match="a directory; name one of the datasets in it"):
@@ -730,6 +738,7 @@ def test_export_is_the_log_with_every_observation(short_episode_run, tmp_path):
 @pytest.mark.parametrize("field,message", [
     ("steps/reward_raw", "step row 40: the re-emulated rewards differ"),
     ("steps/terminated", "step row 40: the re-emulated episode ends differ"),
+    ("steps/lives", "step row 40: the re-emulated lives differ"),
     ("observations/frames", "step row .*, env 0: the re-emulated observation differs"),
 ])
 def test_export_checks_each_row_against_the_log(short_episode_run, tmp_path, field, message):
@@ -740,7 +749,7 @@ def test_export_checks_each_row_against_the_log(short_episode_run, tmp_path, fie
         if field == "observations/frames":
             f[field][3, 0, 40, 40] ^= 0xFF
         else:
-            f[field][40, 1] = (f[field][40, 1] + 7) if field.endswith("raw") else not f[field][40, 1]
+            f[field][40, 1] = (f[field][40, 1] + 7) if field.endswith(("raw", "lives")) else not f[field][40, 1]
     with pytest.raises(export.ExportMismatch, match=message):
         export.export_dataset(tampered, tmp_path / "dataset.h5")
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no output, no temporary file
