@@ -88,7 +88,7 @@ def _env_history(f, path, env_id: int, schedule: str) -> dict:
             f"twice; cannot replay")
     trajlog.check_frames_grow(path, frames[:, None], rows, [env_id], "cannot replay")
     take = {name: steps[name][:n][rows, cols] for name in
-            ("action", "reward_raw", "terminated", "truncated", "episode_id")}
+            ("action", "reward_raw", "terminated", "truncated", "episode_id", "lives")}
     take["global_frame"], take["step_index"], take["column"] = frames, rows, cols
     return take
 
@@ -115,8 +115,8 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
     With keep_transitions, `result.transitions` holds the episode as the agent lived it,
     one entry per step t: `observations[t]` (what the policy saw when it chose
     `actions[t]`, re-emulated: the run logs few or no observations), `actions`,
-    `rewards` (unclipped), `terminated`, `truncated`, `behavior_logits` (the acting
-    policy's, from the log), `global_frame`; and `final_observation`, the one after the
+    `rewards` (unclipped), `terminated`, `truncated`, `lives` (after the step),
+    `behavior_logits` (the acting policy's, from the log), `global_frame`; and `final_observation`, the one after the
     last step (what a truncated episode bootstraps from). With `scratch_dir` the
     observations are a memmap over an unlinked temporary file there (what `replay --npz`
     does, in the output's directory: a 27,000-step episode of 4x84x84 frames is 0.76 GB),
@@ -199,6 +199,8 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
                 mismatches.append(f"step {step}: reward {float(reward[0])} replayed, {history['reward_raw'][k]} logged")
             if bool(terminated[0]) != bool(history["terminated"][k]) or bool(truncated[0]) != bool(history["truncated"][k]):
                 mismatches.append(f"step {step}: episode end differs")
+            if int(info["lives"][0]) != int(history["lives"][k]):
+                mismatches.append(f"step {step}: lives {int(info['lives'][0])} replayed, {history['lives'][k]} logged")
             if int(step) in logged_obs and not np.array_equal(obs[0], logged_obs[int(step)]):
                 mismatches.append(f"step {step}: observation differs")
             if in_episode:
@@ -225,7 +227,7 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
                        "final_observation": final_observation, "behavior_logits": logits}
         transitions.update({name: history[source][own] for name, source in
                             (("actions", "action"), ("rewards", "reward_raw"), ("terminated", "terminated"),
-                             ("truncated", "truncated"), ("global_frame", "global_frame"))})
+                             ("truncated", "truncated"), ("global_frame", "global_frame"), ("lives", "lives"))})
     return ReplayResult(env_id, episode_id, int(own.size), total, mismatches, frames,
                         backend=str(cfg["backend"]), game=str(cfg["game"]), transitions=transitions)
 

@@ -82,6 +82,12 @@ def test_tampered_log_is_caught(short_episode_run, tmp_path):
     result = replay.replay(copy, 0)
     assert not result.reproduced
     assert "reward" in result.mismatches[0]
+    copy.write_bytes(src.read_bytes())
+    with h5py.File(copy, "r+") as f:  # a life that was never lost
+        f["steps/lives"][rows[5], cols[5]] = f["steps/lives"][rows[5], cols[5]] - 1
+    result = replay.replay(copy, 0)
+    assert not result.reproduced
+    assert result.mismatches[0].startswith(f"step {rows[5]}: lives ") and "logged" in result.mismatches[0]
 
 
 def test_a_damaged_env_id_or_global_frame_is_named_not_replayed_as_a_mismatch(
@@ -115,7 +121,7 @@ def test_transitions_are_what_the_agent_saw_and_did(short_episode_run, tmp_path)
     path = trajlog.rank_file(short_episode_run, 0)
     with h5py.File(path, "r") as f:
         steps = {k: f["steps"][k][()] for k in ("env_id", "episode_id", "action", "reward_raw",
-                                                "terminated", "truncated", "behavior_logits")}
+                                                "terminated", "truncated", "lives", "behavior_logits")}
         logged = dict(zip((int(r) for r, e, _ in f["observations/index"][()] if e == 0),
                           f["observations/frames"][()]))
     episodes = trajlog.read_episodes(path)
@@ -133,7 +139,7 @@ def test_transitions_are_what_the_agent_saw_and_did(short_episode_run, tmp_path)
     cols = np.nonzero(steps["env_id"][rows] == 0)[1]
     assert t["observations"].shape == (ours.steps, 4, 84, 84) == (rows.size, 4, 84, 84)
     for name, field in (("actions", "action"), ("rewards", "reward_raw"), ("terminated", "terminated"),
-                        ("truncated", "truncated"), ("behavior_logits", "behavior_logits")):
+                        ("truncated", "truncated"), ("lives", "lives"), ("behavior_logits", "behavior_logits")):
         assert np.array_equal(t[name], steps[field][rows, cols]), name
     assert t["terminated"][-1] or t["truncated"][-1]
     assert not (t["terminated"][:-1] | t["truncated"][:-1]).any()
