@@ -16,6 +16,7 @@ import torch
 from hybridsim.models import build_model, note_step, to_device
 from hybridsim.scores import human_normalized, on_reference_protocol
 from hybridsim.train import TrainConfig, has_nonfinite_weights, make_vector_env, read_checkpoint
+from hybridsim.train_config import life_lost
 
 ENVS = {"hybridsim": "cpu", "ale-py": "ale-py"}
 
@@ -75,13 +76,16 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
     if not random_policy and has_nonfinite_weights(model):
         raise ValueError(f"{checkpoint}: its network holds NaN or infinite weights (training diverged)")
     generator = torch.Generator().manual_seed(seed)
-    obs, _ = vec.reset(seed=seed)
+    obs, info = vec.reset(seed=seed)
     # Each environment owns a fixed quota of episodes, so the score does not favour the
     # episodes that happen to end first (in Pong, the short, lost ones).
     quota = np.full(num_envs, episodes // num_envs)
     quota[:episodes % num_envs] += 1
     returns, running = [], np.zeros(num_envs)
     memory = model.initial_memory(num_envs)  # a recurrent policy's, reset at each episode start
+    # ... and, trained with --life-loss-terminal, at each lost life, as it was in training
+    # (the games and their returns stay whole)
+    lives = np.asarray(info["lives"]) if memory is not None and cfg.life_loss_terminal else None
     for _ in range(max_steps):
         if random_policy:  # uniform logits; the network is not consulted
             logits = torch.zeros(num_envs, state["num_actions"])
@@ -92,8 +96,12 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
             actions = logits.argmax(-1)
         else:
             actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1)
-        obs, reward, terminated, truncated, _ = vec.step(actions.numpy().astype(np.int64))
-        note_step(memory, slice(None), actions, reward, np.logical_or(terminated, truncated))
+        obs, reward, terminated, truncated, info = vec.step(actions.numpy().astype(np.int64))
+        starts = np.logical_or(terminated, truncated)
+        if lives is not None:
+            lives, before = np.asarray(info["lives"]), lives
+            starts = starts | life_lost(lives, before)
+        note_step(memory, slice(None), actions, reward, starts)
         running += reward
         for k in np.nonzero(np.logical_or(terminated, truncated))[0]:
             if quota[k] > 0:

@@ -45,7 +45,7 @@ from hybridsim.optim import RMSpropTF
 from hybridsim.runlock import LOCK_NAME, RunDirectoryBusy, RunLock, sees_holder
 from hybridsim.scores import human_normalized
 from hybridsim.storage import StorageError
-from hybridsim.train_config import OBSERVATION_SHAPE, TrainConfig, make_vector_env
+from hybridsim.train_config import OBSERVATION_SHAPE, TrainConfig, life_lost, make_vector_env
 
 CHECKPOINT_KEYS = ("model", "optimizer", "frames", "updates", "config", "num_actions", "obs_shape")
 # Settings that define what is learned: a resumed run must keep the checkpoint's values
@@ -95,7 +95,7 @@ def read_checkpoint(path, map_location=None) -> dict:
                          f"{type(state['config']).__name__})")
     if "digest" in state and checkpoint_digest(state) != state["digest"]:
         raise ValueError(f"{path}: damaged checkpoint: its network, optimizer state, RNG state, action "
-                         f"counters or recurrent memory differ from what was written (digest mismatch; "
+                         f"counters, recurrent memory or lives differ from what was written (digest mismatch; "
                          f"torch.load does not check the tensors' bytes); train keeps one checkpoint, each save "
                          f"replacing it: restore it from a backup of the run directory, or start a new run")
     problem = _checkpoint_problem(state)
@@ -114,8 +114,8 @@ def has_nonfinite_weights(model: torch.nn.Module) -> bool:
 
 def checkpoint_digest(state: dict) -> str:
     """blake2b of a checkpoint's tensors and arrays that load silently when damaged (the
-    network, optimizer state, torch RNG, action counters, recurrent memory): names, dtypes,
-    shapes, bytes."""
+    network, optimizer state, torch RNG, action counters, recurrent memory, lives after the
+    last steps): names, dtypes, shapes, bytes."""
     h = hashlib.blake2b(digest_size=16)
 
     def feed(x):
@@ -139,14 +139,15 @@ def checkpoint_digest(state: dict) -> str:
     for field in DIGESTED_FIELDS:
         h.update(field.encode())
         feed(state.get(field))
-    # a recurrent network's memory rows (rank states of checkpoints without one add nothing,
-    # so their digests are what they were)
+    # a recurrent network's memory rows and --life-loss-terminal's lives (rank states of
+    # checkpoints without them add nothing, so their digests are what they were)
     rank_states = state.get("rank_states")
     rank_states = rank_states if isinstance(rank_states, list) else []
-    memories = [r.get("core_memory") for r in rank_states if isinstance(r, dict)]
-    if any(m is not None for m in memories):
-        h.update(b"core_memory")
-        feed(memories)
+    for name in ("core_memory", "last_lives"):
+        arrays = [r.get(name) for r in rank_states if isinstance(r, dict)]
+        if any(a is not None for a in arrays):
+            h.update(name.encode())
+            feed(arrays)
     return h.hexdigest()
 
 
@@ -708,7 +709,7 @@ class Trainer:
         if not self.cfg.life_loss_terminal:
             return False
         lives = _host(info["lives"]).astype(np.int64)
-        lost = (lives < self.last_lives[env_ids]) & (lives > 0)
+        lost = life_lost(lives, self.last_lives[env_ids])
         if stepped is not None:  # an impala environment's first observation is no step
             lost &= stepped
         self.last_lives[env_ids] = lives
@@ -968,7 +969,7 @@ class Trainer:
                 "torch_threads": torch.get_num_threads(),  # a CPU learner's sums depend on it
                 "learner_hardware": learner_hardware(self.device),  # and its kernels on these
                 "core_memory": None if self.memory is None else _host(self.memory).copy(),
-                "last_lives": self.last_lives.copy(),
+                **({"last_lives": self.last_lives.copy()} if self.cfg.life_loss_terminal else {}),
                 "impala_in_flight": self._impala_resume_state()}
 
     def _trajectory_resume_state(self) -> dict:

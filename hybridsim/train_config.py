@@ -281,6 +281,12 @@ def _utf8(text: str) -> bool:
     return True
 
 
+def life_lost(lives, lives_before):
+    """Which steps lost a life with the game playing on: fewer lives than before the step,
+    and more than 0 (the last one ends the game). ale-py's rule for life_loss_info."""
+    return (lives < lives_before) & (lives > 0)
+
+
 def _raise_first_failure(checks: list[tuple[bool, str]]):
     for ok, message in checks:
         if not ok:

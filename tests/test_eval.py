@@ -56,6 +56,44 @@ def test_a_recurrent_policy_plays_the_same_episodes_on_both_engines(tmp_path, mo
     assert sum(d.sum() for d in firsts) >= 2  # episodes ended, and the memory was told
 
 
+def test_a_recurrent_policy_trained_on_lost_lives_starts_its_memory_at_each_one(tmp_path, monkeypatch):
+    """Trained with --life-loss-terminal, an LSTM policy's memory started afresh at each lost
+    life; eval does the same (the policy never saw a memory carried across lives), while
+    its episodes and returns stay whole games."""
+    from hybridsim import models, train_config
+    run = tmp_path / "lstm"
+    Trainer(TrainConfig(game="breakout", backend="cpu", num_envs=2, total_frames=400, log_dir=str(run),
+                        num_threads=1, torch_threads=1, log_every=1000.0, log_trajectories=False,
+                        use_lstm=True, life_loss_terminal=True)).train()
+    starts, seen = [], []
+    note_step = models.note_step
+    monkeypatch.setattr(evaluate, "note_step", lambda memory, index, actions, rewards, dones: (
+        starts.append(np.asarray(dones).copy()), note_step(memory, index, actions, rewards, dones)))
+    make = train_config.make_vector_env
+
+    def recording_env(*args, **kwargs):  # each step's lives and episode ends, as the env gave them
+        vec = make(*args, **kwargs)
+        reset, step = vec.reset, vec.step
+
+        def recorded_reset(**kw):
+            obs, info = reset(**kw)
+            seen.append((np.asarray(info["lives"]).copy(), np.zeros(len(obs), bool)))
+            return obs, info
+
+        def recorded_step(actions):
+            out = step(actions)
+            seen.append((np.asarray(out[4]["lives"]).copy(), np.logical_or(out[2], out[3])))
+            return out
+        vec.reset, vec.step = recorded_reset, recorded_step
+        return vec
+    monkeypatch.setattr(evaluate, "make_vector_env", recording_env)
+    result = evaluate.evaluate(run, env="ale-py", episodes=2, num_envs=2, seed=3)
+    expected = [ends | ((lives < before) & (lives > 0)) for (before, _), (lives, ends) in zip(seen, seen[1:])]
+    assert len(starts) == len(expected) and all(np.array_equal(a, b) for a, b in zip(starts, expected))
+    lost = sum(int(e.sum()) for e in expected) - sum(int(ends.sum()) for _, ends in seen)
+    assert lost >= 4 and result["episodes"] == 2  # lives lost mid-game; whole games scored
+
+
 def test_too_few_finished_episodes_are_an_error_not_a_score(run_dir):
     """A partial result favours the episodes that end soonest."""
     with pytest.raises(evaluate.IncompleteEvaluation, match=r"only 0 of 2 episodes ended within 50 steps"):

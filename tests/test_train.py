@@ -328,9 +328,20 @@ def test_a_lost_life_ends_the_learners_episode_while_the_game_plays_on(tmp_path,
         learned.append(np.array(dones))
         return learn(self, obs, actions, behavior_logits, rewards, dones, memory)
     monkeypatch.setattr(Trainer, "learn", learn_recording)
+    largest_log_rho = []
+    from_logits = train.vtrace.from_logits
+
+    def rho_recording(**kwargs):
+        out = from_logits(**kwargs)
+        largest_log_rho.append(float(out.log_rhos.abs().max()))
+        return out
+    monkeypatch.setattr(train.vtrace, "from_logits", rho_recording)
+    # impala: an LSTM whose weights barely move, so the learner's logits are the actor's
+    # exactly when it resets the memory where the actor did (its dones are the actor's)
+    impala = dict(use_lstm=True, lr=1e-30) if schedule == "impala" else {}
     trainer = Trainer(tiny_config(tmp_path, game="breakout", life_loss_terminal=True, num_minibatches=1,
                                   total_frames=4000, schedule=schedule, env_batch_size=2, learner_batch=2,
-                                  use_lstm=schedule == "impala", max_episode_frames=1200))
+                                  max_episode_frames=1200, **impala))
     summary = trainer.train()
     steps = {k: v.ravel() for k, v in trajlog.read_steps(  # rows of steps in order, a slot per env
         tmp_path / "trajectories.h5", fields=["env_id", "terminated", "truncated", "lives", "episode_id"]).items()}
@@ -347,6 +358,8 @@ def test_a_lost_life_ends_the_learners_episode_while_the_game_plays_on(tmp_path,
     lost_lives = sum(map(sum, expected.values())) - sum(map(sum, game_ends.values()))
     assert lost_lives >= 8 and 0 < sum(map(sum, game_ends.values()))  # lives lost mid-game, and games ended
     assert any(d.any() for d in learned)
+    if schedule == "impala":
+        assert len(largest_log_rho) == len(learned) >= 10 and max(largest_log_rho) < 1e-5, max(largest_log_rho)
     if schedule == "a2c":  # one update a rollout of all environments, in step order
         assert np.array_equal(np.concatenate(learned).astype(bool),
                               np.stack([d for _, d in noted])[:len(learned) * 5])
@@ -1090,7 +1103,7 @@ def test_bytes_damaged_inside_a_weight_tensor_are_found(small_run, tmp_path):
     damaged = torch.load(run / "checkpoint.pt", weights_only=False)
     assert not all(torch.equal(v, damaged["model"][k]) for k, v in state["model"].items())
     with pytest.raises(ValueError, match="damaged checkpoint: its network, optimizer state, RNG state, "
-                                         "action counters or recurrent memory differ from what was written"):
+                                         "action counters, recurrent memory or lives differ from what was written"):
         evaluate.evaluate(run / "checkpoint.pt", episodes=1, env="hybridsim")
     with pytest.raises(ValueError, match="digest mismatch"):
         Trainer(tiny_config(run, backend="cpu", total_frames=800, log_trajectories=False, resume=True)).train()

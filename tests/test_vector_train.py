@@ -135,13 +135,20 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, schedule, use_lstm,
             saved = state["rank_states"][0]["core_memory"]
             assert saved.shape == (4, 2 * 256 + 3) and (saved[:, -1] == 0).any() and np.abs(saved[:, :256]).max() > 0
             torch.testing.assert_close(resumed.memory, whole.memory, rtol=0, atol=0)
-    if life_loss_terminal:  # a damaged record of the lives is named
+    if life_loss_terminal:  # damaged lives are named (their bytes are in the digest too)
         lives = state["rank_states"][0]["last_lives"]
-        for damaged in (lives[:3], lives.astype(np.float32), None):
-            torch.save(dict(state, rank_states=[dict(state["rank_states"][0], last_lives=damaged)]),
-                       tmp_path / "split" / "checkpoint.pt")
-            with pytest.raises(ValueError, match="damaged checkpoint: its last_lives does not load"):
+        for damaged in (lives[:3], lives.astype(np.float32), None, lives + 1):
+            edited = dict(state, rank_states=[dict(state["rank_states"][0], last_lives=damaged)])
+            if damaged is not None and damaged.shape == lives.shape and damaged.dtype == lives.dtype:
+                message = "counters, recurrent memory or lives differ from what was written"
+            else:  # a checkpoint without a digest (older ones) is checked field by field
+                message = "damaged checkpoint: its last_lives does not load"
+                del edited["digest"]
+            torch.save(edited, tmp_path / "split" / "checkpoint.pt")
+            with pytest.raises(ValueError, match=message):
                 Trainer(TrainConfig(**base, log_dir=str(tmp_path / "split"), resume=True)).train()
+    else:  # written only where they are used
+        assert "last_lives" not in state["rank_states"][0]
 
 
 class _TensorBatches:
