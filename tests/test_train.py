@@ -301,6 +301,19 @@ def test_resume_refuses_other_learning_settings_and_keeps_the_run(tmp_path):
         Trainer(tiny_config(tmp_path, total_frames=800, resume=True, use_lstm=True)).train()
 
 
+def _record_largest_log_rho(monkeypatch) -> list:
+    """A list that gets each update's largest |log rho| (learner against actor logits)."""
+    largest = []
+    from_logits = train.vtrace.from_logits
+
+    def recording(**kwargs):
+        out = from_logits(**kwargs)
+        largest.append(float(out.log_rhos.abs().max()))
+        return out
+    monkeypatch.setattr(train.vtrace, "from_logits", recording)
+    return largest
+
+
 def _per_env(env_ids, values) -> dict:
     out = {}
     for e, v in zip(env_ids, values):
@@ -328,14 +341,7 @@ def test_a_lost_life_ends_the_learners_episode_while_the_game_plays_on(tmp_path,
         learned.append(np.array(dones))
         return learn(self, obs, actions, behavior_logits, rewards, dones, memory)
     monkeypatch.setattr(Trainer, "learn", learn_recording)
-    largest_log_rho = []
-    from_logits = train.vtrace.from_logits
-
-    def rho_recording(**kwargs):
-        out = from_logits(**kwargs)
-        largest_log_rho.append(float(out.log_rhos.abs().max()))
-        return out
-    monkeypatch.setattr(train.vtrace, "from_logits", rho_recording)
+    largest_log_rho = _record_largest_log_rho(monkeypatch)
     # impala: an LSTM whose weights barely move, so the learner's logits are the actor's
     # exactly when it resets the memory where the actor did (its dones are the actor's)
     impala = dict(use_lstm=True, lr=1e-30) if schedule == "impala" else {}
@@ -377,14 +383,7 @@ def test_running_normalization_learns_on_the_actors_policy(tmp_path, monkeypatch
     """With one minibatch every a2c update is on-policy: the learner's logits are the ones
     the actor sampled from (the statistics took the batch before the learner's forward pass,
     and the logits differed by up to 7e-2)."""
-    largest_log_rho = []
-    from_logits = train.vtrace.from_logits
-
-    def recording(**kwargs):
-        out = from_logits(**kwargs)
-        largest_log_rho.append(float(out.log_rhos.abs().max()))
-        return out
-    monkeypatch.setattr(train.vtrace, "from_logits", recording)
+    largest_log_rho = _record_largest_log_rho(monkeypatch)
     trainer = Trainer(tiny_config(tmp_path, obs_normalization="running", num_minibatches=1,
                                   use_lstm=use_lstm, total_frames=800, log_trajectories=False))
     trainer.train()
