@@ -1267,6 +1267,10 @@ class Trainer:
                     self.episodes.start_frames[:] = self.frames
                 obs, state_info = self.env.reset(seed=self.env_seed)
                 self._lost_lives(_host(state_info.get("env_id", np.arange(self.cfg.num_envs))), state_info)
+                if cfg.life_loss_terminal and self.rank == 0 and not cfg.resume and (self.last_lives <= 0).all():
+                    print(f"note: {cfg.game} shows no lives at its start (ALE reports 0 for a game "
+                          f"without them), so --life-loss-terminal ends no learner episode early",
+                          file=sys.stderr)
             elif self._resume_lives is not None:
                 self.last_lives[:] = self._resume_lives
             start_time, start_frames = time.perf_counter(), self.frames

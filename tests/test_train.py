@@ -322,7 +322,7 @@ def _per_env(env_ids, values) -> dict:
 
 
 @pytest.mark.parametrize("schedule", ["a2c", "impala"])
-def test_a_lost_life_ends_the_learners_episode_while_the_game_plays_on(tmp_path, monkeypatch, schedule):
+def test_a_lost_life_ends_the_learners_episode_while_the_game_plays_on(tmp_path, monkeypatch, capsys, schedule):
     """--life-loss-terminal: the learner's episode ends (the dones of its rollouts, and of a
     recurrent core's memory) are the game's ends plus each step whose lives fell below the
     step before's with lives left, worked out here from the trajectory log's own columns;
@@ -376,6 +376,10 @@ def test_a_lost_life_ends_the_learners_episode_while_the_game_plays_on(tmp_path,
     assert summary["episodes"] == sum(map(sum, game_ends.values()))
     with pytest.raises(ValueError, match="episodic_life and life_loss_terminal: choose one"):
         Trainer(tiny_config(tmp_path / "both", game="breakout", life_loss_terminal=True, episodic_life=True))
+    assert "shows no lives" not in capsys.readouterr().err
+    Trainer(tiny_config(tmp_path / "pong", life_loss_terminal=True, total_frames=80, schedule=schedule,
+                        log_trajectories=False)).train()
+    assert "note: pong shows no lives at its start (ALE reports 0 for a game without them)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("use_lstm", [False, True])
