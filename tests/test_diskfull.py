@@ -508,7 +508,10 @@ def test_full_disk_on_a_real_tmpfs(small_fs, tmp_path):
                               capture_output=True, text=True, env=env, timeout=120)
     assert analyzed.returncode == 0, analyzed.stderr[-2000:]
     with h5py.File(log_dir / "traj_rank00000.h5", "r") as f:
-        assert f["steps/global_frame"][-1, 0] == frames
+        # (failed once in ~40 runs on a loaded VM with a last row of 0, not reproduced since:
+        # the shape and the run's stderr tell a recurrence's story)
+        logged = f["steps/global_frame"]
+        assert logged[-1, 0] == frames, (logged.shape, logged[-3:, 0], frames, err[-3000:])
         assert f["observations/frames"].shape[0] > 0
     check_logs_and_resume(log_dir, frames, frames + 800)
 
