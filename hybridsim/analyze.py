@@ -235,6 +235,11 @@ def analyze(target, out_dir=None, plots: bool = True) -> dict:
     files = trajlog.rank_files(target) if target.is_dir() else [target]
     option = "--out" if out_dir else "--out (default: beside the logs)"
     out_dir = pathlib.Path(out_dir) if out_dir else default_out_dir(target)
+    with storage.new_directories_undone_on_error(out_dir):  # a refusal leaves no new folder
+        return _analyze(target, files, out_dir, option, plots)
+
+
+def _analyze(target, files, out_dir, option, plots) -> dict:
     storage.check_output_directory(out_dir, option)  # before a scan that can take minutes
     per_rank, all_episodes, actions_total, curves, coverage = {}, [], None, [], []
     attrs = {}

@@ -27,6 +27,11 @@ def _cmd_bench(args) -> int:
                           "vector": ("num_envs", "threads", "steps", "rounds", "scaling",
                                      "envpool_python", "batch_size", "thread_affinity_offset"),
                           "single or vector": ("games",)})
+    # (numpy named no option: "Maximum allowed dimension exceeded", or a traceback)
+    for option, bound in (("num_envs", 2**20), ("steps", 2**40), ("rounds", 2**20), ("threads", 2**16),
+                          ("thread_affinity_offset", 2**16)):
+        if getattr(args, option) >= bound:
+            raise ValueError(f"--{option.replace('_', '-')} must be < {bound:,}, got {getattr(args, option)}")
     if args.batch_size > args.num_envs:
         raise ValueError(f"--batch-size {args.batch_size} must be <= --num-envs {args.num_envs} "
                          f"(0: synchronous)")
@@ -39,10 +44,14 @@ def _cmd_bench(args) -> int:
         bench.bench_single(ale_py.ALEInterface, ALEInterface, games=games or bench.SINGLE_GAMES,
                            frames=args.frames, sound=args.sound, screen_every=args.screen_every)
     if args.vector:
-        bench.bench_vector(games=games or bench.VECTOR_GAMES, num_envs=args.num_envs,
-                           threads=args.threads, steps=args.steps, rounds=args.rounds,
-                           envpool_python=args.envpool_python, scaling_threads=threads or None,
-                           batch_size=args.batch_size, thread_affinity_offset=args.thread_affinity_offset)
+        try:
+            bench.bench_vector(games=games or bench.VECTOR_GAMES, num_envs=args.num_envs,
+                               threads=args.threads, steps=args.steps, rounds=args.rounds,
+                               envpool_python=args.envpool_python, scaling_threads=threads or None,
+                               batch_size=args.batch_size, thread_affinity_offset=args.thread_affinity_offset)
+        except MemoryError as exc:
+            raise ValueError(f"--num-envs {args.num_envs:,}: the environments do not fit in this "
+                             f"machine's memory ({exc})") from None
     if args.cpu or not (args.single or args.vector):
         bench.bench_cpu()
     return 0
@@ -159,14 +168,15 @@ def _cmd_analyze(args) -> int:
 
 
 def _cmd_replay(args) -> int:
-    from hybridsim import replay
+    from hybridsim import replay, storage
     _given_paths(args, "file", "gif", "png_dir", "npz")
     _refuse_unused(args, {"gif or npz": ("overwrite",)})
-    replay.check_outputs(gif=args.gif or None, png_dir=args.png_dir or None,
-                         overwrite=args.overwrite, npz=args.npz or None)
-    result = replay.replay(args.file, args.episode, env=args.env, keep_transitions=bool(args.npz),
-                           keep_frames=bool(args.gif or args.png_dir),
-                           scratch_dir=pathlib.Path(args.npz).resolve().parent if args.npz else None)
+    with storage.new_directories_undone_on_error(args.png_dir):
+        replay.check_outputs(gif=args.gif or None, png_dir=args.png_dir or None,
+                             overwrite=args.overwrite, npz=args.npz or None)
+        result = replay.replay(args.file, args.episode, env=args.env, keep_transitions=bool(args.npz),
+                               keep_frames=bool(args.gif or args.png_dir),
+                               scratch_dir=pathlib.Path(args.npz).resolve().parent if args.npz else None)
     print(f"env {result.env_id} episode {result.episode_id}: {result.steps} steps, "
           f"return {result.episode_return:g}, replayed on {result.backend}")
     if not result.reproduced:
@@ -181,7 +191,7 @@ def _cmd_replay(args) -> int:
     if args.npz:
         replay.save_transitions(result, args.npz, args.file, overwrite=args.overwrite)
         print(f"wrote {args.npz} ({result.steps} transitions: observations, actions, rewards, "
-              f"terminated, truncated, behavior_logits, global_frame, final_observation)")
+              f"terminated, truncated, lives, behavior_logits, global_frame, final_observation)")
     return 0
 
 
@@ -407,19 +417,21 @@ def _remember_early_stops() -> dict:
 
 
 def _cmd_train(args) -> int:
-    from hybridsim import dist
+    from hybridsim import dist, storage
     from hybridsim.config import build_config
     from hybridsim.train import BudgetReached, TrainConfig, Trainer
     # (main() has taken the stop signals since MPI started: _remember_early_stops)
     # MPI first: a bad setting found on one rank then ends the whole job (main's
     # abort_job) instead of leaving the other ranks waiting for it in a collective.
     comm = dist.init_comm()
+    _given_paths(args, "config")  # (build_config reads "" as no file)
     cfg = build_config(TrainConfig, args)
     unused = cfg.unused(set(vars(args)))  # the parser keeps only what the command line set
     if unused:
         raise ValueError(unused)
     try:
-        trainer = Trainer(cfg, comm=comm)
+        with storage.new_directories_undone_on_error(cfg.fallback_dir):
+            trainer = Trainer(cfg, comm=comm)
     except ValueError as exc:
         raise ValueError(f"{exc}{_config_file_source(args, str(exc))}") from None
     if trainer.rank == 0 and getattr(args, "openmp_note", None):
@@ -636,7 +648,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=10, help="episodes to play (default: 10)")
     p.add_argument("--env", default="hybridsim", choices=["hybridsim", "ale-py"],
                    help="whose environment to play on (default: hybridsim)")
-    p.add_argument("--num-envs", type=int, default=4, help="environments played in parallel (default: 4)")
+    p.add_argument("--num-envs", type=int, default=4, help="environments played in parallel, at most --episodes (default: 4)")
     p.add_argument("--seed", type=int, default=12345,
                    help="environment and sampling seed, environment k gets seed + k (default: 12345)")
     p.add_argument("--sticky", type=float, default=None, metavar="P",

@@ -38,6 +38,7 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
         raise ValueError(f"--env must be one of {sorted(ENVS)}, got {env!r}")
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
+    num_envs = min(num_envs, episodes)  # one without an episode to play would only be stepped
     overrides = {"repeat_action_probability": repeat_action_probability, "noop_max": noop_max,
                  "max_episode_frames": max_episode_frames}
     if pathlib.Path(checkpoint).is_dir():  # a run directory: its checkpoint

@@ -464,7 +464,8 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
             if report is not None and time.monotonic() - last_report >= 10:
                 last_report = time.monotonic()
                 report(f"{stop_row:,} of {rows:,} rows ({stop_row / (last_report - started):,.0f} rows/s)")
-        g.attrs.update({"source": str(path), "game": str(run_cfg["game"]), "backend": str(cfg["backend"]),
+        # (an HDF5 string is UTF-8: a path's other bytes are written as \xNN escapes)
+        g.attrs.update({"source": os.fsencode(path).decode("utf-8", "backslashreplace"), "game": str(run_cfg["game"]), "backend": str(cfg["backend"]),
                         "env_ids": columns.astype(np.int64), "seed": int(run_cfg["seed"]),
                         "restart_rows": json.dumps(sorted(restart_rows)),
                         "config": json.dumps(run_cfg), "compression": dataset_kw.get("compression") or "none"})

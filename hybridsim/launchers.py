@@ -67,12 +67,17 @@ def copy_launch_files(dest, overwrite: bool = False) -> tuple[pathlib.Path, list
     target = pathlib.Path(dest).expanduser().absolute() / "mpi_launch"
     if target.resolve() == source.resolve():
         raise ValueError(f"{target} is where the launch files are installed; copy them somewhere else")
-    if target.exists() and not target.is_dir():
-        raise NotADirectoryError(f"{target} exists and is not a directory")
+    # a file, read-only place or /proc: said before anything is written, not as an errno
+    storage.check_output_directory(target, "the launch folder")
     in_the_way, differing, to_write, to_mark = [], [], [], []
     for name, executable in LAUNCH_FILES.items():
         path = target / name
-        if path.is_dir() or (path.exists() and not path.is_file()):
+        folders = [target / up for up in pathlib.Path(name).parents if up != pathlib.Path(".")]
+        blocking = [str(folder) for folder in folders if folder.exists() and not folder.is_dir()]
+        if blocking:
+            entry = f"{blocking[0]} (a file where a folder of them goes)"
+            in_the_way += [entry] if entry not in in_the_way else []
+        elif path.is_dir() or (path.exists() and not path.is_file()):
             in_the_way.append(f"{path} (not a file)")
         elif not path.exists():
             to_write.append(name)

@@ -15,6 +15,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import pathlib
@@ -195,6 +196,28 @@ def check_output_directory(path, option: str) -> None:
     why = why_no_new_file(out)  # and an existing one of them refuses new files
     if why:
         raise OSError(f"{option} {path}: cannot make a file in it ({why})")
+
+
+@contextlib.contextmanager
+def new_directories_undone_on_error(*paths):
+    """The directories of `paths` that do not exist yet (check_output_directory makes them
+    up front) are removed again, while empty, when the block raises: a refused command
+    leaves no new empty folders."""
+    made = []
+    for path in filter(None, paths):
+        part = pathlib.Path(path).absolute()
+        while not part.exists() and part != part.parent:
+            made.append(part)  # the deepest first
+            part = part.parent
+    try:
+        yield
+    except BaseException:
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (something was written there), or gone
+                pass
+        raise
 
 
 def why_no_new_file(directory) -> str | None:

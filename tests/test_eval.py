@@ -111,7 +111,7 @@ def test_too_few_finished_episodes_are_an_error_not_a_score(run_dir):
 ])
 def test_bad_settings_are_named(run_dir, kw, message):
     with pytest.raises(ValueError, match=message):
-        evaluate.evaluate(run_dir, episodes=1, **{"num_envs": 2, **kw})
+        evaluate.evaluate(run_dir, episodes=2, **{"num_envs": 2, **kw})
 
 
 def test_the_command_names_its_settings_and_prints_json(run_dir):
@@ -171,3 +171,26 @@ def test_an_empty_path_on_the_command_line_is_refused(capsys, args, flag):
     from hybridsim import cli
     assert cli.main(args) == 2
     assert f"{flag}: an empty path" in capsys.readouterr().err
+
+
+def test_refused_commands_name_the_problem_and_leave_no_new_folders(tmp_path):
+    """analyze made its output folder (also /analysis-x for a missing /x), replay its
+    --png-dir and train its --fallback-dir before refusing the input or settings; train
+    --config '' trained on the defaults; bench numpy's "Maximum allowed dimension exceeded"."""
+    (tmp_path / "c1.toml").write_text("")
+    cases = [
+        (["analyze", "c1.toml"], "c1.toml: truncated file"),
+        (["analyze", "c1.toml", "--out", "out/deep"], "c1.toml: truncated file"),
+        (["replay", "c1.toml", "--episode", "0", "--png-dir", "png/a"], "c1.toml: truncated file"),
+        (["train", "--config", "", "--log-dir", "run"], "--config: an empty path"),
+        (["bench", "--vector", "--num-envs", str(3 * 10**9), "--games", "pong"], "--num-envs must be < 1,048,576"),
+        (["bench", "--vector", "--steps", str(10**30), "--games", "pong"], "--steps must be <"),
+    ]
+    if not torch.cuda.is_available():
+        cases.append((["train", "--fallback-dir", "fallback/sub", "--device", "cuda", "--total-frames", "80",
+                       "--log-dir", "run"], "device 'cuda'"))
+    for args, message in cases:
+        done = subprocess.run([sys.executable, "-m", "hybridsim", *args], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2 and message in done.stderr, (args, done.stderr[-2000:])
+        assert "Traceback" not in done.stderr and sorted(p.name for p in tmp_path.iterdir()) == ["c1.toml"], args

@@ -88,16 +88,25 @@ def test_launchers_copies_the_files_and_never_overwrites_an_edited_one(tmp_path)
     assert sorted(p.name for p in copy.rglob(".*")) + sorted(p.name for p in copy.rglob("*.tmp")) == []
 
 
-@pytest.mark.parametrize("case", ["a file", "a folder in the way", "the installed folder", "an empty path"])
+@pytest.mark.parametrize("case", ["a file", "a folder in the way", "a file where a folder goes", "under a file",
+                                  "the installed folder", "an empty path"])
 def test_launchers_refuses_a_destination_it_cannot_use(tmp_path, case):
     dest = tmp_path / "x"
     if case == "a file":
         (dest / "mpi_launch").parent.mkdir()
         (dest / "mpi_launch").write_text("")
-        message = f"{dest / 'mpi_launch'} exists and is not a directory"
+        message = f"the launch folder {dest / 'mpi_launch'}: is a file, not a directory"
     elif case == "a folder in the way":
         (dest / "mpi_launch" / "rank_env.sh").mkdir(parents=True)
         message = f"in the way of the launch files: {dest / 'mpi_launch' / 'rank_env.sh'} (not a file)"
+    elif case == "a file where a folder goes":  # refused before a file is written
+        (dest / "mpi_launch").mkdir(parents=True)
+        (dest / "mpi_launch" / "slurm").write_text("")
+        message = f"in the way of the launch files: {dest / 'mpi_launch' / 'slurm'} (a file where a folder of them goes)"
+    elif case == "under a file":
+        tmp_path.joinpath("f").write_text("")
+        dest = tmp_path / "f" / "x"
+        message = f"the launch folder {dest / 'mpi_launch'}: {tmp_path / 'f'} is a file, not a directory"
     elif case == "the installed folder":
         dest = launchers.launch_dir().parent
         message = "is where the launch files are installed"
@@ -108,6 +117,8 @@ def test_launchers_refuses_a_destination_it_cannot_use(tmp_path, case):
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert not (tmp_path / "mpi_launch").exists()
+    if case == "a file where a folder goes":
+        assert [p.name for p in (dest / "mpi_launch").iterdir()] == ["slurm"]
 
 
 def test_a_copied_template_finds_its_launch_files(tmp_path):

@@ -741,6 +741,17 @@ def test_export_is_the_log_with_every_observation(short_episode_run, tmp_path):
         _transitions(damaged)
 
 
+def test_export_of_a_file_whose_name_is_not_utf8(short_episode_run, tmp_path):
+    """An HDF5 string attribute is UTF-8: the source path's other bytes are escaped (the
+    export failed after the whole re-emulation, with an encoding error naming nothing)."""
+    import os
+    odd = tmp_path / os.fsdecode(b"tr\xff.h5")
+    odd.write_bytes(trajlog.rank_file(short_episode_run, 0).read_bytes())
+    export.export_dataset(odd, tmp_path / "dataset.h5")
+    with h5py.File(tmp_path / "dataset.h5", "r") as g:
+        assert g.attrs["source"] == str(tmp_path / "tr\\xff.h5")
+
+
 @pytest.mark.parametrize("field,message", [
     ("steps/reward_raw", "step row 40: the re-emulated rewards differ"),
     ("steps/terminated", "step row 40: the re-emulated episode ends differ"),
