@@ -465,7 +465,8 @@ def _write(f, path, out, tmp, vec, obs, seed, rows, columns, logged_obs, restart
                 last_report = time.monotonic()
                 report(f"{stop_row:,} of {rows:,} rows ({stop_row / (last_report - started):,.0f} rows/s)")
         # (an HDF5 string is UTF-8: a path's other bytes are written as \xNN escapes)
-        g.attrs.update({"source": os.fsencode(path).decode("utf-8", "backslashreplace"), "game": str(run_cfg["game"]), "backend": str(cfg["backend"]),
+        source = os.fsencode(path).decode("utf-8", "backslashreplace")
+        g.attrs.update({"source": source, "game": str(run_cfg["game"]), "backend": str(cfg["backend"]),
                         "env_ids": columns.astype(np.int64), "seed": int(run_cfg["seed"]),
                         "restart_rows": json.dumps(sorted(restart_rows)),
                         "config": json.dumps(run_cfg), "compression": dataset_kw.get("compression") or "none"})
@@ -588,8 +589,9 @@ def iter_transitions(path, block_rows: int = BLOCK_ROWS):
     `observations` (what the policy saw), `actions`, `rewards` (unclipped), `terminated`,
     `truncated`, `cut_short` (a resume restarted the environment after this step),
     `next_observations`, `behavior_logits`, `episode_id`, `global_frame`, `env_id`, `row`
-    and `lives` (after the step; absent from datasets written before 2026-12-07). A step's next observation is the next row's, unless the step ended its episode
-    (terminated, truncated or cut short): then the one in `final_observations`. The last
+    and `lives` (after the step; absent from datasets written before 2026-12-07). A step's
+    next observation is the next row's, unless the step ended its episode (terminated,
+    truncated or cut short): then the one in `final_observations`. The last
     row's steps that end no episode have no next observation in the file and are left out.
     A file that is not such a dataset, or is damaged, raises TrajectoryLogError naming it."""
     path = pathlib.Path(path)

@@ -116,8 +116,9 @@ def replay(path, episode: int, *, env: str = "run", make_env=None,
     one entry per step t: `observations[t]` (what the policy saw when it chose
     `actions[t]`, re-emulated: the run logs few or no observations), `actions`,
     `rewards` (unclipped), `terminated`, `truncated`, `lives` (after the step),
-    `behavior_logits` (the acting policy's, from the log), `global_frame`; and `final_observation`, the one after the
-    last step (what a truncated episode bootstraps from). With `scratch_dir` the
+    `behavior_logits` (the acting policy's, from the log), `global_frame`; and
+    `final_observation`, the one after the last step (what a truncated episode bootstraps
+    from). With `scratch_dir` the
     observations are a memmap over an unlinked temporary file there (what `replay --npz`
     does, in the output's directory: a 27,000-step episode of 4x84x84 frames is 0.76 GB),
     else an array in memory. keep_frames=False leaves `frames` (what a GIF shows) empty."""
