@@ -21,6 +21,7 @@ Ctrl-C (the last checkpoint written stays; --resume continues from it)."""
 
 def _cmd_bench(args) -> int:
     from hybridsim import bench
+    _given_paths(args, "envpool_python")  # ("" ran this interpreter)
     _require_at_least(args, frames=1, num_envs=1, threads=0, steps=1, rounds=1, batch_size=0,
                       thread_affinity_offset=-1, screen_every=0)
     _refuse_unused(args, {"single": ("frames", "sound", "screen_every"),
@@ -146,9 +147,11 @@ def _cmd_verify(args) -> int:
 
 def _given_paths(args, *names) -> None:
     """An empty path on the command line is an error, not "the current directory" (analyze
-    '', eval '') or "not given" (--gif '')."""
+    '', eval '') or "not given" (--gif ''); so is one of blanks alone (--gif '  ' wrote a
+    file named two spaces: a quoting slip, not a name)."""
     for name in names:
-        if getattr(args, name, None) == "":
+        value = getattr(args, name, None)
+        if isinstance(value, str) and not value.strip():
             flag = name if name in ("target", "checkpoint", "file", "output", "dest") else f"--{name.replace('_', '-')}"
             raise ValueError(f"{flag}: an empty path; name a file or directory")
 

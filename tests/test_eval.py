@@ -164,6 +164,9 @@ def test_a_damaged_checkpoint_is_named_with_what_is_wrong(run_dir, tmp_path, nam
     (["replay", "", "--episode", "0"], "file"),
     (["replay", "x.h5", "--episode", "0", "--gif", ""], "--gif"),
     (["replay", "x.h5", "--episode", "0", "--png-dir", ""], "--png-dir"),
+    (["replay", "x.h5", "--episode", "0", "--gif", "  "], "--gif"),
+    (["launchers", " "], "dest"),
+    (["bench", "--vector", "--envpool-python", ""], "--envpool-python"),
 ])
 def test_an_empty_path_on_the_command_line_is_refused(capsys, args, flag):
     """eval '' looked for checkpoint.pt here, analyze '' analysed the current directory and
