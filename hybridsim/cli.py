@@ -420,7 +420,7 @@ def _remember_early_stops() -> dict:
 
 
 def _cmd_train(args) -> int:
-    from hybridsim import dist, storage
+    from hybridsim import dist
     from hybridsim.config import build_config
     from hybridsim.train import BudgetReached, TrainConfig, Trainer
     # (main() has taken the stop signals since MPI started: _remember_early_stops)
@@ -433,8 +433,7 @@ def _cmd_train(args) -> int:
     if unused:
         raise ValueError(unused)
     try:
-        with storage.new_directories_undone_on_error(cfg.fallback_dir):
-            trainer = Trainer(cfg, comm=comm)
+        trainer = Trainer(cfg, comm=comm)
     except ValueError as exc:
         raise ValueError(f"{exc}{_config_file_source(args, str(exc))}") from None
     if trainer.rank == 0 and getattr(args, "openmp_note", None):
@@ -651,7 +650,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=10, help="episodes to play (default: 10)")
     p.add_argument("--env", default="hybridsim", choices=["hybridsim", "ale-py"],
                    help="whose environment to play on (default: hybridsim)")
-    p.add_argument("--num-envs", type=int, default=4, help="environments played in parallel, at most --episodes (default: 4)")
+    p.add_argument("--num-envs", type=int, default=4,
+                   help="environments played in parallel, at most --episodes (default: 4)")
     p.add_argument("--seed", type=int, default=12345,
                    help="environment and sampling seed, environment k gets seed + k (default: 12345)")
     p.add_argument("--sticky", type=float, default=None, metavar="P",

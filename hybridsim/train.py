@@ -226,20 +226,6 @@ def _note(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _remove_empty_dirs(path: pathlib.Path, top: pathlib.Path | None) -> None:
-    """Remove `path` and its parents up to `top` (the first one this run created), while
-    empty; another rank may have removed them already."""
-    if top is None:
-        return
-    for p in [path, *path.parents]:
-        try:
-            p.rmdir()
-        except OSError:
-            return
-        if p == top:
-            return
-
-
 def _host(array) -> np.ndarray:
     """numpy for a numpy array or a torch tensor on any device."""
     return array.cpu().numpy() if torch.is_tensor(array) else np.asarray(array)
@@ -428,55 +414,55 @@ class Trainer:
         if cfg.seed + self.world_size * cfg.num_envs > 2**31:
             raise ValueError(f"seed {cfg.seed} + {self.world_size} ranks x {cfg.num_envs} environments "
                              f"must stay within 2**31 (environment seeds are C ints)")
-        first_new = next((p for p in reversed([self.log_dir, *self.log_dir.parents]) if not p.exists()), None)
-        # Rank 0 takes the run directory (one job per directory); every rank checks that it
-        # sees that directory; then rank 0 looks at it and decides for every rank (each bcast
-        # also keeps the others from going on before rank 0: from looking after it moved files).
-        self.run_lock = None
-        taken = None
-        if rank == 0:
-            try:
-                if cfg.resume and not self.log_dir.is_dir():  # made below: say so, make none
-                    why = "is not a directory" if self.log_dir.exists() else "does not exist"
-                    raise FileNotFoundError(f"--resume: no checkpoint at {self.checkpoint_path()} "
-                                            f"({self.log_dir} {why})")
-                _make_run_directory(self.log_dir)
-                self.run_lock = RunLock(self.log_dir, notice=_note).acquire()
-                removed = (storage.remove_stale_temporaries(self.log_dir, ("checkpoint.pt", "metrics.csv"))
-                           if cfg.resume else [])  # the run's own files, of a directory that holds it
-                if removed:
-                    _note(f"note: removed {', '.join(removed)} from {self.log_dir}: half-written files "
-                          f"of a job killed while writing them")
-            except FileNotFoundError as exc:
-                taken = ("missing", str(exc))
-            except (RunDirectoryBusy, OSError) as exc:
-                taken = ("busy", str(exc) if isinstance(exc, RunDirectoryBusy)
-                         else f"{self.log_dir}: cannot take the run directory: {exc}")
-        taken = self.comm.bcast(taken)
-        try:
-            if taken and taken[0] == "busy":
-                raise RunDirectoryBusy(taken[1])
-            if taken and taken[0] == "missing":
-                raise FileNotFoundError(taken[1])
-            if self.world_size > 1:  # before anything is moved aside for a run that cannot start
-                self._check_shared_run_directory()
-            decision = None
-            if rank == 0 and not cfg.resume:
+        # a run that never started leaves no folder it made (log_dir's, rank 0's --fallback-dir)
+        with storage.new_directories_undone_on_error(self.log_dir, cfg.fallback_dir if rank == 0 else None):
+            # Rank 0 takes the run directory (one job per directory); every rank checks that it
+            # sees that directory; then rank 0 looks at it and decides for every rank (each bcast
+            # also keeps the others from going on before rank 0: from looking after it moved files).
+            self.run_lock = None
+            taken = None
+            if rank == 0:
                 try:
-                    decision = _fresh_run_decision(self.log_dir)
-                except OSError as exc:
-                    decision = ("refuse", f"{self.log_dir}: cannot set the earlier run's files aside: {exc}")
-            decision = self.comm.bcast(decision)
-            if decision and decision[0] == "refuse":
-                raise FileExistsError(decision[1])
-            if decision and decision[0] == "moved" and rank == 0:
-                print(decision[1], file=sys.stderr, flush=True)
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            self._setup(cfg, rank)
-        except BaseException:
-            self.close()
-            _remove_empty_dirs(self.log_dir, first_new)  # a run that never started leaves none
-            raise
+                    if cfg.resume and not self.log_dir.is_dir():  # made below: say so, make none
+                        why = "is not a directory" if self.log_dir.exists() else "does not exist"
+                        raise FileNotFoundError(f"--resume: no checkpoint at {self.checkpoint_path()} "
+                                                f"({self.log_dir} {why})")
+                    _make_run_directory(self.log_dir)
+                    self.run_lock = RunLock(self.log_dir, notice=_note).acquire()
+                    removed = (storage.remove_stale_temporaries(self.log_dir, ("checkpoint.pt", "metrics.csv"))
+                               if cfg.resume else [])  # the run's own files, of a directory that holds it
+                    if removed:
+                        _note(f"note: removed {', '.join(removed)} from {self.log_dir}: half-written files "
+                              f"of a job killed while writing them")
+                except FileNotFoundError as exc:
+                    taken = ("missing", str(exc))
+                except (RunDirectoryBusy, OSError) as exc:
+                    taken = ("busy", str(exc) if isinstance(exc, RunDirectoryBusy)
+                             else f"{self.log_dir}: cannot take the run directory: {exc}")
+            taken = self.comm.bcast(taken)
+            try:
+                if taken and taken[0] == "busy":
+                    raise RunDirectoryBusy(taken[1])
+                if taken and taken[0] == "missing":
+                    raise FileNotFoundError(taken[1])
+                if self.world_size > 1:  # before anything is moved aside for a run that cannot start
+                    self._check_shared_run_directory()
+                decision = None
+                if rank == 0 and not cfg.resume:
+                    try:
+                        decision = _fresh_run_decision(self.log_dir)
+                    except OSError as exc:
+                        decision = ("refuse", f"{self.log_dir}: cannot set the earlier run's files aside: {exc}")
+                decision = self.comm.bcast(decision)
+                if decision and decision[0] == "refuse":
+                    raise FileExistsError(decision[1])
+                if decision and decision[0] == "moved" and rank == 0:
+                    print(decision[1], file=sys.stderr, flush=True)
+                self.log_dir.mkdir(parents=True, exist_ok=True)
+                self._setup(cfg, rank)
+            except BaseException:
+                self.close()
+                raise
 
     def _check_shared_run_directory(self) -> None:
         """Every rank must see the run directory rank 0 took: where --log-dir is node-local,
@@ -702,10 +688,11 @@ class Trainer:
                             "losses/entropy": entropy.item(), "losses/grad_norm": float(grad_norm),
                             "charts/mean_rho": float(out.log_rhos.exp().mean())}
 
-    def _lost_lives(self, env_ids, info, stepped=None) -> np.ndarray | bool:
-        """With life_loss_terminal, which of these environments' steps lost a life with the
-        game playing on: fewer lives than after the last step, and more than 0 (the last one
-        ends the game: ale-py's life_loss_info rule). Keeps their lives for the next step."""
+    def _update_lives(self, env_ids, info, stepped=None) -> np.ndarray | bool:
+        """With life_loss_terminal: keeps these environments' lives for their next step, and
+        says which of their steps lost a life with the game playing on: fewer lives than
+        after the last step, and more than 0 (the last one ends the game: ale-py's
+        life_loss_info rule). A reset's lives are kept the same way."""
         if not self.cfg.life_loss_terminal:
             return False
         lives = _host(info["lives"]).astype(np.int64)
@@ -1266,7 +1253,7 @@ class Trainer:
                     self.episodes.returns[:] = self.episodes.lengths[:] = 0  # fresh episodes
                     self.episodes.start_frames[:] = self.frames
                 obs, state_info = self.env.reset(seed=self.env_seed)
-                self._lost_lives(_host(state_info.get("env_id", np.arange(self.cfg.num_envs))), state_info)
+                self._update_lives(_host(state_info.get("env_id", np.arange(self.cfg.num_envs))), state_info)
                 if cfg.life_loss_terminal and self.rank == 0 and not cfg.resume and (self.last_lives <= 0).all():
                     print(f"note: {cfg.game} shows no lives at its start (ALE reports 0 for a game "
                           f"without them), so --life-loss-terminal ends no learner episode early",
@@ -1479,7 +1466,7 @@ class Trainer:
             reward, terminated, truncated = _host(reward), _host(terminated), _host(truncated)
             done = np.logical_or(terminated, truncated)
             # what the learner takes as an episode's end; the logs and returns keep whole games
-            learn_done = done | self._lost_lives(env_ids, info)
+            learn_done = done | self._update_lives(env_ids, info)
             rewards[t], dones[t] = reward, learn_done
             note_step(self.memory, env_ids, actions[t], reward, learn_done)
             self.local_frames += self.frames_per_agent_step(N)
@@ -1538,7 +1525,7 @@ class Trainer:
             outstanding[ids] = False
             reward, terminated, truncated = reward * answered, terminated & answered, truncated & answered
             done = np.logical_or(terminated, truncated)
-            learn_done = done | self._lost_lives(ids, info, answered)
+            learn_done = done | self._update_lives(ids, info, answered)
             for k, e in enumerate(ids):
                 buf = traj[int(e)]
                 # the reward of the buffer's last action; after a resume the buffers start
