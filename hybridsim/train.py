@@ -14,7 +14,8 @@ RMSprop lr 0.00065, alpha 0.99, eps 1e-5, grad norm 0.5, entropy 0.01, gamma 0.9
 steps) and torchbeast's monobeast for the impala schedule where noted. The baseline loss
 is torchbeast's, value_coef x 0.5 (vs - V)^2: CuLE's value 0.5 weighs (vs - V)^2 itself,
 twice what the same 0.5 gives here. A time-limit truncation ends the return as a
-terminal does (no bootstrap from the final observation), as in torchbeast.
+terminal does, as in torchbeast, unless bootstrap_truncation adds gamma x V(final
+observation) to the reward of the cut step (_truncation_values).
 """
 from __future__ import annotations
 
@@ -52,9 +53,9 @@ CHECKPOINT_KEYS = ("model", "optimizer", "frames", "updates", "config", "num_act
 # (the budget, logging, threads, devices and backends may change; the backends are exact).
 RESUME_MUST_MATCH = ("game", "model", "use_lstm", "obs_normalization", "optimizer", "schedule", "num_steps",
                      "frame_skip", "repeat_action_probability", "noop_max", "episodic_life",
-                     "life_loss_terminal", "max_episode_frames", "reward_clip", "seed", "lr", "lr_decay",
-                     "rmsprop_alpha", "eps", "max_grad_norm", "entropy_coef", "value_coef", "gamma", "clip_rho",
-                     "clip_pg_rho", "vtrace_lambda")
+                     "life_loss_terminal", "max_episode_frames", "bootstrap_truncation", "reward_clip", "seed",
+                     "lr", "lr_decay", "rmsprop_alpha", "eps", "max_grad_norm", "entropy_coef", "value_coef",
+                     "gamma", "clip_rho", "clip_pg_rho", "vtrace_lambda")
 # ... and those that shape the updates of one schedule only
 RESUME_MUST_MATCH_PER_SCHEDULE = {"a2c": ("num_minibatches",), "impala": ("learner_batch",)}
 # Settings that may differ between the ranks of one job (each rank's own hardware).
@@ -635,9 +636,10 @@ class Trainer:
             moments = torch.from_numpy(self.comm.allreduce_sum(moments.cpu().numpy()))
         self.model.normalize.update(moments)
 
-    def learn(self, obs, actions, behavior_logits, rewards, dones, memory=None):
+    def learn(self, obs, actions, behavior_logits, rewards, dones, memory=None, truncation_values=None):
         """One update on a [T(+1), B] batch: obs [T+1, B, ...], the rest [T, B]; a recurrent
-        network's memory [B, M] is each trajectory's at its first step."""
+        network's memory [B, M] is each trajectory's at its first step; truncation_values
+        [T, B] (bootstrap_truncation) V(final observation) where the time limit cut, else 0."""
         cfg = self.cfg
         T, B = actions.shape
         obs_t = self._on_device(obs)
@@ -652,6 +654,8 @@ class Trainer:
         else:
             logits, values, _ = self.model.unroll(obs_t, memory, actions_t, raw_rewards, dones_t)
         rewards_t = raw_rewards.clamp(-1.0, 1.0) if cfg.reward_clip else raw_rewards
+        if truncation_values is not None:  # the cut step's return goes on (its done stays 1)
+            rewards_t = rewards_t + cfg.gamma * torch.from_numpy(truncation_values).float().to(self.device)
         discounts = cfg.gamma * (1.0 - dones_t)
         out = vtrace.from_logits(
             behavior_policy_logits=torch.from_numpy(behavior_logits).to(self.device),
@@ -701,6 +705,31 @@ class Trainer:
             lost &= stepped
         self.last_lives[env_ids] = lives
         return lost
+
+    @torch.no_grad()
+    def _truncation_values(self, info, terminated, truncated, lost, memory_rows, actions, rewards):
+        """With bootstrap_truncation: V(final observation) [n] for this step's environments
+        whose episode the time limit cut while the learner sees it going on (not terminated,
+        no lost life ending it), else 0; None without the option. The acting network gives
+        it; a recurrent core's memory (rows memory_rows) goes on past the step as if the
+        game had not been cut."""
+        if not self.cfg.bootstrap_truncation:
+            return None
+        values = np.zeros(len(truncated), np.float32)
+        cut = np.nonzero(_host(truncated) & ~_host(terminated) & np.logical_not(lost))[0]
+        if len(cut) == 0:
+            return values
+        final = info.get("final_obs")
+        if final is None:
+            raise RuntimeError("bootstrap_truncation: the vector env cut episodes without handing "
+                               "their final observations (info['final_obs'], autoreset_mode SameStep)")
+        final = final[torch.as_tensor(cut, device=final.device) if torch.is_tensor(final) else cut]
+        memory = None
+        if self.memory is not None:
+            memory = self.memory[memory_rows[cut]].clone()
+            note_step(memory, slice(None), actions[cut], rewards[cut], np.zeros(len(cut)))
+        values[cut] = self.model.act_step(self._on_device(final), memory)[1].float().cpu().numpy()
+        return values
 
     def set_learning_rate(self):
         if self.cfg.lr_decay:
@@ -1456,6 +1485,7 @@ class Trainer:
         rewards = np.empty((T, N), dtype=np.float32)
         dones = np.empty((T, N), dtype=np.float32)
         values = np.empty((T, N), dtype=np.float32)
+        truncation_values = np.zeros((T, N), np.float32) if cfg.bootstrap_truncation else None
         env_ids = np.arange(N)
         obs = state["obs"]
         start_memory = None if self.memory is None else self.memory.clone()
@@ -1466,8 +1496,12 @@ class Trainer:
             reward, terminated, truncated = _host(reward), _host(terminated), _host(truncated)
             done = np.logical_or(terminated, truncated)
             # what the learner takes as an episode's end; the logs and returns keep whole games
-            learn_done = done | self._update_lives(env_ids, info)
+            lost = self._update_lives(env_ids, info)
+            learn_done = done | lost
             rewards[t], dones[t] = reward, learn_done
+            if truncation_values is not None:
+                truncation_values[t] = self._truncation_values(info, terminated, truncated, lost, env_ids,
+                                                               actions[t], reward)
             note_step(self.memory, env_ids, actions[t], reward, learn_done)
             self.local_frames += self.frames_per_agent_step(N)
             episode_ids = self.episodes.episode_ids.copy()  # the ids of the steps just taken
@@ -1483,7 +1517,8 @@ class Trainer:
         for m in range(cfg.num_minibatches):
             idx = slice(m, None, cfg.num_minibatches)
             self.learn(obs_buf[:, idx], actions[:, idx], logits[:, idx], rewards[:, idx], dones[:, idx],
-                       None if start_memory is None else start_memory[idx])
+                       None if start_memory is None else start_memory[idx],
+                       None if truncation_values is None else truncation_values[:, idx])
 
     def _impala_iteration(self, state):
         """Collect until `learner_batch` trajectories of num_steps transitions are ready, then learn."""
@@ -1525,7 +1560,9 @@ class Trainer:
             outstanding[ids] = False
             reward, terminated, truncated = reward * answered, terminated & answered, truncated & answered
             done = np.logical_or(terminated, truncated)
-            learn_done = done | self._update_lives(ids, info, answered)
+            lost = self._update_lives(ids, info, answered)
+            learn_done = done | lost
+            cut_values = self._truncation_values(info, terminated, truncated, lost, ids, last_action[ids], reward)
             for k, e in enumerate(ids):
                 buf = traj[int(e)]
                 # the reward of the buffer's last action; after a resume the buffers start
@@ -1533,6 +1570,8 @@ class Trainer:
                 if answered[k] and len(buf["rew"]) < len(buf["act"]):
                     buf["rew"].append(reward[k])
                     buf["done"].append(learn_done[k])
+                    if cut_values is not None:
+                        buf["boot"].append(cut_values[k])
             if not answered.any():
                 continue
             stepped = ids[answered]
@@ -1559,7 +1598,8 @@ class Trainer:
         if self.memory is not None:
             start_memory = torch.from_numpy(np.stack([b["core"][0] for b in batch])).to(self.device)
         self.learn(stack("obs"), stack("act"), stack("logit").astype(np.float32),
-                   stack("rew").astype(np.float32), stack("done").astype(np.float32), start_memory)
+                   stack("rew").astype(np.float32), stack("done").astype(np.float32), start_memory,
+                   stack("boot").astype(np.float32) if cfg.bootstrap_truncation else None)
 
     def _init_impala_state(self, state):
         n = self.cfg.num_envs
@@ -1583,7 +1623,7 @@ class Trainer:
         def ready_ok(item):  # T transitions and the next observation
             return (isinstance(item, dict) and set(item) == set(fields)
                     and np.shape(item["obs"]) == (T + 1, *self.obs_shape)
-                    and np.shape(item["act"]) == np.shape(item["rew"]) == np.shape(item["done"]) == (T,)
+                    and all(np.shape(item[k]) == (T,) for k in ("act", "rew", "done", "boot") if k in fields)
                     and np.shape(item["logit"]) == (T, a) and core_ok(item))
 
         def in_progress_ok(buf, in_flight):  # an observation and an action per step; the
@@ -1592,10 +1632,11 @@ class Trainer:
                 return False
             steps = len(buf["act"])
             return (len(buf["obs"]) == len(buf["logit"]) == steps <= T
-                    and len(buf["rew"]) == len(buf["done"]) == steps - int(bool(in_flight and steps))
+                    and all(len(buf[k]) == steps - int(bool(in_flight and steps))
+                            for k in ("rew", "done", "boot") if k in fields)
                     and all(np.shape(o) == self.obs_shape for o in buf["obs"])
                     and all(np.shape(x) == (a,) for x in buf["logit"])
-                    and all(np.shape(x) == () for k in ("act", "rew", "done") for x in buf[k])
+                    and all(np.shape(x) == () for k in ("act", "rew", "done", "boot") if k in fields for x in buf[k])
                     and core_ok(buf))
         try:
             out = {"outstanding": np.asarray(saved["outstanding"], bool),
@@ -1630,8 +1671,10 @@ class Trainer:
             state["ready"] = saved["ready"]
 
     def _trajectory_fields(self) -> tuple:
-        """An impala trajectory's per-step lists, and a recurrent network's memory at its start."""
-        return ("obs", "act", "logit", "rew", "done") + (() if self.memory is None else ("core",))
+        """An impala trajectory's per-step lists (with bootstrap_truncation each step's
+        _truncation_values), and a recurrent network's memory at its start."""
+        return (("obs", "act", "logit", "rew", "done") + (("boot",) if self.cfg.bootstrap_truncation else ())
+                + (() if self.memory is None else ("core",)))
 
     def _empty_trajectory(self):
         return {k: [] for k in self._trajectory_fields()}

@@ -94,6 +94,8 @@ class TrainConfig:
     """The DQN variant of episodic life: a lost life is a terminal for the learner (no bootstrapping across it, a recurrent core's memory starts afresh) while the game plays on, so the agent sees every life (Mnih et al. 2015; ale-py's life_loss_info, from its `lives`: fewer than before and more than 0). Episode returns, the trajectory logs and eval stay whole games."""
     max_episode_frames: int = 108_000
     """Truncate episodes after this many emulator frames (0: never; ALE's vector envs would cut every episode after one step)."""
+    bootstrap_truncation: bool = False
+    """Where the time limit (max_episode_frames) cuts an episode, the learner's return goes on past the cut: its reward there takes gamma x V(final observation), by the acting network (Pardo et al. 2018, "Time Limits in Reinforcement Learning"). Off: the cut ends the return as a terminal does, as in torchbeast and CuLE."""
     device: str = "auto"
     """Torch device for the learner: auto, cpu, cuda or cuda:K (auto and cuda: with several GPUs visible, local rank L takes GPU L mod count)."""
     cuda_deterministic: bool = True

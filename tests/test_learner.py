@@ -68,6 +68,8 @@ def _reference_loss(model, cfg, batch, memory=None):
     rewards = batch["rewards"].astype(np.float64)
     if cfg.reward_clip:
         rewards = np.clip(rewards, -1.0, 1.0)
+    if batch.get("truncation_values") is not None:  # a time-limit cut's return goes on
+        rewards = rewards + cfg.gamma * batch["truncation_values"]
     discounts = np.where(batch["dones"] == 1, 0.0, cfg.gamma)
     v = values.double().detach().numpy()
     vs, advantages = slow_vtrace(log_rhos, discounts, rewards, v[:T], v[T], cfg.clip_rho,
@@ -86,6 +88,8 @@ def _reference_loss(model, cfg, batch, memory=None):
          entropy_coef=0.1, value_coef=1.0),
     dict(use_lstm=True),
     dict(use_lstm=True, model="impala", reward_clip=False),
+    dict(bootstrap_truncation=True),
+    dict(bootstrap_truncation=True, use_lstm=True, reward_clip=False),
 ])
 def test_one_update_has_the_gradients_of_the_impala_loss(tmp_path, overrides):
     cfg = TrainConfig(game="pong", backend="cpu", num_envs=B, num_minibatches=1, num_threads=1,
@@ -100,6 +104,11 @@ def test_one_update_has_the_gradients_of_the_impala_loss(tmp_path, overrides):
         before = copy.deepcopy(trainer.model)
         batch = _batch(np.random.default_rng(7), trainer.obs_shape, trainer.num_actions)
         assert batch["dones"].any() and (np.abs(batch["rewards"]) > 1).any()
+        if cfg.bootstrap_truncation:  # some episode ends were time-limit cuts
+            cuts = batch["dones"].astype(bool) & (np.random.default_rng(9).random((T, B)) < 0.7)
+            assert cuts.any()
+            batch["truncation_values"] = np.where(cuts, np.random.default_rng(10).normal(0, 3, (T, B)),
+                                                  0).astype(np.float32)
         memory = None
         if cfg.use_lstm:  # a memory in mid-episode for some trajectories, at a start for others
             memory = trainer.model.initial_memory(B)

@@ -1,4 +1,5 @@
 """The training loop end to end on a tiny budget (ale-py's vector env as the backend)."""
+import copy
 import csv
 import json
 import os
@@ -337,9 +338,9 @@ def test_a_lost_life_ends_the_learners_episode_while_the_game_plays_on(tmp_path,
     learned = []  # the dones of each update's rollout
     learn = Trainer.learn
 
-    def learn_recording(self, obs, actions, behavior_logits, rewards, dones, memory=None):
+    def learn_recording(self, obs, actions, behavior_logits, rewards, dones, *rest):
         learned.append(np.array(dones))
-        return learn(self, obs, actions, behavior_logits, rewards, dones, memory)
+        return learn(self, obs, actions, behavior_logits, rewards, dones, *rest)
     monkeypatch.setattr(Trainer, "learn", learn_recording)
     largest_log_rho = _record_largest_log_rho(monkeypatch)
     # impala: an LSTM whose weights barely move, so the learner's logits are the actor's
@@ -380,6 +381,94 @@ def test_a_lost_life_ends_the_learners_episode_while_the_game_plays_on(tmp_path,
     Trainer(tiny_config(tmp_path / "pong", life_loss_terminal=True, total_frames=80, schedule=schedule,
                         log_trajectories=False)).train()
     assert "note: pong shows no lives at its start (ALE reports 0 for a game without them)" in capsys.readouterr().err
+
+
+def _record_env_steps(env, method: str) -> list:
+    """A list that gets each env.step / env.recv's env ids, terminated, truncated, final
+    observations (None when no episode ended) and observations."""
+    steps, call = [], getattr(env, method)
+
+    def recording(*args):
+        out = call(*args)
+        info = out[4]
+        final = info.get("final_obs")
+        steps.append((np.array(info["env_id"]), np.array(out[2]), np.array(out[3]),
+                      None if final is None else np.array(final), np.array(out[0])))
+        return out
+    setattr(env, method, recording)
+    return steps
+
+
+def test_a2c_bootstraps_a_time_limit_cut_from_the_final_observation(tmp_path, monkeypatch):
+    """--bootstrap-truncation, a2c with an LSTM: the values handed to the learner at each
+    cut (truncated, not terminated) are the network's value of the final observation, its
+    memory carried on through the cut step as if the game went on, worked out here one
+    step at a time from the rollout's first memory; 0 at every other step."""
+    from hybridsim.models import note_step
+    learned = []  # (a copy of the network before the update, the update's arguments)
+    learn = Trainer.learn
+
+    def learn_recording(self, *args):
+        learned.append((copy.deepcopy(self.model), args))
+        return learn(self, *args)
+    monkeypatch.setattr(Trainer, "learn", learn_recording)
+    trainer = Trainer(tiny_config(tmp_path, num_minibatches=1, use_lstm=True, bootstrap_truncation=True,
+                                  max_episode_frames=200, total_frames=2000, log_trajectories=False))
+    steps = _record_env_steps(trainer.env, "step")
+    trainer.train()
+    T, cuts = trainer.cfg.num_steps, 0
+    for k, (model, (obs, actions, _, rewards, dones, memory, values)) in enumerate(learned):
+        for t in range(T):
+            _, terminated, truncated, final, _ = steps[k * T + t]
+            cut = truncated & ~terminated
+            assert np.array_equal(values[t] != 0, cut), (k, t)
+            for e in np.flatnonzero(cut):
+                m = memory[e:e + 1].clone()
+                with torch.no_grad():
+                    for s in range(t + 1):
+                        state = model.unroll(torch.from_numpy(np.asarray(obs[s, e:e + 1].cpu()))[None], m)[2]
+                        m[:, :state.shape[1]] = state
+                        note_step(m, slice(None), actions[s, e:e + 1], rewards[s, e:e + 1],
+                                  dones[s, e:e + 1] * (s < t))
+                    want = model.unroll(torch.from_numpy(final[e:e + 1])[None], m)[1].item()
+                assert values[t, e] == pytest.approx(want, abs=1e-5), (k, t, e)
+                cuts += 1
+    assert cuts >= 8
+
+
+def test_impala_bootstraps_a_time_limit_cut_from_the_final_observation(tmp_path, monkeypatch):
+    """--bootstrap-truncation, impala: each trajectory step the time limit cut carries the
+    value of that environment's final observation to the learner (weights that barely move,
+    so the acting network's values are the network's at the end), every other step 0. The
+    cut steps are known by the observation their action was taken on."""
+    learned = []
+    learn = Trainer.learn
+
+    def learn_recording(self, obs, actions, behavior_logits, rewards, dones, memory, values):
+        learned.append((np.array(obs), np.array(dones), np.array(values)))
+        return learn(self, obs, actions, behavior_logits, rewards, dones, memory, values)
+    monkeypatch.setattr(Trainer, "learn", learn_recording)
+    trainer = Trainer(tiny_config(tmp_path, schedule="impala", env_batch_size=2, learner_batch=2, lr=1e-30,
+                                  bootstrap_truncation=True, max_episode_frames=200, total_frames=2400,
+                                  noop_max=30, log_trajectories=False))
+    steps = _record_env_steps(trainer.env, "recv")
+    trainer.train()
+    cut_values, last_obs = {}, {}  # the cuts' values by the observation before the cut step
+    for env_ids, terminated, truncated, final, obs in steps:
+        assert not terminated.any()  # pong: every episode end in so short a run is a cut
+        for k, e in enumerate(env_ids):
+            if truncated[k]:
+                with torch.no_grad():
+                    value = trainer.model(torch.from_numpy(final[k:k + 1]))[1].item()
+                cut_values.setdefault(last_obs[e].tobytes(), []).append(value)
+            last_obs[e] = obs[k]
+    checked = 0
+    for obs, dones, values in learned:
+        assert np.array_equal(values != 0, dones == 1)
+        for t, b in zip(*np.nonzero(values)):
+            assert np.abs(np.array(cut_values[obs[t, b].tobytes()]) - values[t, b]).min() < 1e-5
+            checked += 1
+    assert sum(map(len, cut_values.values())) >= 8 and checked >= 4
 
 
 @pytest.mark.parametrize("use_lstm", [False, True])

@@ -1,4 +1,5 @@
 """The training loop on hybridsim's own engine (backend cpu), sync and async, with a resume."""
+import pickle
 import shutil
 import zlib
 
@@ -60,22 +61,27 @@ def test_train_on_the_cpu_engine_and_resume(tmp_path, schedule, capsys):
     assert resumed["frames"] >= 1600
 
 
-@pytest.mark.parametrize("schedule,use_lstm,life_loss_terminal", [
-    ("a2c", False, False), ("impala", False, False), ("a2c", True, False), ("impala", True, False),
-    ("a2c", False, True), ("impala", True, True)])
-def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, schedule, use_lstm, life_loss_terminal):
+@pytest.mark.parametrize("schedule,use_lstm,life_loss_terminal,bootstrap_truncation", [
+    ("a2c", False, False, False), ("impala", False, False, False), ("a2c", True, False, False),
+    ("impala", True, False, False), ("a2c", False, True, False), ("impala", True, True, False),
+    ("impala", True, False, True)])
+def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, schedule, use_lstm, life_loss_terminal,
+                                                    bootstrap_truncation):
     """Stopped by a signal mid-run and resumed, the run ends with the same parameters,
     optimizer state and episode records as one that never stopped, also for the episodes
     running at the stop (short truncated episodes cross it). Impala (one worker thread, so
     the batches come in submission order): with the actions in flight at the stop and the
     trajectories in progress or waiting for the learner. A recurrent network: with every
     environment's memory, and each waiting trajectory's memory at its start. With
-    --life-loss-terminal (breakout, 5 lives): with each environment's lives at the stop."""
+    --life-loss-terminal (breakout, 5 lives): with each environment's lives at the stop. With
+    --bootstrap-truncation: with each waiting step's value of its final observation."""
     import torch
     base = dict(game="breakout" if life_loss_terminal else "pong", life_loss_terminal=life_loss_terminal,
+                bootstrap_truncation=bootstrap_truncation,
                 backend="cpu", num_envs=4, num_minibatches=2, total_frames=4000,
                 num_threads=1, torch_threads=1, log_every=0.0, checkpoint_every=10**9, noop_max=5,
-                max_episode_frames=600, log_trajectories=False, schedule=schedule, use_lstm=use_lstm)
+                max_episode_frames=108 if bootstrap_truncation else 600, log_trajectories=False,
+                schedule=schedule, use_lstm=use_lstm)
     if schedule == "impala":
         base.update(env_batch_size=2, learner_batch=3)  # leaves trajectories waiting
     whole = Trainer(TrainConfig(**base, log_dir=str(tmp_path / "whole")))
@@ -123,10 +129,17 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, schedule, use_lstm,
         for key in a:
             for field in a[key]:
                 assert torch.equal(torch.as_tensor(a[key][field]), torch.as_tensor(b[key][field]))
-        assert len(whole.all_episodes) == 4  # each ends after the stop
+        # each ends after the stop (with bootstrap_truncation, cut at 108 frames so that waiting
+        # steps hold values at the stop, before it too)
+        assert len(whole.all_episodes) == 4 or bootstrap_truncation and len(whole.all_episodes) > 4 * 4
         assert resumed.all_episodes == whole.all_episodes
         if schedule == "impala":
             assert len(first._loop_state["ready"]) and state["rank_states"][0]["impala_in_flight"]["outstanding"].any()
+        if bootstrap_truncation:  # the waiting steps' values of their final observations crossed the stop
+            pending = pickle.loads(zlib.decompress(state["rank_states"][0]["impala_in_flight"]["trajectories"]))
+            buffers = list(pending["traj"].values()) + list(pending["ready"])
+            assert all(len(b["boot"]) == len(b["rew"]) for b in buffers)
+            assert any(np.any(np.asarray(b["boot"]) != 0) for b in buffers)
         if life_loss_terminal:  # lives lost before the stop, and the lives at it restored
             saved = state["rank_states"][0]["last_lives"]
             assert np.array_equal(saved, first.last_lives) and (saved < 5).any() and (saved > 0).all()
