@@ -707,16 +707,17 @@ class Trainer:
         return lost
 
     @torch.no_grad()
-    def _truncation_values(self, info, terminated, truncated, lost, memory_rows, actions, rewards):
+    def _truncation_values(self, info, terminated, truncated, memory_rows, actions, rewards):
         """With bootstrap_truncation: V(final observation) [n] for this step's environments
-        whose episode the time limit cut while the learner sees it going on (not terminated,
-        no lost life ending it), else 0; None without the option. The acting network gives
-        it; a recurrent core's memory (rows memory_rows) goes on past the step as if the
-        game had not been cut."""
+        whose episode the time limit cut (truncated, not terminated), else 0; None without
+        the option. The acting network gives it; a recurrent core's memory (rows
+        memory_rows) goes on past the step as if the game had not been cut. A cut step's
+        lives are the next game's (the reset is in the step), so a life lost on that very
+        step is not seen, and it bootstraps too under life_loss_terminal."""
         if not self.cfg.bootstrap_truncation:
             return None
         values = np.zeros(len(truncated), np.float32)
-        cut = np.nonzero(_host(truncated) & ~_host(terminated) & np.logical_not(lost))[0]
+        cut = np.nonzero(_host(truncated) & ~_host(terminated))[0]
         if len(cut) == 0:
             return values
         final = info.get("final_obs")
@@ -1496,12 +1497,11 @@ class Trainer:
             reward, terminated, truncated = _host(reward), _host(terminated), _host(truncated)
             done = np.logical_or(terminated, truncated)
             # what the learner takes as an episode's end; the logs and returns keep whole games
-            lost = self._update_lives(env_ids, info)
-            learn_done = done | lost
+            learn_done = done | self._update_lives(env_ids, info)
             rewards[t], dones[t] = reward, learn_done
             if truncation_values is not None:
-                truncation_values[t] = self._truncation_values(info, terminated, truncated, lost, env_ids,
-                                                               actions[t], reward)
+                truncation_values[t] = self._truncation_values(info, terminated, truncated, env_ids, actions[t],
+                                                               reward)
             note_step(self.memory, env_ids, actions[t], reward, learn_done)
             self.local_frames += self.frames_per_agent_step(N)
             episode_ids = self.episodes.episode_ids.copy()  # the ids of the steps just taken
@@ -1560,9 +1560,8 @@ class Trainer:
             outstanding[ids] = False
             reward, terminated, truncated = reward * answered, terminated & answered, truncated & answered
             done = np.logical_or(terminated, truncated)
-            lost = self._update_lives(ids, info, answered)
-            learn_done = done | lost
-            cut_values = self._truncation_values(info, terminated, truncated, lost, ids, last_action[ids], reward)
+            learn_done = done | self._update_lives(ids, info, answered)
+            cut_values = self._truncation_values(info, terminated, truncated, ids, last_action[ids], reward)
             for k, e in enumerate(ids):
                 buf = traj[int(e)]
                 # the reward of the buffer's last action; after a resume the buffers start

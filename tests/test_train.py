@@ -399,12 +399,28 @@ def _record_env_steps(env, method: str) -> list:
     return steps
 
 
-def test_a2c_bootstraps_a_time_limit_cut_from_the_final_observation(tmp_path, monkeypatch):
-    """--bootstrap-truncation, a2c with an LSTM: the values handed to the learner at each
-    cut (truncated, not terminated) are the network's value of the final observation, its
-    memory carried on through the cut step as if the game went on, worked out here one
-    step at a time from the rollout's first memory; 0 at every other step."""
+def _value_after_cut(model, obs, actions, rewards, dones, memory, t, b, final) -> float:
+    """The slow reference: the network's value of the final observation of trajectory b's
+    step t; a recurrent one steps from the trajectory's first memory one observation at a
+    time, and through step t as if its episode went on."""
     from hybridsim.models import note_step
+    with torch.no_grad():
+        final = torch.from_numpy(np.asarray(final)[None])
+        if memory is None:
+            return model(final)[1].item()
+        m = memory[b:b + 1].clone()
+        for s in range(t + 1):
+            state = model.unroll(torch.as_tensor(np.asarray(obs[s, b:b + 1]))[None], m)[2]
+            m[:, :state.shape[1]] = state
+            note_step(m, slice(None), actions[s, b:b + 1], rewards[s, b:b + 1], dones[s, b:b + 1] * (s < t))
+        return model.unroll(final[None], m)[1].item()
+
+
+@pytest.mark.parametrize("num_minibatches", [1, 2])
+def test_a2c_bootstraps_a_time_limit_cut_from_the_final_observation(tmp_path, monkeypatch, num_minibatches):
+    """--bootstrap-truncation, a2c with an LSTM: each minibatch's values at the cuts
+    (truncated, not terminated) are the acting network's value of its environments' final
+    observations (_value_after_cut); 0 at every other step."""
     learned = []  # (a copy of the network before the update, the update's arguments)
     learn = Trainer.learn
 
@@ -412,63 +428,61 @@ def test_a2c_bootstraps_a_time_limit_cut_from_the_final_observation(tmp_path, mo
         learned.append((copy.deepcopy(self.model), args))
         return learn(self, *args)
     monkeypatch.setattr(Trainer, "learn", learn_recording)
-    trainer = Trainer(tiny_config(tmp_path, num_minibatches=1, use_lstm=True, bootstrap_truncation=True,
-                                  max_episode_frames=200, total_frames=2000, log_trajectories=False))
+    trainer = Trainer(tiny_config(tmp_path, num_minibatches=num_minibatches, use_lstm=True,
+                                  bootstrap_truncation=True, max_episode_frames=200, total_frames=2000,
+                                  log_trajectories=False))
     steps = _record_env_steps(trainer.env, "step")
     trainer.train()
     T, cuts = trainer.cfg.num_steps, 0
-    for k, (model, (obs, actions, _, rewards, dones, memory, values)) in enumerate(learned):
+    for k, (_, (obs, actions, _, rewards, dones, memory, values)) in enumerate(learned):
+        rollout, group = divmod(k, num_minibatches)
+        acting = learned[rollout * num_minibatches][0]  # the network before the rollout's first update
+        envs = np.arange(trainer.cfg.num_envs)[group::num_minibatches]  # the minibatch's columns
         for t in range(T):
-            _, terminated, truncated, final, _ = steps[k * T + t]
-            cut = truncated & ~terminated
+            _, terminated, truncated, final, _ = steps[rollout * T + t]
+            cut = (truncated & ~terminated)[envs]
             assert np.array_equal(values[t] != 0, cut), (k, t)
-            for e in np.flatnonzero(cut):
-                m = memory[e:e + 1].clone()
-                with torch.no_grad():
-                    for s in range(t + 1):
-                        state = model.unroll(torch.from_numpy(np.asarray(obs[s, e:e + 1].cpu()))[None], m)[2]
-                        m[:, :state.shape[1]] = state
-                        note_step(m, slice(None), actions[s, e:e + 1], rewards[s, e:e + 1],
-                                  dones[s, e:e + 1] * (s < t))
-                    want = model.unroll(torch.from_numpy(final[e:e + 1])[None], m)[1].item()
-                assert values[t, e] == pytest.approx(want, abs=1e-5), (k, t, e)
+            for b in np.flatnonzero(cut):
+                want = _value_after_cut(acting, obs, actions, rewards, dones, memory, t, b, final[envs[b]])
+                assert values[t, b] == pytest.approx(want, abs=1e-5), (k, t, b)
                 cuts += 1
     assert cuts >= 8
 
 
-def test_impala_bootstraps_a_time_limit_cut_from_the_final_observation(tmp_path, monkeypatch):
+@pytest.mark.parametrize("use_lstm", [False, True])
+def test_impala_bootstraps_a_time_limit_cut_from_the_final_observation(tmp_path, monkeypatch, use_lstm):
     """--bootstrap-truncation, impala: each trajectory step the time limit cut carries the
-    value of that environment's final observation to the learner (weights that barely move,
-    so the acting network's values are the network's at the end), every other step 0. The
-    cut steps are known by the observation their action was taken on."""
+    value of that environment's final observation to the learner (_value_after_cut; weights
+    that barely move, so the acting network is the network at the end), every other step 0.
+    A cut step's final observation is found by the observation its action was taken on."""
     learned = []
     learn = Trainer.learn
 
-    def learn_recording(self, obs, actions, behavior_logits, rewards, dones, memory, values):
-        learned.append((np.array(obs), np.array(dones), np.array(values)))
-        return learn(self, obs, actions, behavior_logits, rewards, dones, memory, values)
+    def learn_recording(self, *args):
+        learned.append(tuple(x if x is None or torch.is_tensor(x) else np.array(x) for x in args))
+        return learn(self, *args)
     monkeypatch.setattr(Trainer, "learn", learn_recording)
     trainer = Trainer(tiny_config(tmp_path, schedule="impala", env_batch_size=2, learner_batch=2, lr=1e-30,
-                                  bootstrap_truncation=True, max_episode_frames=200, total_frames=2400,
-                                  noop_max=30, log_trajectories=False))
+                                  use_lstm=use_lstm, bootstrap_truncation=True, max_episode_frames=200,
+                                  total_frames=2400, noop_max=30, log_trajectories=False))
     steps = _record_env_steps(trainer.env, "recv")
     trainer.train()
-    cut_values, last_obs = {}, {}  # the cuts' values by the observation before the cut step
+    finals, last_obs = {}, {}  # the cuts' final observations by the observation before the cut step
     for env_ids, terminated, truncated, final, obs in steps:
         assert not terminated.any()  # pong: every episode end in so short a run is a cut
         for k, e in enumerate(env_ids):
             if truncated[k]:
-                with torch.no_grad():
-                    value = trainer.model(torch.from_numpy(final[k:k + 1]))[1].item()
-                cut_values.setdefault(last_obs[e].tobytes(), []).append(value)
+                finals.setdefault(last_obs[e].tobytes(), []).append(final[k])
             last_obs[e] = obs[k]
     checked = 0
-    for obs, dones, values in learned:
+    for obs, actions, _, rewards, dones, memory, values in learned:
         assert np.array_equal(values != 0, dones == 1)
         for t, b in zip(*np.nonzero(values)):
-            assert np.abs(np.array(cut_values[obs[t, b].tobytes()]) - values[t, b]).min() < 1e-5
+            want = [_value_after_cut(trainer.model, obs, actions, rewards, dones, memory, t, b, final)
+                    for final in finals[obs[t, b].tobytes()]]
+            assert np.abs(np.array(want) - values[t, b]).min() < 1e-5, (t, b)
             checked += 1
-    assert sum(map(len, cut_values.values())) >= 8 and checked >= 4
+    assert sum(map(len, finals.values())) >= 8 and checked >= 4
 
 
 @pytest.mark.parametrize("use_lstm", [False, True])
