@@ -31,6 +31,8 @@ def main():
     device = torch.device("cuda", dist.local_rank() % max(1, torch.cuda.device_count())) \
         if args.allreduce == "nccl" else torch.device("cpu")
     comm = dist.with_gradient_backend(dist.init_comm(), args.allreduce, device)
+    if comm.size < 2:
+        parser.error("one rank has nothing to reduce: run it under mpiexec -n 2 (or more)")
     model = build_model(args.model, (4, 84, 84), 18).to(device)
     for p in model.parameters():
         p.grad = torch.randn_like(p)

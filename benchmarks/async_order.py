@@ -8,19 +8,23 @@ environments to finish; "submission" (the impala default in `hybridsim train`) w
 the batch_size sent longest ago, so a fast environment can wait behind a slow one. Two
 measurements, the orders alternated round by round so drift on a shared machine hits both:
 - env only: `AtariVectorEnv` in async mode, recv then send random actions, frames/s;
-- training: `hybridsim train --schedule impala` (construction excluded), frames/s.
+- training: `hybridsim train --schedule impala` (construction and the one-off end of the
+  run excluded; before 2026-12-07 the end was in), frames/s.
 Prints one JSON object: per-round frames/s and the submission / completion ratio of the
 medians.
 """
 import argparse
+import contextlib
 import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 
 import numpy as np
+from _training_time import train_loop_seconds  # benchmarks/, this script's folder
 
 FRAME_SKIP = 4  # the vector env's and the trainer's default
 
@@ -48,14 +52,15 @@ def env_frames_per_second(args, order: str) -> float:
 def train_frames_per_second(args, order: str) -> float:
     from hybridsim.train import TrainConfig, Trainer
 
-    cfg = TrainConfig(game=args.game, num_envs=args.num_envs, schedule="impala", env_batch_size=args.batch,
-                      impala_order=order, frame_skip=FRAME_SKIP, num_threads=args.threads, total_frames=args.train_frames,
-                      log_dir=tempfile.mkdtemp(prefix="hs_order_"), log_every=1e9,
-                      checkpoint_every=10**12, log_trajectories=False)
-    trainer = Trainer(cfg)
-    start = time.perf_counter()
-    summary = trainer.train()
-    return summary["frames"] / (time.perf_counter() - start)
+    with tempfile.TemporaryDirectory(prefix="hs_order_") as log_dir:
+        cfg = TrainConfig(game=args.game, num_envs=args.num_envs, schedule="impala", env_batch_size=args.batch,
+                          impala_order=order, frame_skip=FRAME_SKIP, num_threads=args.threads,
+                          total_frames=args.train_frames, log_dir=log_dir, log_every=1e9,
+                          checkpoint_every=10**12, log_trajectories=False)
+        trainer = Trainer(cfg)
+        with contextlib.redirect_stdout(sys.stderr):  # the progress lines; stdout is the report's
+            summary, seconds = train_loop_seconds(trainer)
+    return summary["frames"] / seconds
 
 
 def main():

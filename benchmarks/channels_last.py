@@ -25,13 +25,14 @@ def measure(layout: str, model: str, frames: int) -> None:
     from hybridsim import cli, train
     if layout == "nchw":
         train.to_device = lambda net, device: net.to(device)
-    log_dir = os.path.join(tempfile.mkdtemp(prefix="hs_cl_"), "run")
-    start = time.perf_counter()
-    code = cli.main(["train", "--config", "quickstart", "--model", model, "--total-frames", str(frames),
-                     "--log-trajectories", "false", "--log-dir", log_dir])
+    with tempfile.TemporaryDirectory(prefix="hs_cl_") as scratch:
+        start = time.perf_counter()
+        code = cli.main(["train", "--config", "quickstart", "--model", model, "--total-frames", str(frames),
+                         "--log-trajectories", "false", "--log-dir", os.path.join(scratch, "run")])
+        seconds = time.perf_counter() - start
     if code != 0:
         raise SystemExit(f"train exited {code}")
-    print(f"FRAMES_PER_SECOND {frames / (time.perf_counter() - start):.1f}")
+    print(f"FRAMES_PER_SECOND {frames / seconds:.1f}")
 
 
 def main() -> None:

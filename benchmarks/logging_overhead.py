@@ -104,7 +104,7 @@ def compression_table(source: pathlib.Path, repeats: int = 3):
                 start = time.perf_counter()
                 with h5py.File(path, "w") as f:
                     for name, data in steps.items():
-                        f.create_dataset(name, data=data, chunks=True, **trajlog._dataset_kwargs(codec))
+                        f.create_dataset(name, data=data, chunks=True, **trajlog.dataset_kwargs(codec))
                 best = min(best, time.perf_counter() - start)
             size = path.stat().st_size
             print(f"{codec:8s} {best:8.3f} {size / 1e6:8.2f} {raw / size:6.1f}")

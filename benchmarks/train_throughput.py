@@ -11,7 +11,9 @@ alternating the variants so that drift on a shared machine hits them alike:
   frames/s, and the share of its time spent acting (policy forward), stepping the
   environments and learning (forward, backward, optimiser), the rest being bookkeeping
   and logging.
-`passive` is hybridsim's default (set on import); `default` is libgomp's own spin-then-sleep.
+`default` is libgomp's own spin-then-sleep, which hybridsim keeps (it no longer sets
+OMP_WAIT_POLICY on import); `passive` sleeps at once. Training is timed without the one-off
+end of the run (final checkpoint, plot, closing the logs; before 2026-12-07 it was in).
 """
 import argparse
 import json
@@ -23,16 +25,22 @@ import sys
 import tempfile
 import time
 
+from _training_time import train_loop_seconds  # benchmarks/, this script's folder
+
 
 def measure(args) -> dict:
+    with tempfile.TemporaryDirectory(prefix="hs_tp_") as log_dir:
+        return _measure(args, log_dir)
+
+
+def _measure(args, log_dir: str) -> dict:
     import numpy as np
     import torch
 
     from hybridsim.train import TrainConfig, Trainer, make_vector_env
 
     cfg = TrainConfig(game=args.game, num_envs=args.num_envs, total_frames=args.frames,
-                      log_dir=tempfile.mkdtemp(prefix="hs_tp_"), log_every=1e9,
-                      checkpoint_every=10**12, log_trajectories=True)
+                      log_dir=log_dir, log_every=1e9, checkpoint_every=10**12, log_trajectories=True)
     env = make_vector_env(cfg, seed=1)
     env.reset(seed=1)
     rng = np.random.default_rng(0)
@@ -60,9 +68,7 @@ def measure(args) -> dict:
     trainer.act = timed("act", trainer.act)
     trainer.learn = timed("learn", trainer.learn)
     trainer.env.step = timed("env", trainer.env.step)
-    start = time.perf_counter()
-    summary = trainer.train()
-    elapsed = time.perf_counter() - start
+    summary, elapsed = train_loop_seconds(trainer)
     return {"env_fps": env_fps, "train_fps": summary["frames"] / elapsed,
             "share": {k: v / elapsed for k, v in spent.items()},
             "torch_threads": torch.get_num_threads()}

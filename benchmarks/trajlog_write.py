@@ -46,7 +46,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     rows = step_rows(args.batch, args.actions, 512)
-    with_checksums = trajlog._dataset_kwargs
+    with_checksums = trajlog.dataset_kwargs
 
     def without_checksums(compression):
         return {k: v for k, v in with_checksums(compression).items() if k != "fletcher32"}
@@ -56,11 +56,11 @@ def main():
         for r in range(args.rounds):
             order = ("plain", "fletcher32") if r % 2 == 0 else ("fletcher32", "plain")
             for side in order:
-                trajlog._dataset_kwargs = without_checksums if side == "plain" else with_checksums
+                trajlog.dataset_kwargs = without_checksums if side == "plain" else with_checksums
                 try:
                     rate = time_writer(f"{tmp}/{side}{r}.h5", rows, args.steps, args.batch, args.actions)
                 finally:
-                    trajlog._dataset_kwargs = with_checksums
+                    trajlog.dataset_kwargs = with_checksums
                 best[side] = max(best[side], rate)
     for side, rate in best.items():
         print(f"{side:10s} {rate:10,.0f} steps/s ({rate * args.batch:,.0f} env-steps/s), batch {args.batch}")
