@@ -95,7 +95,7 @@ class TrainConfig:
     max_episode_frames: int = 108_000
     """Truncate episodes after this many emulator frames (0: never; ALE's vector envs would cut every episode after one step)."""
     bootstrap_truncation: bool = False
-    """Where the time limit (max_episode_frames) cuts an episode, the learner's return goes on past the cut: its reward there takes gamma x V(final observation), by the acting network (Pardo et al. 2018, "Time Limits in Reinforcement Learning"). Off: the cut ends the return as a terminal does, as in torchbeast and CuLE."""
+    """Where the time limit (max_episode_frames) cuts an episode, the learner's return goes on past the cut: its reward there takes gamma x V(final observation), by the acting network (Pardo et al. 2018, "Time Limits in Reinforcement Learning"). Off: the cut ends the return as a terminal does, as in torchbeast."""
     device: str = "auto"
     """Torch device for the learner: auto, cpu, cuda or cuda:K (auto and cuda: with several GPUs visible, local rank L takes GPU L mod count)."""
     cuda_deterministic: bool = True
