@@ -13,12 +13,17 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("h5py")
 pytest.importorskip("hybridsim.vector", reason="needs the built extensions")
+import hybridsim  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# the scripts import the hybridsim this test imported: a source tree built in place, or the
+# installed package (a clean checkout has no extensions in its own hybridsim/)
+PACKAGE_PARENT = pathlib.Path(hybridsim.__file__).resolve().parents[1]
 
 
 def _run(script: str, *args: str, cwd) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PACKAGE_PARENT),
+                                                                    os.environ.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
