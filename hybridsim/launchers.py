@@ -76,7 +76,8 @@ def copy_launch_files(dest, overwrite: bool = False) -> tuple[pathlib.Path, list
         blocking = [str(folder) for folder in folders if folder.exists() and not folder.is_dir()]
         if blocking:
             entry = f"{blocking[0]} (a file where a folder of them goes)"
-            in_the_way += [entry] if entry not in in_the_way else []
+            if entry not in in_the_way:  # one file can block several of them
+                in_the_way.append(entry)
         elif path.is_dir() or (path.exists() and not path.is_file()):
             in_the_way.append(f"{path} (not a file)")
         elif not path.exists():

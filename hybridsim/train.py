@@ -707,13 +707,14 @@ class Trainer:
         return lost
 
     @torch.no_grad()
-    def _truncation_values(self, info, terminated, truncated, memory_rows, actions, rewards):
+    def _truncation_values(self, info, terminated, truncated, env_ids, actions_by_env, rewards):
         """With bootstrap_truncation: V(final observation) [n] for this step's environments
-        whose episode the time limit cut (truncated, not terminated), else 0; None without
-        the option. The acting network gives it; a recurrent core's memory (rows
-        memory_rows) goes on past the step as if the game had not been cut. A cut step's
-        lives are the next game's (the reset is in the step), so a life lost on that very
-        step is not seen, and it bootstraps too under life_loss_terminal."""
+        env_ids whose episode the time limit cut (truncated, not terminated), else 0; None
+        without the option. The acting network gives it; a recurrent core's memory (its rows
+        are the environment ids, as actions_by_env's are) goes on past the step as if the
+        game had not been cut. A cut step's lives are the next game's (the reset is in the
+        step), so a life lost on that very step is not seen, and it bootstraps too under
+        life_loss_terminal."""
         if not self.cfg.bootstrap_truncation:
             return None
         values = np.zeros(len(truncated), np.float32)
@@ -727,8 +728,9 @@ class Trainer:
         final = final[torch.as_tensor(cut, device=final.device) if torch.is_tensor(final) else cut]
         memory = None
         if self.memory is not None:
-            memory = self.memory[memory_rows[cut]].clone()
-            note_step(memory, slice(None), actions[cut], rewards[cut], np.zeros(len(cut)))
+            rows = env_ids[cut]
+            memory = self.memory[rows].clone()
+            note_step(memory, slice(None), actions_by_env[rows], rewards[cut], np.zeros(len(cut)))
         values[cut] = self.model.act_step(self._on_device(final), memory)[1].float().cpu().numpy()
         return values
 
@@ -1561,7 +1563,7 @@ class Trainer:
             reward, terminated, truncated = reward * answered, terminated & answered, truncated & answered
             done = np.logical_or(terminated, truncated)
             learn_done = done | self._update_lives(ids, info, answered)
-            cut_values = self._truncation_values(info, terminated, truncated, ids, last_action[ids], reward)
+            cut_values = self._truncation_values(info, terminated, truncated, ids, last_action, reward)
             for k, e in enumerate(ids):
                 buf = traj[int(e)]
                 # the reward of the buffer's last action; after a resume the buffers start
