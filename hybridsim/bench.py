@@ -311,6 +311,9 @@ def bench_vector(games=VECTOR_GAMES, num_envs: int = 16, threads: int = 2, steps
     if thread_affinity_offset >= 0:
         mode += f", workers pinned from core offset {thread_affinity_offset}"
     pin = dict(thread_affinity_offset=thread_affinity_offset)
+    # The largest allocation first, so that too many environments is refused (MemoryError)
+    # before the table's header is printed.
+    AtariVectorEnv(games[0], num_envs, num_threads=threads, batch_size=batch_size, **pin).close()
     print_fn(f"vector envs ({mode}): {num_envs} envs, {threads} threads, {steps} steps x {rounds} rounds, "
              f"frames/s (median; hs/ale, hs/ep: median of per-round ratios), "
              f"{platform.processor() or platform.machine()}, "

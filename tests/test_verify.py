@@ -110,6 +110,24 @@ def test_cli_refuses_options_it_would_ignore_or_misread(args, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_bench_vector_refuses_too_many_environments_before_printing_its_table(capsys, monkeypatch):
+    """The refusal came after the table's header, as if the timing had started."""
+    from hybridsim import vector
+    from hybridsim.cli import main
+    real = vector.AtariVectorEnv
+
+    def out_of_memory(game, num_envs, *args, **kwargs):
+        if num_envs > 1:
+            raise MemoryError("cannot allocate the environment table")
+        return real(game, num_envs, *args, **kwargs)
+
+    monkeypatch.setattr(vector, "AtariVectorEnv", out_of_memory)
+    assert main(["bench", "--vector", "--games", "pong", "--num-envs", "64"]) == 2
+    captured = capsys.readouterr()
+    assert "--num-envs 64: the environments do not fit in this machine's memory" in captured.err
+    assert "vector envs" not in captured.out and "hybridsim" not in captured.out, captured.out
+
+
 @pytest.mark.parametrize("args", [["verify", "--games", "pong", "--all"],
                                   ["eval", "checkpoint.pt", "--random", "--greedy"]])
 def test_cli_refuses_exclusive_options_together(args, capsys):
