@@ -30,6 +30,7 @@ import pathlib
 import pickle
 import socket
 import sys
+import threading
 import time
 import uuid
 import zlib
@@ -333,6 +334,24 @@ class TrainingDiverged(RuntimeError):
 
 METRICS_HEADER = ("frames", "updates", "seconds", "fps", "mean_return_100", "episodes", "lr", "policy_loss",
                   "baseline_loss", "entropy")
+
+
+def _leave_tensorboard_write_errors_to_its_flush() -> None:
+    """TensorBoard's writer thread hands an OSError (a full disk) to the next flush, which
+    the log step reports by name, and then re-raises it, so Python printed the thread's
+    traceback beside that report. Every log step flushes, so none is left unreported.
+    Other threads' exceptions, and other exceptions, reach the hook as before."""
+    previous = threading.excepthook
+    if getattr(previous, "hybridsim_tensorboard", False):
+        return
+
+    def hook(args):
+        from_tensorboard = type(args.thread).__module__.startswith("tensorboard.")
+        if not (from_tensorboard and isinstance(args.exc_value, OSError)):
+            previous(args)
+
+    hook.hybridsim_tensorboard = True
+    threading.excepthook = hook
 
 
 def _check_metrics_file(path: pathlib.Path) -> None:
@@ -779,6 +798,7 @@ class Trainer:
                     # a resumed run hides the events a killed job logged after its checkpoint
                     self.tb = SummaryWriter(str(self.log_dir / "tensorboard"),
                                             purge_step=self.frames + 1 if self.cfg.resume else None)
+                    _leave_tensorboard_write_errors_to_its_flush()
                 except ImportError:
                     print("tensorboard is not installed: metrics go to metrics.csv only", file=sys.stderr)
         except BaseException:

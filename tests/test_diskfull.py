@@ -554,6 +554,34 @@ def test_full_disk_for_tensorboard_events(tmp_path, monkeypatch, capsys):
     assert f"final checkpoint: {tmp_path}/checkpoint.pt" in err
 
 
+def test_a_full_disk_in_tensorboards_writer_thread_is_reported_once_without_a_traceback(
+        tmp_path, monkeypatch, capsys):
+    """The writer thread re-raised the error it also hands to the next flush, and Python
+    printed that thread's traceback beside train's own report of the full disk."""
+    from tensorboard.summary.writer.record_writer import RecordWriter
+    calls = {"n": 0}
+    real_write = RecordWriter.write
+
+    def write(self, data):
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise ENOSPC
+        real_write(self, data)
+
+    monkeypatch.setattr(RecordWriter, "write", write)
+    uncaught = []  # what Python's default hook would print
+    monkeypatch.setattr(threading, "excepthook", uncaught.append)
+    code = cli.main([*TRAIN, "--total-frames", "100000", "--log-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == cli.STORAGE_EXIT_CODE, err
+    assert f"{tmp_path}/tensorboard: writing TensorBoard events failed: No space left on device" in err
+    assert calls["n"] > 3 and uncaught == [], [(u.thread, u.exc_value) for u in uncaught]
+    failure = threading.Thread(target=lambda: 1 / 0)  # any other thread's error still reaches it
+    failure.start()
+    failure.join()
+    assert [type(u.exc_value) for u in uncaught] == [ZeroDivisionError]
+
+
 def test_fallback_checkpoints_of_different_runs_do_not_collide(tmp_path):
     """It was hybridsim-<dir name>-checkpoint.pt: runs/a/run and runs/b/run, stopped by
     a full disk, wrote the same fallback file, the second over the first."""
