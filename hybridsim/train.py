@@ -79,14 +79,39 @@ def _describe_hardware(hardware: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in hardware.items() if v is not None) or "unknown hardware"
 
 
+# What torch's weights-only unpickler needs for the numpy arrays a checkpoint holds
+# (episode counters and the like): numpy's array rebuild function, under this numpy's name
+# and numpy 1's (a checkpoint written beside numpy 1 names numpy.core), and the classes of
+# the plain dtypes (bool, integers, floats, bytes).
+_NUMPY_RECONSTRUCT = np.ndarray((0,)).__reduce__()[0]
+CHECKPOINT_NUMPY_GLOBALS = [_NUMPY_RECONSTRUCT, np.ndarray, np.dtype,
+                            *dict.fromkeys(type(np.dtype(code)) for code in "?bBhHiIlLqQefdS"),
+                            (_NUMPY_RECONSTRUCT, "numpy.core.multiarray._reconstruct"),
+                            (_NUMPY_RECONSTRUCT, "numpy._core.multiarray._reconstruct")]
+
+
 def read_checkpoint(path, map_location=None) -> dict:
     """A checkpoint written by `hybridsim train`, or an error naming the file and the problem."""
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint file at {path}")
+    if not hasattr(torch.serialization, "safe_globals"):  # older torch has no weights-only allowlist
+        raise RuntimeError(f"torch {torch.__version__} cannot load a checkpoint weights-only with numpy "
+                           f"arrays: hybridsim needs torch >= 2.6 (setup.cfg)")
     try:
-        state = torch.load(path, weights_only=False, map_location=map_location)
-    except Exception as exc:  # truncated zip, foreign pickle, empty file: torch raises many kinds
+        # weights_only: a checkpoint from elsewhere (eval of a colleague's run) cannot run
+        # code while it loads; ours hold tensors, plain Python values and a few numpy arrays.
+        with torch.serialization.safe_globals(CHECKPOINT_NUMPY_GLOBALS):
+            state = torch.load(path, weights_only=True, map_location=map_location)
+    except pickle.UnpicklingError as exc:
+        # torch's message wraps the unpickler's own line in advice to load unsafely
+        detail = str(exc).split("WeightsUnpickler error:", 1)[-1].split("Check the documentation", 1)[0]
+        detail = " ".join(detail.split(" was not an allowed global", 1)[0].split())
+        if detail.startswith("Unsupported global"):  # e.g. "Unsupported global: GLOBAL os.system"
+            raise ValueError(f"{path}: not a hybridsim checkpoint: it holds Python objects no hybridsim "
+                             f"checkpoint holds ({detail}); refused without running their code") from None
+        raise ValueError(f"{path}: not a readable hybridsim checkpoint ({detail or 'UnpicklingError'})") from None
+    except Exception as exc:  # truncated zip, empty file: torch raises many kinds
         raise ValueError(f"{path}: not a readable hybridsim checkpoint ({type(exc).__name__}: "
                          f"{exc or 'no detail'})") from None
     missing = [k for k in CHECKPOINT_KEYS if not isinstance(state, dict) or k not in state]

@@ -3,6 +3,7 @@ import copy
 import csv
 import json
 import os
+import pathlib
 import re
 import zlib
 
@@ -577,6 +578,34 @@ def test_bad_checkpoints_are_named(tmp_path):
                           ("list.pt", "missing model"), ("missing.pt", "no checkpoint file")):
         with pytest.raises((ValueError, FileNotFoundError), match=message):
             evaluate.evaluate(tmp_path / name, episodes=1, env="ale-py")
+
+
+class _MakesAFileWhenLoaded:
+    """What a hostile checkpoint could carry: unpickling it runs a call (here, touch)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return pathlib.Path.touch, (self.path,)
+
+
+def test_a_checkpoint_holding_code_is_refused_without_running_it(tmp_path):
+    """Checkpoints were loaded with weights_only=False: `eval` of a file from elsewhere ran
+    whatever its pickle called."""
+    from hybridsim import cli
+    from hybridsim.train import read_checkpoint
+    marker = tmp_path / "ran"
+    hostile = tmp_path / "hostile.pt"
+    torch.save({"model": {}, "optimizer": {}, "config": {}, "frames": 0, "payload": _MakesAFileWhenLoaded(marker)},
+               hostile)
+    with pytest.raises(ValueError, match="holds Python objects no hybridsim checkpoint holds .*refused "
+                                         "without running their code"):
+        read_checkpoint(hostile)
+    assert cli.main(["eval", str(hostile), "--episodes", "1"]) == 2
+    assert not marker.exists()
+    torch.load(hostile, weights_only=False)  # the file does what this test says it does
+    assert marker.exists()
 
 
 def test_a_run_that_cannot_start_leaves_no_directory(tmp_path):
