@@ -249,14 +249,15 @@ def _fsync_dir(directory: pathlib.Path) -> None:
 
 def remove_stale_temporaries(directory, names) -> list[str]:
     """Remove the temporary files atomic_write left in `directory` for the files `names`
-    when its process was killed mid-write (NAME.PID.THREAD.tmp; a checkpoint's is as large
-    as the checkpoint), unless that process still runs here; their names. For a directory
-    held alone (the run lock)."""
+    (names, or a test of a name) when its process was killed mid-write (NAME.PID.THREAD.tmp;
+    a checkpoint's is as large as the checkpoint), unless that process still runs here;
+    their names. For a directory held alone (the run lock)."""
     import re
+    wanted = names if callable(names) else names.__contains__
     removed = []
     for path in pathlib.Path(directory).glob("*.tmp"):
         match = re.fullmatch(r"(.+)\.(\d+)\.\d+\.tmp", path.name)
-        if not match or match.group(1) not in names or not path.is_file():
+        if not match or not wanted(match.group(1)) or not path.is_file():
             continue
         try:
             os.kill(int(match.group(2)), 0)

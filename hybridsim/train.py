@@ -28,6 +28,8 @@ import numbers
 import os
 import pathlib
 import pickle
+import re
+import shutil
 import socket
 import sys
 import threading
@@ -61,8 +63,10 @@ RESUME_MUST_MATCH = ("game", "model", "use_lstm", "obs_normalization", "optimize
 RESUME_MUST_MATCH_PER_SCHEDULE = {"a2c": ("num_minibatches",), "impala": ("learner_batch",)}
 # Settings that may differ between the ranks of one job (each rank's own hardware).
 PER_RANK_SETTINGS = ("num_threads", "torch_threads", "device", "fallback_dir")
+# --keep-checkpoints: the folder of the kept checkpoints, in log_dir
+KEPT_CHECKPOINTS = "checkpoints"
 # Files of a run: a fresh run refuses a directory holding any of them.
-RUN_FILES = ("checkpoint.pt", "metrics.csv", "trajectories.h5", "traj_rank*.h5")
+RUN_FILES = ("checkpoint.pt", "metrics.csv", "trajectories.h5", "traj_rank*.h5", KEPT_CHECKPOINTS)
 
 
 def learner_hardware(device: torch.device) -> dict:
@@ -213,6 +217,8 @@ def _holds_data(path: pathlib.Path) -> bool:
     """Whether a run file holds anything worth keeping (a damaged one counts as holding)."""
     if path.name == "checkpoint.pt":
         return True
+    if path.is_dir():  # the kept checkpoints
+        return any(path.iterdir())
     if path.suffix == ".csv":
         with open(path, "rb") as f:
             return len(f.read(1 << 16).splitlines()) > 1  # more than the header
@@ -476,6 +482,9 @@ class Trainer:
                     self.run_lock = RunLock(self.log_dir, notice=_note).acquire()
                     removed = (storage.remove_stale_temporaries(self.log_dir, ("checkpoint.pt", "metrics.csv"))
                                if cfg.resume else [])  # the run's own files, of a directory that holds it
+                    if cfg.resume and (self.log_dir / KEPT_CHECKPOINTS).is_dir():
+                        removed += [f"{KEPT_CHECKPOINTS}/{name}" for name in storage.remove_stale_temporaries(
+                            self.log_dir / KEPT_CHECKPOINTS, lambda name: re.fullmatch(r"frames_\d+\.pt", name))]
                     if removed:
                         _note(f"note: removed {', '.join(removed)} from {self.log_dir}: half-written files "
                               f"of a job killed while writing them")
@@ -814,6 +823,8 @@ class Trainer:
                 new = not path.exists() or not self.cfg.resume or path.stat().st_size == 0
                 if not new:
                     _drop_metrics_after(path, self.frames)
+                if self.cfg.resume:
+                    _set_aside_kept_checkpoints_after(self.log_dir / KEPT_CHECKPOINTS, self.frames)
                 # whole-line appends, cut back on a failed write: a full disk never leaves half a row
                 self.metrics_file = storage.AppendFile(path, "w" if new else "a")
                 if new:
@@ -1018,7 +1029,26 @@ class Trainer:
                 "the previous checkpoint there, if any, is untouched") from exc
         if self.reserve is not None and self.reserve.held:
             self._grow_reserve(path.stat().st_size)
+        if self.cfg.keep_checkpoints and path == self.checkpoint_path():
+            self._keep_checkpoint(path)
         return path
+
+    def kept_checkpoint_path(self, frames: int) -> pathlib.Path:
+        return self.log_dir / KEPT_CHECKPOINTS / f"frames_{frames:012d}.pt"
+
+    def _keep_checkpoint(self, path: pathlib.Path) -> None:
+        """--keep-checkpoints: the checkpoint just written stays as checkpoints/frames_N.pt
+        too. A copy, not a hard link: a link would share its bytes with checkpoint.pt, which
+        a user's `cp other.pt checkpoint.pt` rewrites in place. A failed keep is a failed
+        write (training stops, checkpoint.pt written), not a failed checkpoint."""
+        kept = self.kept_checkpoint_path(self.frames)
+        try:
+            kept.parent.mkdir(exist_ok=True)
+            with open(path, "rb") as source:
+                storage.atomic_write(kept, lambda fh: shutil.copyfileobj(source, fh, 1 << 20))
+        except OSError as exc:
+            self._note_storage_failure(StorageError.from_exception(
+                kept, "a kept checkpoint", exc, f"{path} itself was written"))
 
     def _rank_state(self) -> dict:
         """What a resumed rank needs besides the shared model: its environments (None where
@@ -1843,6 +1873,29 @@ def _drop_metrics_after(path: pathlib.Path, frames: int) -> None:
         return
     print(f"{path}: dropped {len(lines) - len(keep)} rows written after the checkpoint "
           f"({frames:,} frames)", file=sys.stderr)
+
+
+def _set_aside_kept_checkpoints_after(folder: pathlib.Path, frames: int) -> None:
+    """A resume from an earlier kept checkpoint (copied over checkpoint.pt) replaces the run
+    after it, as the metrics rows and trajectory rows after it are dropped: the kept
+    checkpoints past its frames move into a folder of their own, kept, not mixed in."""
+    later = [path for path in sorted(folder.glob("frames_*.pt"))
+             if (match := re.fullmatch(r"frames_(\d+)\.pt", path.name)) and int(match.group(1)) > frames]
+    if not later:
+        return
+    aside = folder / time.strftime("replaced-by-a-resume-%Y%m%d-%H%M%S")
+    while aside.exists():
+        aside = aside.with_name(aside.name + "x")
+    try:
+        aside.mkdir()
+        for path in later:
+            path.rename(aside / path.name)
+    except OSError as exc:
+        print(f"warning: {folder}: could not move the kept checkpoints after {frames:,} frames aside ({exc})",
+              file=sys.stderr)
+        return
+    print(f"note: this run resumes at {frames:,} frames: the {len(later)} kept checkpoint(s) written after "
+          f"that, by the run this resume replaces, are now in {aside}", file=sys.stderr)
 
 
 def _make_run_directory(path: pathlib.Path) -> None:

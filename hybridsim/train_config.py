@@ -108,6 +108,8 @@ class TrainConfig:
     """Threads for the learner's CPU math (0 = the cores available to this process). Sums round differently with another count: the same seed gives the same weights with the same count."""
     checkpoint_every: int = 500_000
     """Write a checkpoint every this many frames (and always at the end)."""
+    keep_checkpoints: bool = False
+    """Keep every checkpoint written in log_dir as checkpoints/frames_N.pt (N: the run's frames then), for `hybridsim eval` of earlier points; checkpoint.pt stays the latest. Each costs the room of one checkpoint."""
     log_every: float = 5.0
     """Seconds between progress lines and metric rows (wall time, so the frames of the rows differ run to run; 0: a row every update)."""
     log_trajectories: bool = True

@@ -281,6 +281,77 @@ def test_a_fresh_run_keeps_a_run_that_wrote_no_checkpoint(tmp_path):
     assert not list(empty.glob("previous-run-*"))
 
 
+def _kept(folder):
+    return {int(p.stem.split("_")[1]): p for p in sorted(folder.glob("frames_*.pt"))}
+
+
+def test_kept_checkpoints_hold_each_checkpoint_and_a_resume_from_an_earlier_one_replays_them(tmp_path):
+    """--keep-checkpoints: each checkpoint written stays as checkpoints/frames_N.pt. One
+    copied over checkpoint.pt and resumed goes on from there: the later ones move aside,
+    and the resume writes them again, bit for bit the same networks (the cpu backend
+    restores its environments exactly)."""
+    from hybridsim.train import read_checkpoint
+    cfg = dict(backend="cpu", total_frames=2400, checkpoint_every=700, keep_checkpoints=True)
+    Trainer(tiny_config(tmp_path, **cfg)).train()
+    kept = _kept(tmp_path / "checkpoints")
+    assert len(kept) == 4 and max(kept) >= 2400, sorted(kept)
+    for frames, path in kept.items():
+        assert read_checkpoint(path)["frames"] == frames
+    assert kept[max(kept)].read_bytes() == (tmp_path / "checkpoint.pt").read_bytes()
+    first, second = sorted(kept)[:2]
+    weights = {f: read_checkpoint(kept[f])["model"] for f in kept}
+    assert any(not torch.equal(weights[first][k], weights[second][k]) for k in weights[first])
+
+    (tmp_path / "checkpoint.pt").write_bytes(kept[first].read_bytes())  # as `cp` would
+    import subprocess
+    import sys
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a pid that no longer runs
+    stale = tmp_path / "checkpoints" / f"frames_000000009999.pt.{gone}.1.tmp"  # a copy a kill cut short
+    stale.write_bytes(b"half a checkpoint")
+    Trainer(tiny_config(tmp_path, resume=True, **cfg)).train()
+    assert not stale.exists()
+    aside = list((tmp_path / "checkpoints").glob("replaced-by-a-resume-*"))
+    assert len(aside) == 1 and sorted(_kept(aside[0])) == sorted(kept)[1:]
+    again = _kept(tmp_path / "checkpoints")
+    assert sorted(again) == sorted(kept)
+    for frames in sorted(kept)[1:]:
+        replayed = read_checkpoint(again[frames])["model"]
+        assert all(torch.equal(replayed[k], weights[frames][k]) for k in replayed), frames
+
+
+def test_a_kept_checkpoint_that_cannot_be_written_stops_training_with_checkpoint_pt_written(
+        tmp_path, monkeypatch, capsys):
+    import errno
+    import shutil
+
+    from hybridsim import cli
+    from hybridsim.train import read_checkpoint
+
+    def full(source, target, length=0):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(shutil, "copyfileobj", full)
+    code = cli.main(["train", "--backend", "ale-py", "--num-envs", "4", "--num-threads", "1", "--torch-threads",
+                     "1", "--log-every", "0", "--noop-max", "5", "--total-frames", "4000", "--checkpoint-every",
+                     "800", "--keep-checkpoints", "--log-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == cli.STORAGE_EXIT_CODE, err[-3000:]
+    assert "checkpoints/frames_" in err and "a kept checkpoint failed: No space left on device" in err, err[-3000:]
+    assert 800 <= read_checkpoint(tmp_path / "checkpoint.pt")["frames"] < 4000
+    assert not list((tmp_path / "checkpoints").iterdir())  # no half-written copy
+
+
+def test_a_fresh_run_sets_aside_kept_checkpoints_of_a_run_without_checkpoint_pt(tmp_path):
+    from hybridsim.train import _fresh_run_decision
+    (tmp_path / "checkpoints").mkdir()
+    assert _fresh_run_decision(tmp_path) is None  # an empty folder holds nothing
+    (tmp_path / "checkpoints" / "frames_000000000800.pt").write_bytes(b"x")
+    decision = _fresh_run_decision(tmp_path)
+    assert decision[0] == "moved" and "checkpoints" in decision[1]
+    assert [p.name for p in tmp_path.glob("previous-run-*/checkpoints/*")] == ["frames_000000000800.pt"]
+
+
 def test_resume_refuses_other_learning_settings_and_keeps_the_run(tmp_path):
     Trainer(tiny_config(tmp_path, total_frames=400)).train()
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
