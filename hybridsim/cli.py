@@ -151,9 +151,10 @@ def _given_paths(args, *names) -> None:
     file named two spaces: a quoting slip, not a name)."""
     for name in names:
         value = getattr(args, name, None)
-        if isinstance(value, str) and not value.strip():
-            flag = name if name in ("target", "checkpoint", "file", "output", "dest") else f"--{name.replace('_', '-')}"
-            raise ValueError(f"{flag}: an empty path; name a file or directory")
+        for one in value if isinstance(value, list) else [value]:
+            if isinstance(one, str) and not one.strip():
+                flag = name if name in ("target", "checkpoint", "file", "output", "dest") else f"--{name.replace('_', '-')}"
+                raise ValueError(f"{flag}: an empty path; name a file or directory")
 
 
 def _cmd_analyze(args) -> int:
@@ -303,12 +304,11 @@ def _export_ranks(args, pairs) -> int:
 
 def _cmd_eval(args) -> int:
     from hybridsim import evaluate
-    from hybridsim.scores import REFERENCE_SETTINGS, reference_scores
+    from hybridsim.scores import reference_scores
     _given_paths(args, "checkpoint")
-    r = evaluate.evaluate(args.checkpoint, episodes=args.episodes, env=args.env,
-                          num_envs=args.num_envs, seed=args.seed, greedy=args.greedy,
-                          random_policy=args.random, repeat_action_probability=args.sticky,
-                          noop_max=args.noop_max, max_episode_frames=args.max_episode_frames)
+    if len(args.checkpoint) > 1:
+        return _eval_several(args)
+    r = _evaluate_one(args, args.checkpoint[0])
     if args.json:
         import json
         print(json.dumps(r, indent=2))
@@ -319,13 +319,58 @@ def _cmd_eval(args) -> int:
           f"+- {r['std']:.2f} (population std; {policy})")
     if r["human_normalized"] is not None:
         random_score, human_score = reference_scores()[r["game"]]
-        protocol = ("" if r["reference_protocol"] else
-                    f"; measured with up to {REFERENCE_SETTINGS['noop_max']} no-ops, episodes cut at "
-                    f"{REFERENCE_SETTINGS['max_episode_frames']:,} frames and no sticky actions, unlike these "
-                    f"settings")
+        protocol = "" if r["reference_protocol"] else f"; {_reference_protocol_words()}"
         print(f"human-normalized: {r['human_normalized']:.1%} (0% is a random agent's {random_score:g}, 100% "
               f"a human tester's {human_score:g}: the Atari-57 reference scores{protocol})")
     print(f"settings: {evaluate.describe_settings(r['settings'])}")
+    return 0
+
+
+def _reference_protocol_words() -> str:
+    from hybridsim.scores import REFERENCE_SETTINGS
+    return (f"measured with up to {REFERENCE_SETTINGS['noop_max']} no-ops, episodes cut at "
+            f"{REFERENCE_SETTINGS['max_episode_frames']:,} frames and no sticky actions, unlike these settings")
+
+
+def _evaluate_one(args, checkpoint) -> dict:
+    from hybridsim import evaluate
+    return evaluate.evaluate(checkpoint, episodes=args.episodes, env=args.env,
+                             num_envs=args.num_envs, seed=args.seed, greedy=args.greedy,
+                             random_policy=args.random, repeat_action_probability=args.sticky,
+                             noop_max=args.noop_max, max_episode_frames=args.max_episode_frames)
+
+
+def _eval_several(args) -> int:
+    """eval of several checkpoints (the kept ones of a run: a curve of evaluation returns):
+    each is read before any is played, so a damaged one stops the command before its work,
+    then one row each, in the order given, all on the same seeds and settings."""
+    import json
+
+    from hybridsim import evaluate
+    from hybridsim.train import read_checkpoint
+    for path in args.checkpoint:
+        read_checkpoint(pathlib.Path(path) / "checkpoint.pt" if pathlib.Path(path).is_dir() else path,
+                        map_location="cpu")
+    if not args.json:
+        print(f"{'frames':>13s} {'episodes':>8s} {'return':>10s} {'std':>9s} {'human-norm.':>11s}  checkpoint",
+              flush=True)
+    results = []
+    for path in args.checkpoint:
+        r = dict(_evaluate_one(args, path), checkpoint=str(path))
+        results.append(r)
+        if not args.json:
+            normalized = "" if r["human_normalized"] is None else f"{r['human_normalized']:.1%}"
+            print(f"{r['frames_trained']:13,d} {r['episodes']:8d} {r['mean']:10.2f} {r['std']:9.2f} "
+                  f"{normalized:>11s}  {path}", flush=True)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    elif all((r["game"], r["settings"]) == (results[0]["game"], results[0]["settings"]) for r in results):
+        print(f"{results[0]['game']} on {results[0]['env']}; settings: "
+              f"{evaluate.describe_settings(results[0]['settings'])}")
+        if results[0]["human_normalized"] is not None and not results[0]["reference_protocol"]:
+            print(f"(the human-normalized reference scores: {_reference_protocol_words()})")
+    else:
+        print(f"on {results[0]['env']}; the checkpoints differ in game or settings: --json gives each")
     return 0
 
 
@@ -646,7 +691,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "checkpoint's settings (frame skip, sticky actions, no-op starts, episode "
                        "frame limit, preprocessing) with episodic life off; --sticky, --noop-max "
                        "and --max-episode-frames override them. The result names them all.")
-    p.add_argument("checkpoint", help="a checkpoint.pt written by hybridsim train (or its run directory)")
+    p.add_argument("checkpoint", nargs="+",
+                   help="a checkpoint.pt written by hybridsim train (or its run directory); several "
+                        "(e.g. RUN/checkpoints/*.pt, kept by train --keep-checkpoints): a row each, "
+                        "in the order given, on the same seeds")
     p.add_argument("--episodes", type=int, default=10, help="episodes to play (default: 10)")
     p.add_argument("--env", default="hybridsim", choices=["hybridsim", "ale-py"],
                    help="whose environment to play on (default: hybridsim)")

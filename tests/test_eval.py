@@ -132,6 +132,37 @@ def test_the_command_names_its_settings_and_prints_json(run_dir):
            f"human tester's 14.6: the Atari-57 reference scores; measured with up to 30 no-ops" in text.stdout
 
 
+def test_several_checkpoints_give_a_row_each_on_the_same_episodes(run_dir, tmp_path, capsys):
+    """The kept checkpoints of a run, scored in one command: each row is what eval of that
+    checkpoint alone gives; a damaged one anywhere in the list stops the command before
+    any is played."""
+    from hybridsim import cli
+    later = tmp_path / "later"
+    Trainer(TrainConfig(game="pong", backend="cpu", num_envs=2, num_minibatches=1, total_frames=1600,
+                        log_dir=str(later), num_threads=1, torch_threads=1, log_every=1000.0,
+                        log_trajectories=False, noop_max=30)).train()
+    paths = [str(run_dir / "checkpoint.pt"), str(later)]
+    kw = ["--episodes", "2", "--num-envs", "2", "--max-episode-frames", "600", "--seed", "5"]
+    capsys.readouterr()  # training's lines
+    assert cli.main(["eval", *paths, *kw, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    alone = [evaluate.evaluate(p, episodes=2, num_envs=2, max_episode_frames=600, seed=5) for p in paths]
+    assert [r["checkpoint"] for r in rows] == paths
+    assert [{k: v for k, v in r.items() if k != "checkpoint"} for r in rows] == alone
+    assert [r["frames_trained"] for r in rows] == [800, 1600]
+    assert cli.main(["eval", *paths, *kw]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["frames", "episodes", "return", "std", "human-norm.", "checkpoint"]
+    assert table[1].split()[:4] == ["800", "2", f"{alone[0]['mean']:.2f}", f"{alone[0]['std']:.2f}"]
+    assert table[2].split()[0] == "1,600" and table[2].endswith(str(later))
+    assert table[3].startswith("pong on hybridsim; settings: sticky actions 0, up to 30 no-ops")
+    damaged = tmp_path / "damaged.pt"
+    damaged.write_bytes(b"not a checkpoint")
+    assert cli.main(["eval", *paths, str(damaged), *kw]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"{damaged}: not a readable hybridsim checkpoint" in captured.err
+
+
 def _forged(run_dir, tmp_path, name, change):
     state = torch.load(run_dir / "checkpoint.pt", weights_only=False)
     change(state)
