@@ -347,10 +347,12 @@ def _eval_several(args) -> int:
     import json
 
     from hybridsim import evaluate
-    from hybridsim.train import read_checkpoint
+    from hybridsim.train import has_nonfinite_weights, read_checkpoint
     for path in args.checkpoint:
-        read_checkpoint(pathlib.Path(path) / "checkpoint.pt" if pathlib.Path(path).is_dir() else path,
-                        map_location="cpu")
+        state = read_checkpoint(pathlib.Path(path) / "checkpoint.pt" if pathlib.Path(path).is_dir() else path,
+                                map_location="cpu")
+        if not args.random and has_nonfinite_weights(state["model"]):  # as evaluate refuses it, before any plays
+            raise ValueError(f"{path}: its network holds NaN or infinite weights (training diverged)")
     if not args.json:
         print(f"{'frames':>13s} {'episodes':>8s} {'return':>10s} {'std':>9s} {'human-norm.':>11s}  checkpoint",
               flush=True)
@@ -694,7 +696,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", nargs="+",
                    help="a checkpoint.pt written by hybridsim train (or its run directory); several "
                         "(e.g. RUN/checkpoints/*.pt, kept by train --keep-checkpoints): a row each, "
-                        "in the order given, on the same seeds")
+                        "in the order given, on the same seeds (--json: a list of the one-checkpoint "
+                        "objects, each with its path)")
     p.add_argument("--episodes", type=int, default=10, help="episodes to play (default: 10)")
     p.add_argument("--env", default="hybridsim", choices=["hybridsim", "ale-py"],
                    help="whose environment to play on (default: hybridsim)")

@@ -88,17 +88,44 @@ def _describe_hardware(hardware: dict) -> str:
 # and numpy 1's (a checkpoint written beside numpy 1 names numpy.core), and the classes of
 # the plain dtypes (bool, integers, floats, bytes).
 _NUMPY_RECONSTRUCT = np.ndarray((0,)).__reduce__()[0]
-CHECKPOINT_NUMPY_GLOBALS = [_NUMPY_RECONSTRUCT, np.ndarray, np.dtype,
+# numpy scalars (np.float64(...) in a config a Python sweep built, e.g. from np.logspace)
+# pickle through numpy's scalar function: a dtype (of the classes below) and its bytes
+_NUMPY_SCALAR = np.float64(0).__reduce__()[0]
+CHECKPOINT_NUMPY_GLOBALS = [_NUMPY_RECONSTRUCT, _NUMPY_SCALAR, np.ndarray, np.dtype,
                             *dict.fromkeys(type(np.dtype(code)) for code in "?bBhHiIlLqQefdS"),
                             (_NUMPY_RECONSTRUCT, "numpy.core.multiarray._reconstruct"),
-                            (_NUMPY_RECONSTRUCT, "numpy._core.multiarray._reconstruct")]
+                            (_NUMPY_RECONSTRUCT, "numpy._core.multiarray._reconstruct"),
+                            (_NUMPY_SCALAR, "numpy.core.multiarray.scalar"),
+                            (_NUMPY_SCALAR, "numpy._core.multiarray.scalar")]
+
+
+class _ArraysOnlyUnpickler(pickle.Unpickler):
+    """The unpickler of the bytes a checkpoint carries pickled (the impala trajectories in
+    flight): numpy arrays, numpy scalars and plain values, like the weights-only load of the
+    checkpoint around them; any other global is refused before it is called."""
+    ALLOWED = {("numpy", "dtype"), ("numpy", "ndarray"),
+               *((m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("_reconstruct", "scalar")),
+               *((m, "_frombuffer") for m in ("numpy.core.numeric", "numpy._core.numeric")),
+               *(("numpy.dtypes", type(np.dtype(code)).__name__) for code in "?bBhHiIlLqQefdS")}
+
+    def find_class(self, module, name):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"Unsupported global: {module}.{name}")
+        return super().find_class(module, name)
+
+
+def _unpickle_arrays(data: bytes):
+    import io
+    return _ArraysOnlyUnpickler(io.BytesIO(data)).load()
 
 
 def read_checkpoint(path, map_location=None) -> dict:
     """A checkpoint written by `hybridsim train`, or an error naming the file and the problem."""
     path = pathlib.Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint file at {path}")
+        kept = path.name == "checkpoint.pt" and any(path.parent.glob("frames_*.pt"))
+        raise FileNotFoundError(f"no checkpoint file at {path}" + (
+            f" ({path.parent} holds kept checkpoints: name them, e.g. {path.parent}/frames_*.pt)" if kept else ""))
     if not hasattr(torch.serialization, "safe_globals"):  # older torch has no weights-only allowlist
         raise RuntimeError(f"torch {torch.__version__} cannot load a checkpoint weights-only with numpy "
                            f"arrays: hybridsim needs torch >= 2.6 (setup.cfg)")
@@ -125,10 +152,14 @@ def read_checkpoint(path, map_location=None) -> dict:
         raise ValueError(f"{path}: not a hybridsim checkpoint (its config is a "
                          f"{type(state['config']).__name__})")
     if "digest" in state and checkpoint_digest(state) != state["digest"]:
+        kept = sorted((path.parent / KEPT_CHECKPOINTS).glob("frames_*.pt")) if path.name == "checkpoint.pt" else []
+        advice = (f"--keep-checkpoints kept earlier ones: copy the latest intact one (the last is {kept[-1]}) "
+                  f"over it and --resume" if kept else
+                  "train keeps one checkpoint, each save replacing it: restore it from a backup of the run "
+                  "directory, or start a new run")
         raise ValueError(f"{path}: damaged checkpoint: its network, optimizer state, RNG state, action "
                          f"counters, recurrent memory or lives differ from what was written (digest mismatch; "
-                         f"torch.load does not check the tensors' bytes); train keeps one checkpoint, each save "
-                         f"replacing it: restore it from a backup of the run directory, or start a new run")
+                         f"torch.load does not check the tensors' bytes); {advice}")
     problem = _checkpoint_problem(state)
     if problem:
         raise ValueError(f"{path}: damaged checkpoint: {problem}")
@@ -138,9 +169,11 @@ def read_checkpoint(path, map_location=None) -> dict:
 DIGESTED_FIELDS = ("model", "optimizer", "torch_rng", "action_counters")
 
 
-def has_nonfinite_weights(model: torch.nn.Module) -> bool:
-    """NaN or infinite values in a network's floating-point parameters or buffers."""
-    return not all(bool(torch.isfinite(t).all()) for t in model.state_dict().values() if t.is_floating_point())
+def has_nonfinite_weights(network) -> bool:
+    """NaN or infinite values in a network's floating-point parameters or buffers (a module,
+    or its state dict as a checkpoint holds it)."""
+    weights = network.state_dict() if isinstance(network, torch.nn.Module) else network
+    return not all(bool(torch.isfinite(t).all()) for t in weights.values() if torch.is_tensor(t) and t.is_floating_point())
 
 
 def checkpoint_digest(state: dict) -> str:
@@ -210,7 +243,15 @@ def _checkpoint_problem(state: dict) -> str | None:
 
 
 def existing_run_files(log_dir: pathlib.Path) -> list[str]:
-    return sorted({p.name for pattern in RUN_FILES for p in log_dir.glob(pattern)})
+    found = {p.name for pattern in RUN_FILES for p in log_dir.glob(pattern)}
+    kept = log_dir / KEPT_CHECKPOINTS
+    # a checkpoints/ folder is a run's only when it holds what --keep-checkpoints writes
+    # (another tool's checkpoints/ in a project directory is not moved aside)
+    if KEPT_CHECKPOINTS in found and not (kept.is_dir() and any(
+            re.fullmatch(r"frames_\d+\.pt(\.\d+\.\d+\.tmp)?|replaced-by-a-resume-.*", p.name)
+            for p in kept.iterdir())):
+        found.discard(KEPT_CHECKPOINTS)
+    return sorted(found)
 
 
 def _holds_data(path: pathlib.Path) -> bool:
@@ -253,6 +294,16 @@ def _fresh_run_decision(log_dir: pathlib.Path):
     return ("moved", f"note: {log_dir} held a run that wrote no checkpoint, so it cannot be "
                      f"resumed; its files ({', '.join(found)}) are now in {aside}, and this run "
                      f"starts afresh")
+
+
+def _plain_config(cfg: TrainConfig) -> dict:
+    """The settings as a checkpoint holds them: plain Python values, which the weights-only
+    load reads back (a Python caller's numpy scalars and paths become numbers and text)."""
+    def plain(value):
+        if isinstance(value, np.generic):
+            return value.item()
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
+    return {name: plain(value) for name, value in dataclasses.asdict(cfg).items()}
 
 
 def _note(message: str) -> None:
@@ -1001,7 +1052,7 @@ class Trainer:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "frames": self.frames, "updates": self.updates,
                 "torch_rng": torch.get_rng_state(), "action_counters": self.action_counters,
-                "config": dataclasses.asdict(self.cfg), "num_actions": self.num_actions,
+                "config": _plain_config(self.cfg), "num_actions": self.num_actions,
                 "obs_shape": self.obs_shape, "episodes": self.all_episodes,
                 "world_size": self.world_size, "run_id": self.run_id,
                 "gradient_backend": self._gradient_backend(), "rank_states": self._rank_states}
@@ -1721,7 +1772,7 @@ class Trainer:
                    "traj": None, "ready": []}
             ok = out["outstanding"].shape == (n,) and [f.shape for f in out["last"]] == [(n,), (n, a), (n,)]
             if ok and saved.get("trajectories") is not None:  # absent before they were saved
-                pending = pickle.loads(zlib.decompress(saved["trajectories"]))
+                pending = _unpickle_arrays(zlib.decompress(saved["trajectories"]))
                 traj, ready = pending["traj"], list(pending["ready"])
                 ok = (isinstance(traj, dict) and sorted(traj) == list(range(n))
                       and all(in_progress_ok(traj[e], out["outstanding"][e]) for e in range(n))

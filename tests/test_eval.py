@@ -228,3 +228,25 @@ def test_refused_commands_name_the_problem_and_leave_no_new_folders(tmp_path):
                               text=True, timeout=120)
         assert done.returncode == 2 and message in done.stderr, (args, done.stderr[-2000:])
         assert "Traceback" not in done.stderr and sorted(p.name for p in tmp_path.iterdir()) == ["c1.toml"], args
+
+
+def test_several_checkpoints_refuse_a_diverged_one_before_any_is_played(run_dir, tmp_path, capsys, monkeypatch):
+    """A network with NaN weights (which evaluate refuses) is found with the reading of
+    every checkpoint, not after the ones before it were played (--json lost their rows)."""
+    from hybridsim import cli
+    from hybridsim.train import checkpoint_digest
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    name = next(k for k, t in state["model"].items() if t.is_floating_point())
+    state["model"][name].view(-1)[0] = float("nan")
+    state["digest"] = checkpoint_digest(state)
+    diverged = tmp_path / "diverged.pt"
+    torch.save(state, diverged)
+    played = []
+    real = evaluate.evaluate
+    monkeypatch.setattr(evaluate, "evaluate", lambda path, **kw: played.append(path) or real(path, **kw))
+    capsys.readouterr()
+    assert cli.main(["eval", str(run_dir), str(diverged), "--episodes", "1", "--num-envs", "1",
+                     "--max-episode-frames", "600", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "NaN or infinite weights" in captured.err
+    assert played == []

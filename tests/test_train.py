@@ -297,6 +297,8 @@ def test_kept_checkpoints_hold_each_checkpoint_and_a_resume_from_an_earlier_one_
     assert len(kept) == 4 and max(kept) >= 2400, sorted(kept)
     for frames, path in kept.items():
         assert read_checkpoint(path)["frames"] == frames
+    with pytest.raises(FileNotFoundError, match=r"checkpoints holds kept checkpoints: name them, e\.g\. "):
+        read_checkpoint(tmp_path / "checkpoints" / "checkpoint.pt")  # eval RUN/checkpoints
     assert kept[max(kept)].read_bytes() == (tmp_path / "checkpoint.pt").read_bytes()
     first, second = sorted(kept)[:2]
     weights = {f: read_checkpoint(kept[f])["model"] for f in kept}
@@ -1358,3 +1360,69 @@ def test_a_checkpoint_after_a_failed_flush_counts_only_the_rows_written():
     traj.failed = OSError("File too large")
     assert Trainer._trajectory_resume_state(me) == {"traj_rows": 1000, "traj_file_id": "f",
                                                     "traj_logged_until": 41920}
+
+
+def test_a_config_holding_numpy_scalars_still_loads(tmp_path):
+    """A sweep written in Python passes numpy values (np.logspace's float64) into TrainConfig:
+    checkpoints written so (before their config was made plain, or by hybridsim before
+    weights-only loads) hold numpy scalars, which the weights-only load must accept."""
+    import numpy as np
+
+    from hybridsim.train import checkpoint_digest, read_checkpoint
+    Trainer(tiny_config(tmp_path, total_frames=400, log_trajectories=False)).train()
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    lr = np.logspace(-4, -3, 3)[1]
+    state["config"].update(lr=lr, log_trajectories=np.bool_(False), num_envs=np.int64(4))
+    state["digest"] = checkpoint_digest(state)
+    torch.save(state, tmp_path / "checkpoint.pt")
+    assert read_checkpoint(tmp_path / "checkpoint.pt")["config"]["lr"] == lr
+
+
+def test_an_impala_checkpoint_whose_pickled_trajectories_hold_code_is_refused_on_resume(tmp_path):
+    """The impala trajectories in flight are pickled bytes inside the checkpoint: the
+    weights-only load does not look into them, so their own unpickler must refuse code."""
+    import pickle
+    from hybridsim.train import checkpoint_digest, read_checkpoint
+    cfg = dict(backend="cpu", schedule="impala", env_batch_size=2, learner_batch=2, total_frames=400,
+               log_trajectories=False)
+    Trainer(tiny_config(tmp_path, **cfg)).train()
+    marker = tmp_path / "ran"
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    for rank_state in state["rank_states"]:
+        rank_state["impala_in_flight"]["trajectories"] = zlib.compress(pickle.dumps(
+            {"traj": _MakesAFileWhenLoaded(marker), "ready": []}))
+    state["digest"] = checkpoint_digest(state)
+    torch.save(state, tmp_path / "checkpoint.pt")
+    read_checkpoint(tmp_path / "checkpoint.pt")  # the outer load sees only bytes
+    with pytest.raises(ValueError, match="impala state is damaged .*Unsupported global"):
+        Trainer(tiny_config(tmp_path, resume=True, **dict(cfg, total_frames=800))).train()
+    assert not marker.exists()
+
+
+def test_a_fresh_run_leaves_another_tools_checkpoints_folder_alone(tmp_path):
+    from hybridsim.train import _fresh_run_decision
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "resnet50.pth").write_bytes(b"x")
+    assert _fresh_run_decision(tmp_path) is None
+    assert (tmp_path / "checkpoints" / "resnet50.pth").exists()
+
+
+def test_a_damaged_checkpoint_pt_points_at_the_kept_ones(tmp_path):
+    from hybridsim.train import read_checkpoint
+    Trainer(tiny_config(tmp_path, total_frames=800, keep_checkpoints=True, log_trajectories=False)).train()
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    name = next(k for k, t in state["model"].items() if t.is_floating_point())
+    state["model"][name].view(-1)[0] += 1.0  # bytes that changed after the digest
+    torch.save(state, tmp_path / "checkpoint.pt")
+    with pytest.raises(ValueError, match=r"digest mismatch.*copy the latest intact one .*checkpoints/frames_"):
+        read_checkpoint(tmp_path / "checkpoint.pt")
+
+
+def test_a_python_callers_paths_and_numpy_values_make_a_readable_checkpoint(tmp_path):
+    import numpy as np
+
+    from hybridsim.train import read_checkpoint
+    Trainer(tiny_config(tmp_path, log_dir=tmp_path, total_frames=400, lr=np.float32(3e-4),
+                        log_trajectories=False)).train()
+    config = read_checkpoint(tmp_path / "checkpoint.pt")["config"]
+    assert config["log_dir"] == str(tmp_path) and type(config["lr"]) is float
