@@ -231,7 +231,7 @@ struct ConsoleBus {
   const uint8_t* rom;
   uint8_t* fb;
   const TiaInputs* inputs;
-  TiaMasks* masks;   // the TIA's mask memo (lazily drawn frames), or null
+  TiaMasks* masks;   // the TIA's mask memo (lazily drawn frames; drawn ones on the AVX2 host), or null
   uint8_t swcha;
   uint8_t data_bus;  // last value on the bus (TIA reads keep its low 6 bits)
   uint8_t stop;      // the TIA ended the CPU's run
@@ -431,7 +431,7 @@ HS_HD inline void console_run_frame_into(Console& c, const uint8_t* rom, FrameBu
   TiaInputs inputs;
   ConsoleBus bus = console_bus(c, rom, fbs, inputs);
   TiaMasks masks;
-  if (skip_pixels) {
+  if (skip_pixels || HS_HOST_SIMD) {  // the host's AVX2 drawing colours pixels from these masks too
     tia_masks_clear(masks);
     bus.masks = &masks;
   }

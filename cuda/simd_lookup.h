@@ -1,6 +1,6 @@
 // simd_lookup.h: byte-table lookups of 16 * ROWS entries with AVX2 shuffles, shared by
-// preprocess_simd.h (the palette's even entries, 8 rows) and tia_simd.h (64-entry colour
-// and collision tables, 4 rows). Host x86-64 builds only, like its includers.
+// preprocess_simd.h and screen_rgb.h (the palette's even entries, 8 rows). Host x86-64
+// builds only, like its includers.
 //
 // Row k is kept as (row k) XOR (row k - 1). For an index v < 16 * ROWS (bit 7 clear),
 // v - 16k has bit 7 set (a shuffle gives 0) exactly when v < 16k, so the rows that

@@ -389,61 +389,6 @@ HS_HD HS_INLINE void tia_mark_objects(const Tia& t, uint8_t* e, int32_t x, int32
   }
 }
 
-// Draws `count` pixels of the current line starting at visible pixel x (same output and
-// collisions as tia_draw_span_reference, object by object instead of pixel by pixel).
-HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count) {
-  uint8_t* out = fb + t.fb_pos;
-  if (t.vblank & 0x02) {
-    for (int32_t k = 0; k < count; ++k) out[k] = 0;
-    return;
-  }
-  // Playfield: one bit per 4-pixel block.
-  const bool reflect = t.pf_reflect_shape != 0;
-  const bool any_movable = (t.grp_shown[0] | t.grp_shown[1]) != 0 ||
-                           (t.enabled & (OBJ_M0 | OBJ_M1 | OBJ_BL)) != 0;
-  const uint64_t blocks = t.pf ? playfield_blocks(t.pf, reflect) : 0;
-  if (!any_movable) {  // background and playfield only: no collisions possible
-    // ALE's playfield-only path colours a score-mode playfield by half even when the
-    // priority bit is set (its general path would use COLUPF then).
-    const bool score = (t.pf_prio_score & PF_SCORE) != 0;
-    const uint8_t bk = t.color[0];
-    if (blocks == 0) {
-      for (int32_t k = 0; k < count; ++k) out[k] = bk;
-      return;
-    }
-    const uint8_t pf_left = score ? t.color[2] : t.color[1], pf_right = score ? t.color[3] : t.color[1];
-    fill_playfield(out, x, count, blocks, pf_left, pf_right, bk);
-    return;
-  }
-  uint8_t e[SCREEN_WIDTH + 32];  // 32 spare bytes for the AVX2 loop's last chunk
-  tia_mark_objects(t, e, x, count, blocks);
-  const int32_t left_end = 80 - x < count ? (80 - x > 0 ? 80 - x : 0) : count;
-#if HS_HOST_SIMD
-  if (hs_simd_available()) {
-    __builtin_memset(e + count, 0, 32);  // the last chunk's unused lanes
-    tia_colour_span_avx2(t, e, out, count, left_end);
-    return;
-  }
-#endif
-  // Branch-free per pixel: the colour from the priority table, and the set of object
-  // combinations seen (collisions depend only on which combinations occur).
-  const uint8_t prio = t.pf_prio_score;
-  uint64_t seen = 0;
-  for (int32_t k = 0; k < left_end; ++k) {
-    const uint8_t v = e[k];
-    seen |= 1ull << v;
-    out[k] = t.color[kTiaColourPick[v | prio]];
-  }
-  for (int32_t k = left_end; k < count; ++k) {
-    const uint8_t v = e[k];
-    seen |= 1ull << v;
-    out[k] = t.color[kTiaColourPick[256 + (v | prio)]];
-  }
-  uint16_t hits = 0;
-  for (; seen != 0; seen &= seen - 1) hits |= kTiaCollisions[hs_lowest_bit(seen)];
-  t.collisions |= hits;
-}
-
 // ---- collisions without drawing (lazily drawn frames) ----
 // Each object's pixels on the line as a 160-bit mask (three words); a span's latches are
 // the pairs of masks that meet inside it. Same latches as tia_draw_span (the selftest in
@@ -619,6 +564,139 @@ HS_HD HS_INLINE void tia_span_collisions(Tia& t, int32_t x, int32_t count, TiaMa
   if (open != 0) tia_span_collisions_open(t, x, count, masks, open);
 }
 
+// The colour register (0 BK, 1 PF, 2 P0, 3 P1) that each pixel of the line shows, as two
+// 160-bit planes (register = plane0 bit + 2 * plane1 bit; a fourth, zero word ends each):
+// pick_colour on 64 pixels at a time, from the objects' masks. For lines with a movable
+// object (the playfield-only path colours score mode differently).
+HS_HD HS_INLINE void tia_colour_planes(const Tia& t, TiaMasks* masks, uint64_t plane0[4], uint64_t plane1[4]) {
+  const uint64_t none[3] = {0, 0, 0};
+  uint64_t scratch[6][3];
+  const bool shows[6] = {t.grp_shown[0] != 0,
+                         (t.enabled & OBJ_M0) != 0 && t.m0_shape != M0_HIDDEN,
+                         t.grp_shown[1] != 0,
+                         (t.enabled & OBJ_M1) != 0,
+                         (t.enabled & OBJ_BL) != 0,
+                         t.pf != 0};
+  const uint64_t* m[6];
+  for (int32_t o = 0; o < 6; ++o) m[o] = shows[o] ? tia_object_mask(t, o, masks, scratch[o]) : none;
+  const bool priority = (t.pf_prio_score & PF_PRIORITY) != 0;
+  const uint64_t score = (t.pf_prio_score & PF_SCORE) ? ~0ull : 0;
+  const uint64_t left_half[3] = {~0ull, 0xFFFFull, 0};  // pixels 0-79
+  for (int32_t w = 0; w < 3; ++w) {
+    const uint64_t p0 = m[0][w] | m[1][w], p1 = m[2][w] | m[3][w], pf_bl = m[4][w] | m[5][w];
+    uint64_t c1, c2, c3;
+    if (priority) {  // playfield and ball, then P0/M0, then P1/M1; score ignored
+      c1 = pf_bl;
+      c2 = p0 & ~pf_bl;
+      c3 = p1 & ~pf_bl & ~p0;
+    } else {  // P0/M0 (and a score playfield's left half), P1/M1 (its right half), PF/BL
+      const uint64_t score_pf = m[5][w] & score;
+      c2 = p0 | (score_pf & left_half[w]);
+      c3 = (p1 | (score_pf & ~left_half[w])) & ~c2;
+      c1 = pf_bl & ~c2 & ~c3;
+    }
+    plane0[w] = c1 | c3;
+    plane1[w] = c2 | c3;
+  }
+  plane0[3] = plane1[3] = 0;
+}
+
+// Draws `count` pixels of the current line starting at visible pixel x (same output and
+// collisions as tia_draw_span_reference, object by object instead of pixel by pixel).
+// `masks` (the memo of object masks, or null) serves the AVX2 path.
+HS_HD inline void tia_draw_span(Tia& t, uint8_t* fb, int32_t x, int32_t count, TiaMasks* masks = nullptr) {
+  uint8_t* out = fb + t.fb_pos;
+  if (t.vblank & 0x02) {
+    for (int32_t k = 0; k < count; ++k) out[k] = 0;
+    return;
+  }
+  // Playfield: one bit per 4-pixel block.
+  const bool reflect = t.pf_reflect_shape != 0;
+  const bool any_movable = (t.grp_shown[0] | t.grp_shown[1]) != 0 ||
+                           (t.enabled & (OBJ_M0 | OBJ_M1 | OBJ_BL)) != 0;
+  const uint64_t blocks = t.pf ? playfield_blocks(t.pf, reflect) : 0;
+  if (!any_movable) {  // background and playfield only: no collisions possible
+    // ALE's playfield-only path colours a score-mode playfield by half even when the
+    // priority bit is set (its general path would use COLUPF then).
+    const bool score = (t.pf_prio_score & PF_SCORE) != 0;
+    const uint8_t bk = t.color[0];
+    if (blocks == 0) {
+      for (int32_t k = 0; k < count; ++k) out[k] = bk;
+      return;
+    }
+    const uint8_t pf_left = score ? t.color[2] : t.color[1], pf_right = score ? t.color[3] : t.color[1];
+    fill_playfield(out, x, count, blocks, pf_left, pf_right, bk);
+    return;
+  }
+#if HS_HOST_SIMD
+  if (hs_simd_available()) {  // whole-line colour planes from the (memoized) object masks
+    uint64_t plane0[4], plane1[4];
+    tia_colour_planes(t, masks, plane0, plane1);
+    tia_fill_colour_planes_avx2(out, x, count, plane0, plane1, t.color);
+    tia_span_collisions(t, x, count, masks);
+    return;
+  }
+#endif
+  uint8_t e[SCREEN_WIDTH];
+  tia_mark_objects(t, e, x, count, blocks);
+  const int32_t left_end = 80 - x < count ? (80 - x > 0 ? 80 - x : 0) : count;
+  // Branch-free per pixel: the colour from the priority table, and the set of object
+  // combinations seen (collisions depend only on which combinations occur).
+  const uint8_t prio = t.pf_prio_score;
+  uint64_t seen = 0;
+  for (int32_t k = 0; k < left_end; ++k) {
+    const uint8_t v = e[k];
+    seen |= 1ull << v;
+    out[k] = t.color[kTiaColourPick[v | prio]];
+  }
+  for (int32_t k = left_end; k < count; ++k) {
+    const uint8_t v = e[k];
+    seen |= 1ull << v;
+    out[k] = t.color[kTiaColourPick[256 + (v | prio)]];
+  }
+  uint16_t hits = 0;
+  for (; seen != 0; seen &= seen - 1) hits |= kTiaCollisions[hs_lowest_bit(seen)];
+  t.collisions |= hits;
+}
+
+// Whether the range [start, start + width) (mod 160; start 0-319) covers one of the
+// pixels group .. group + 3 (group 0-156).
+HS_HD HS_INLINE bool range_meets_group(int32_t group, int32_t start, int32_t width) {
+  int32_t d = group - start;
+  d += d < 0 ? 160 : 0;
+  d += d < 0 ? 160 : 0;          // how far past the range's start the group starts, 0-159
+  return d < width || d > 156;   // it starts inside the range, or reaches its start
+}
+
+// Whether object `bit`'s shape as ALE's masks hold it (graphics ignored: every pixel of
+// each copy) covers one of the pixels group .. group + 3.
+HS_HD HS_INLINE bool shape_meets_group(const Tia& t, uint8_t bit, int32_t group) {
+  if (bit == OBJ_BL) return range_meets_group(group, t.shape_pos[2], 1 << t.shape_bl_size);
+  const int32_t i = (bit == OBJ_P1 || bit == OBJ_M1) ? 1 : 0;
+  int32_t mode, start, width, first = 0;
+  if (bit == OBJ_P0 || bit == OBJ_P1) {
+    mode = t.nusiz[i] & 7;
+    start = t.pos[i];
+    if (mode == 5 || mode == 7)  // one double / quad copy, one pixel late (player_bit)
+      return !t.p_hide_first[i] && range_meets_group(group, start + 1, mode == 5 ? 16 : 32);
+    width = 8;
+    first = t.p_hide_first[i] ? 1 : 0;
+  } else {
+    if (i == 0 && t.m0_shape == M0_HIDDEN) return false;
+    int32_t size = (t.shape_nusiz[i] >> 4) & 3;
+    if (i == 0 && t.m0_shape == M0_STRETCHED) size |= 1;
+    mode = t.shape_nusiz[i] & 7;
+    start = t.shape_pos[i];
+    width = 1 << size;
+  }
+  for (int32_t k = first; k < 3; ++k) {
+    const int32_t offset = copy_offset(mode, k);
+    if (offset < 0) break;
+    if (range_meets_group(group, start + offset, width)) return true;
+  }
+  return false;
+}
+
 // ALE's renderer stores 4 pixels at a time on some paths and can write up to 3 pixels
 // past the end of a span (to the next 4-pixel boundary). Those pixels are normally
 // redrawn by the next span; they stay only when the frame stops there. This reproduces
@@ -633,26 +711,9 @@ HS_HD inline void tia_draw_overrun(Tia& t, uint8_t* fb, int32_t x, int32_t count
   const uint8_t key = (uint8_t)(objects | t.pf_prio_score);
   const uint8_t score = key & PF_SCORE;
   const bool pf_on = (t.pf & playfield_bit(t.pf_reflect_shape != 0, group)) != 0;
-  auto shape_at = [&](uint8_t obj, int32_t px) HS_LAMBDA_INLINE -> bool {  // ALE's mask, graphics ignored
-    switch (obj) {
-      case OBJ_P0: return player_bit(t.nusiz[0] & 7, t.p_hide_first[0] != 0, wrap_distance(px, t.pos[OB_P0])) != 0;
-      case OBJ_P1: return player_bit(t.nusiz[1] & 7, t.p_hide_first[1] != 0, wrap_distance(px, t.pos[OB_P1])) != 0;
-      case OBJ_M0: {
-        if (t.m0_shape == M0_HIDDEN) return false;
-        int32_t size = (t.shape_nusiz[0] >> 4) & 3;
-        if (t.m0_shape == M0_STRETCHED) size |= 1;
-        return missile_on(t.shape_nusiz[0] & 7, 1 << size, wrap_distance(px, t.shape_pos[0]));
-      }
-      case OBJ_M1:
-        return missile_on(t.shape_nusiz[1] & 7, 1 << ((t.shape_nusiz[1] >> 4) & 3), wrap_distance(px, t.shape_pos[1]));
-      default: return wrap_distance(px, t.shape_pos[2]) < (1 << t.shape_bl_size);  // ball
-    }
-  };
   auto group_clear = [&](uint8_t movable) HS_LAMBDA_INLINE -> bool {
     for (uint8_t bit = OBJ_P0; bit <= OBJ_BL; bit = (uint8_t)(bit << 1))
-      if (movable & bit)
-        for (int32_t k = 0; k < 4; ++k)
-          if (shape_at(bit, group + k)) return false;
+      if ((movable & bit) && shape_meets_group(t, bit, group)) return false;
     return true;
   };
   uint8_t colour;
@@ -770,7 +831,7 @@ HS_HD HS_NOINLINE void tia_catch_up_spans(Tia& t, uint8_t* fb, int32_t clock, Ti
         tia_span_collisions(t, in_line - H_BLANK, todo, masks);
         t.fb_pos += todo;
       } else {
-        tia_draw_span(t, fb, in_line - H_BLANK, todo);
+        tia_draw_span(t, fb, in_line - H_BLANK, todo, masks);
         t.fb_pos += todo;
         tia_draw_overrun(t, fb, in_line - H_BLANK, todo);
       }
@@ -1013,6 +1074,23 @@ HS_HD HS_INLINE bool tia_write_changes_nothing(const Tia& t, uint32_t reg, uint8
   }
 }
 
+// tia_write_changes_nothing for a drawn frame: the write must also keep every pixel's
+// colour (the colour registers, CTRLPF's priority and score bits). Same-value rewrites and
+// vertically delayed graphics are common, and a drawn frame's deferred spans draw the same
+// pixels: a span and the next one on its line, drawn as one, colour the same pixels, and
+// the next one redraws the pixels past the first one's end (tia_draw_overrun).
+HS_HD HS_INLINE bool tia_write_changes_no_pixel(const Tia& t, uint32_t reg, uint8_t value) {
+  switch (reg) {
+    case 0x06: return tia_colour(t, value) == t.color[2];  // COLUP0
+    case 0x07: return tia_colour(t, value) == t.color[3];  // COLUP1
+    case 0x08: return tia_colour(t, value) == t.color[1];  // COLUPF
+    case 0x09: return tia_colour(t, value) == t.color[0];  // COLUBK
+    case 0x0A:  // CTRLPF
+      return ((((value & 0x06) << 5) ^ t.pf_prio_score) == 0) & tia_write_changes_nothing(t, reg, value);
+    default: return tia_write_changes_nothing(t, reg, value);
+  }
+}
+
 // A frame that runs past the scanline limit ends at the next TIA write.
 HS_HD HS_INLINE bool tia_runaway(const Tia& t, int32_t since_frame_start) {
   return since_frame_start >= (t.max_lines + 1) * H_CLOCKS;
@@ -1054,7 +1132,8 @@ HS_HD HS_INLINE TiaPokeResult tia_poke(Tia& t, uint8_t* fb, uint16_t addr, uint8
                               (1ull << 0x2B);
   const uint64_t kColours = 0xFull << 0x06;
   const bool invisible = (((t.skip_pixels ? kInvisible | kColours : kInvisible) >> reg) & 1) != 0 ||
-                         (t.skip_pixels && tia_write_changes_nothing(t, reg, value));
+                         (t.skip_pixels ? tia_write_changes_nothing(t, reg, value)
+                                        : tia_write_changes_no_pixel(t, reg, value));
   if (invisible && !runaway) t.last_access_clock = clock;
   else tia_catch_up(t, fb, clock + tia_write_delay(reg, since_frame_start), masks);
   if (runaway) {

@@ -1,44 +1,14 @@
-// tia_simd.h: AVX2 versions of tia_draw_span's per-pixel loop (each pixel's colour and
-// the collisions of a span, from the pixels' object bits) and of fill_blocks (the
-// playfield's 4-pixel blocks), for x86-64 host builds.
+// tia_simd.h: AVX2 versions of tia_draw_span's pixel loop (each pixel's colour from the
+// line's colour planes, tia_colour_planes) and of fill_blocks (the playfield's 4-pixel
+// blocks), for x86-64 host builds.
 // tia.h includes it only there and calls it when hs_simd_available() (hs_prelude.h);
 // the portable loops stay the reference, and tia_render_selftest compares both with
 // tia_draw_span_reference.
-//
-// The colour loop's lookups are 64-entry byte tables indexed by the object bits v
-// (0..63): four shuffle rows each (simd_lookup.h).
 #pragma once
 
 #include <immintrin.h>
 
-#include "simd_lookup.h"
-
 namespace hs {
-
-// kTiaCollisions split into its low and high bytes, as shuffle rows.
-struct TiaCollisionRows {
-  ShuffleTable<4> low, high;
-};
-
-__attribute__((target("avx2"))) inline const TiaCollisionRows& tia_collision_rows() {
-  static const TiaCollisionRows rows = [] {
-    alignas(16) uint8_t low[64], high[64];
-    for (int v = 0; v < 64; ++v) {
-      low[v] = (uint8_t)kTiaCollisions[v];
-      high[v] = (uint8_t)(kTiaCollisions[v] >> 8);
-    }
-    __m128i lo[4], hi[4];
-    for (int k = 0; k < 4; ++k) {
-      lo[k] = _mm_load_si128((const __m128i*)(low + 16 * k));
-      hi[k] = _mm_load_si128((const __m128i*)(high + 16 * k));
-    }
-    TiaCollisionRows r;
-    r.low = shuffle_table<4>(lo);
-    r.high = shuffle_table<4>(hi);
-    return r;
-  }();
-  return rows;
-}
 
 // fill_blocks's whole 32-pixel chunks (x on a block boundary): returns the pixels done.
 __attribute__((target("avx2"))) inline int32_t tia_fill_blocks_avx2(uint8_t* out, int32_t x, int32_t count,
@@ -57,55 +27,50 @@ __attribute__((target("avx2"))) inline int32_t tia_fill_blocks_avx2(uint8_t* out
   return k;
 }
 
-// OR of the 32 bytes of v.
-__attribute__((target("avx2"))) inline uint32_t tia_or_bytes(__m256i v) {
-  __m128i x = _mm_or_si128(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  x = _mm_or_si128(x, _mm_srli_si128(x, 8));
-  x = _mm_or_si128(x, _mm_srli_si128(x, 4));
-  x = _mm_or_si128(x, _mm_srli_si128(x, 2));
-  x = _mm_or_si128(x, _mm_srli_si128(x, 1));
-  return (uint32_t)_mm_cvtsi128_si32(x) & 0xFF;
+// 64 bits of a 160-bit mask (with a fourth word) from pixel p, 0-159.
+inline uint64_t tia_mask_bits64(const uint64_t* m, int32_t p) {
+  const int32_t w = p >> 6, s = p & 63;
+  return (m[w] >> s) | ((m[w + 1] << 1) << (63 - s));
 }
 
-// out[k] = the colour of pixel k and the collisions of all pixels, k < count, from the
-// object bits e[k] (e has 32 readable bytes past count); pixels from left_end on are
-// right of centre (the priority table's second half). Same result as the portable loop.
-__attribute__((target("avx2"))) inline void tia_colour_span_avx2(Tia& t, const uint8_t* e,
-                                                                 uint8_t* out, int32_t count,
-                                                                 int32_t left_end) {
-  // Lanes [0, n) of a 32-byte chunk: the first n bytes of keep + 32 - n.
-  alignas(32) static const int8_t keep[64] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-                                              -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-                                              -1, -1, -1, -1, -1, -1};
-  const TiaCollisionRows& hits = tia_collision_rows();
-  const __m128i colours = _mm_setr_epi8((char)t.color[0], (char)t.color[1], (char)t.color[2],
-                                        (char)t.color[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-  __m256i hit_low = _mm256_setzero_si256(), hit_high = _mm256_setzero_si256();
-  for (int half = 0; half < 2; ++half) {
-    const int32_t begin = half ? left_end : 0, end = half ? count : left_end;
-    if (begin >= end) continue;
-    const uint8_t* pick = kTiaColourPick + 256 * half + t.pf_prio_score;  // v | prio = v + prio
-    __m128i rows[4];
-    for (int k = 0; k < 4; ++k)
-      rows[k] = _mm_shuffle_epi8(colours, _mm_loadu_si128((const __m128i*)(pick + 16 * k)));
-    const ShuffleTable<4> colour = shuffle_table<4>(rows);
-    for (int32_t k = begin; k < end; k += 32) {
-      const int32_t n = end - k < 32 ? end - k : 32;
-      const ShuffleIndex<4> ix = shuffle_index<4>(_mm256_loadu_si256((const __m256i*)(e + k)));
-      const __m256i lanes = _mm256_loadu_si256((const __m256i*)(keep + 32 - n));
-      hit_low = _mm256_or_si256(hit_low, _mm256_and_si256(lanes, shuffle_lookup(hits.low, ix)));
-      hit_high = _mm256_or_si256(hit_high, _mm256_and_si256(lanes, shuffle_lookup(hits.high, ix)));
-      const __m256i pixels = shuffle_lookup(colour, ix);
-      if (n == 32) {
-        _mm256_storeu_si256((__m256i*)(out + k), pixels);
-      } else {  // never write past the span: it ends inside the frame buffer
-        alignas(32) uint8_t staged[32];
-        _mm256_store_si256((__m256i*)staged, pixels);
-        __builtin_memcpy(out + k, staged, (size_t)n);
-      }
-    }
+// Pixels x + k .. x + k + 31 (up to x + count) of tia_fill_colour_planes_avx2: `bits0` and
+// `bits1` hold the planes' bits in every 64-bit lane, `bytes` picks each pixel's byte.
+__attribute__((target("avx2"), always_inline)) inline void tia_colour_chunk_avx2(
+    uint8_t* out, int32_t k, int32_t count, __m256i bits0, __m256i bits1, __m256i bytes, __m256i table) {
+  const __m256i bit_of_lane = _mm256_set1_epi64x((long long)0x8040201008040201ull);  // lane i: bit i & 7
+  const __m256i on0 = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(bits0, bytes), bit_of_lane), bit_of_lane);
+  const __m256i on1 = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(bits1, bytes), bit_of_lane), bit_of_lane);
+  // on0, on1: 0 or -1 per pixel; the register index is 2 * (bit 1) + (bit 0)
+  const __m256i pixels = _mm256_shuffle_epi8(table, _mm256_sub_epi8(_mm256_and_si256(on1, _mm256_set1_epi8(2)), on0));
+  if (count - k >= 32) {
+    _mm256_storeu_si256((__m256i*)(out + k), pixels);
+  } else {  // never write past the span: it ends inside the frame buffer
+    alignas(32) uint8_t staged[32];
+    _mm256_store_si256((__m256i*)staged, pixels);
+    __builtin_memcpy(out + k, staged, (size_t)(count - k));
   }
-  t.collisions |= (uint16_t)(tia_or_bytes(hit_low) | tia_or_bytes(hit_high) << 8);
+}
+
+// out[k] = colour[c] for pixel x + k, k < count, where c = bit x + k of plane0 plus twice
+// that of plane1 (tia_colour_planes).
+__attribute__((target("avx2"))) inline void tia_fill_colour_planes_avx2(uint8_t* out, int32_t x, int32_t count,
+                                                                        const uint64_t* plane0,
+                                                                        const uint64_t* plane1,
+                                                                        const uint8_t colour[4]) {
+  // Lane i of a 32-pixel chunk reads byte i >> 3 (first chunk of 64 pixels) or 4 + (i >> 3)
+  // (second chunk) of the broadcast 64-bit words.
+  const __m256i first_bytes = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,
+                                               2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i second_bytes = _mm256_add_epi8(first_bytes, _mm256_set1_epi8(4));
+  uint32_t colours;
+  __builtin_memcpy(&colours, colour, 4);
+  const __m256i table = _mm256_set1_epi32((int)colours);  // bytes 0-3 of each lane: the four registers
+  for (int32_t k = 0; k < count; k += 64) {
+    const __m256i bits0 = _mm256_set1_epi64x((long long)tia_mask_bits64(plane0, x + k));
+    const __m256i bits1 = _mm256_set1_epi64x((long long)tia_mask_bits64(plane1, x + k));
+    tia_colour_chunk_avx2(out, k, count, bits0, bits1, first_bytes, table);
+    if (k + 32 < count) tia_colour_chunk_avx2(out, k + 32, count, bits0, bits1, second_bytes, table);
+  }
 }
 
 }  // namespace hs

@@ -120,6 +120,11 @@ cdef extern from "tia_sound.h" namespace "hs" nogil:
     void tia_sound_reset(TiaSound& s)
     TiaSound* tia_sound_recorder  # thread-local: the sound the TIA's audio writes go to
 
+cdef extern from "screen_rgb.h" namespace "hs" nogil:
+    void screen_rgb(const uint8_t* rgb4, const uint8_t* src, uint8_t* dst, int32_t n)
+    void screen_rgb_loop(const uint8_t* rgb4, const uint8_t* src, uint8_t* dst, int32_t begin,
+                         int32_t end, int32_t n)
+
 cdef extern from "palette.h" namespace "hs" nogil:
     const uint32_t* palette_table(int32_t tv)
     uint8_t palette_gray(const uint32_t* table, uint8_t pixel)
@@ -134,10 +139,11 @@ cdef extern from "ale_env.h" nogil:
     static int hs_tia_render_selftest(uint32_t seed, int trials) {
       hs::MT19937 g;
       hs::mt_seed(g, seed);
-      uint8_t fast[160], ref[160];
+      uint8_t fast[160], ref[160], memo_drawn[160];
       int bad = 0;
-      hs::TiaMasks memo;  // shared by all trials: a stale mask would show as a wrong latch
+      hs::TiaMasks memo, draw_memo;  // shared by all trials: a stale mask would show as a wrong latch or pixel
       hs::tia_masks_clear(memo);
+      hs::tia_masks_clear(draw_memo);
       for (int n = 0; n < trials; ++n) {
         hs::Tia t;
         uint8_t* raw = (uint8_t*)&t;
@@ -168,15 +174,16 @@ cdef extern from "ale_env.h" nogil:
         t.collisions = (hs::mt_next(g) & 1) ? (uint16_t)(hs::mt_next(g) & hs::mt_next(g) & 0x7FFF) : 0;
         int x = (int)(hs::mt_next(g) % 160);
         int count = 1 + (int)(hs::mt_next(g) % (uint32_t)(160 - x));
-        hs::Tia a = t, b = t;
+        hs::Tia a = t, b = t, m = t;
         hs::tia_draw_span(a, fast, x, count);
+        hs::tia_draw_span(m, memo_drawn, x, count, &draw_memo);  // masks from the shared memo
         hs::tia_draw_span_reference(b, ref, x, count);
         hs::Tia c = t, d = t;  // collisions only, as lazily drawn frames compute them
         hs::tia_span_collisions(c, x, count, nullptr);
         hs::tia_span_collisions(d, x, count, &memo);
         bool same = a.collisions == b.collisions && c.collisions == b.collisions &&
-                    d.collisions == b.collisions;
-        for (int k = 0; k < count; ++k) same = same && fast[k] == ref[k];
+                    d.collisions == b.collisions && m.collisions == b.collisions;
+        for (int k = 0; k < count; ++k) same = same && fast[k] == ref[k] && memo_drawn[k] == ref[k];
         if (!same) ++bad;
       }
       return bad;
@@ -252,8 +259,7 @@ GAME_IDS = {name: _game_table.game_id(name) for name in _game_table.game_names()
 GAME_IDS["none"] = 0
 MODE_STEPS = {"act": 0, "select": 1, "soft_reset": 2}
 
-# Palette entry -> R, G, B, 0 for NTSC (0) and PAL (1): get_screen_rgb stores a pixel's
-# three bytes with one 4-byte copy (the fourth is overwritten by the next pixel's red).
+# Palette entry -> R, G, B, 0 for NTSC (0) and PAL (1), as screen_rgb (screen_rgb.h) reads it.
 cdef uint8_t RGB_BYTES[2 * 256 * 4]
 
 
@@ -323,6 +329,34 @@ def tia_render_selftest(uint32_t seed=1, int trials=100000, simd=None):
         return hs_tia_render_selftest(seed, trials)
     finally:
         hs_set_simd_enabled(True)
+
+
+def screen_rgb_selftest(uint32_t seed=1, int trials=200):
+    """Random screens (NTSC and PAL tables, runs of one colour, some odd indices) through screen_rgb's
+    AVX2 path and the portable loop: count of screens that differ. 0 without AVX2."""
+    if not hs_simd_available():
+        return 0
+    rng = np.random.default_rng(seed)
+    cdef int bad = 0, t, n
+    cdef cnp.ndarray[cnp.uint8_t, ndim=1] src
+    cdef cnp.ndarray[cnp.uint8_t, ndim=1] fast, slow
+    cdef const uint8_t* table
+    for t in range(trials):
+        n = 160 * int(rng.integers(1, 251))
+        src = (rng.integers(0, 128, n) * 2).astype(np.uint8)
+        if t % 2:  # odd bytes (PAL colour loss) in some blocks of 32
+            src[rng.integers(0, n, int(rng.integers(1, 20)))] |= 1
+        for _ in range(int(rng.integers(0, 40))):  # runs of one colour, as screens have
+            start = int(rng.integers(0, n))
+            src[start:start + int(rng.integers(1, 400))] = src[start]
+        fast = np.full(3 * n + 8, 0xAB, np.uint8)
+        slow = fast.copy()
+        table = &RGB_BYTES[(t % 2) * 256 * 4]
+        screen_rgb(table, &src[0], &fast[0], n)
+        screen_rgb_loop(table, &src[0], &slow[0], 0, n, n)
+        if not np.array_equal(fast, slow):
+            bad += 1
+    return bad
 
 
 def tia_skip_spans_selftest(uint32_t seed=1, int trials=100000):
@@ -741,11 +775,7 @@ cdef class Emulator:
         cdef uint8_t[:, :, ::1] view = out
         cdef const uint8_t* rgb = &RGB_BYTES[(1 if self.env.console.pal else 0) * 256 * 4]
         cdef const uint8_t* src = self._indices()
-        cdef int i, n = self.height * 160
-        cdef uint8_t* dst = &view[0, 0, 0]
-        for i in range(n - 1):
-            memcpy(dst + 3 * i, rgb + 4 * src[i], 4)
-        memcpy(dst + 3 * (n - 1), rgb + 4 * src[n - 1], 3)  # the last: not past the end
+        screen_rgb(rgb, src, &view[0, 0, 0], self.height * 160)
         return out
 
     def get_screen_grayscale(self, out=None):

@@ -5,7 +5,8 @@ import pytest
 ale_py = pytest.importorskip("ale_py")
 
 from console_roms import short_frames_rom  # noqa: E402
-from hybridsim._console import GAME_IDS, Emulator, tia_render_selftest, tia_skip_spans_selftest  # noqa: E402
+from hybridsim._console import (GAME_IDS, Emulator, screen_rgb_selftest, tia_render_selftest,  # noqa: E402
+                               tia_skip_spans_selftest)
 
 PONG_SETTINGS = dict(mode_select=dict(ram=0x96, value=0, hold=2))  # see test_console_riot.py
 
@@ -41,6 +42,12 @@ def test_fast_renderer_matches_reference(simd):
             pytest.skip(str(exc))
         raise
     assert result == 0
+
+
+def test_screen_rgb_simd_matches_loop():
+    """getScreenRGB's AVX2 conversion (cuda/screen_rgb.h) against the portable loop, with
+    odd (colour-loss) indices and nothing written past the screen."""
+    assert screen_rgb_selftest(3, 300) == 0
 
 
 def test_skipped_spans_match_the_line_loop():
