@@ -1078,6 +1078,9 @@ def test_train_called_in_process_leaves_the_callers_signal_handlers():
 def test_ctrl_c_says_how_to_go_on_instead_of_a_traceback(tmp_path):
     import signal
     proc = _train_patched(tmp_path, "cpu", (
+        # Ctrl-C at a terminal: a job started in the background (CI's, say) inherits SIGINT
+        # ignored, and Python then keeps it ignored
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "step = train.Trainer._a2c_iteration\n"
         "def interrupted(self, *a, **k):\n"
         "    if self.updates == 3:\n"
