@@ -84,19 +84,17 @@ def _describe_hardware(hardware: dict) -> str:
 
 
 # What torch's weights-only unpickler needs for the numpy arrays a checkpoint holds
-# (episode counters and the like): numpy's array rebuild function, under this numpy's name
-# and numpy 1's (a checkpoint written beside numpy 1 names numpy.core), and the classes of
-# the plain dtypes (bool, integers, floats, bytes).
+# (episode counters and the like): numpy's array rebuild function, its scalar function
+# (np.float64(...) in a config a Python sweep built, e.g. from np.logspace: a dtype and its
+# bytes) and the classes of the plain dtypes (bool, integers, floats, bytes). numpy 2 keeps
+# the functions in numpy._core, numpy 1 in numpy.core: a checkpoint names its writer's.
 _NUMPY_RECONSTRUCT = np.ndarray((0,)).__reduce__()[0]
-# numpy scalars (np.float64(...) in a config a Python sweep built, e.g. from np.logspace)
-# pickle through numpy's scalar function: a dtype (of the classes below) and its bytes
 _NUMPY_SCALAR = np.float64(0).__reduce__()[0]
-CHECKPOINT_NUMPY_GLOBALS = [_NUMPY_RECONSTRUCT, _NUMPY_SCALAR, np.ndarray, np.dtype,
-                            *dict.fromkeys(type(np.dtype(code)) for code in "?bBhHiIlLqQefdS"),
-                            (_NUMPY_RECONSTRUCT, "numpy.core.multiarray._reconstruct"),
-                            (_NUMPY_RECONSTRUCT, "numpy._core.multiarray._reconstruct"),
-                            (_NUMPY_SCALAR, "numpy.core.multiarray.scalar"),
-                            (_NUMPY_SCALAR, "numpy._core.multiarray.scalar")]
+_NUMPY_CORES = ("numpy.core", "numpy._core")
+_PLAIN_DTYPE_CLASSES = tuple(dict.fromkeys(type(np.dtype(code)) for code in "?bBhHiIlLqQefdS"))
+CHECKPOINT_NUMPY_GLOBALS = [_NUMPY_RECONSTRUCT, _NUMPY_SCALAR, np.ndarray, np.dtype, *_PLAIN_DTYPE_CLASSES,
+                            *((f, f"{core}.multiarray.{f.__name__}") for core in _NUMPY_CORES
+                              for f in (_NUMPY_RECONSTRUCT, _NUMPY_SCALAR))]
 
 
 class _ArraysOnlyUnpickler(pickle.Unpickler):
@@ -104,9 +102,9 @@ class _ArraysOnlyUnpickler(pickle.Unpickler):
     flight): numpy arrays, numpy scalars and plain values, like the weights-only load of the
     checkpoint around them; any other global is refused before it is called."""
     ALLOWED = {("numpy", "dtype"), ("numpy", "ndarray"),
-               *((m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("_reconstruct", "scalar")),
-               *((m, "_frombuffer") for m in ("numpy.core.numeric", "numpy._core.numeric")),
-               *(("numpy.dtypes", type(np.dtype(code)).__name__) for code in "?bBhHiIlLqQefdS")}
+               *((f"{core}.multiarray", f.__name__) for core in _NUMPY_CORES for f in (_NUMPY_RECONSTRUCT, _NUMPY_SCALAR)),
+               *((f"{core}.numeric", "_frombuffer") for core in _NUMPY_CORES),  # protocol 5's arrays
+               *(("numpy.dtypes", dtype_class.__name__) for dtype_class in _PLAIN_DTYPE_CLASSES)}
 
     def find_class(self, module, name):
         if (module, name) not in self.ALLOWED:
