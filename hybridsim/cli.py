@@ -349,8 +349,7 @@ def _eval_several(args) -> int:
     from hybridsim import evaluate
     from hybridsim.train import has_nonfinite_weights, read_checkpoint
     for path in args.checkpoint:
-        state = read_checkpoint(pathlib.Path(path) / "checkpoint.pt" if pathlib.Path(path).is_dir() else path,
-                                map_location="cpu")
+        state = read_checkpoint(evaluate.checkpoint_file(path), map_location="cpu")
         if not args.random and has_nonfinite_weights(state["model"]):  # as evaluate refuses it, before any plays
             raise ValueError(f"{path}: its network holds NaN or infinite weights (training diverged)")
     if not args.json:

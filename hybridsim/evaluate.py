@@ -25,6 +25,12 @@ class IncompleteEvaluation(RuntimeError):
     """Fewer episodes ended than were asked for within the step limit."""
 
 
+def checkpoint_file(path) -> pathlib.Path:
+    """A checkpoint's path as given, or a run directory's checkpoint.pt."""
+    path = pathlib.Path(path)
+    return path / "checkpoint.pt" if path.is_dir() else path
+
+
 def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: int = 4,
              seed: int = 12345, greedy: bool = False, max_steps: int = 1_000_000,
              random_policy: bool = False, repeat_action_probability: float | None = None,
@@ -41,8 +47,7 @@ def evaluate(checkpoint, episodes: int = 10, env: str = "hybridsim", num_envs: i
     num_envs = min(num_envs, episodes)  # one without an episode to play would only be stepped
     overrides = {"repeat_action_probability": repeat_action_probability, "noop_max": noop_max,
                  "max_episode_frames": max_episode_frames}
-    if pathlib.Path(checkpoint).is_dir():  # a run directory: its checkpoint
-        checkpoint = pathlib.Path(checkpoint) / "checkpoint.pt"
+    checkpoint = checkpoint_file(checkpoint)
     state = read_checkpoint(checkpoint, map_location="cpu")
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     cfg = TrainConfig(**{k: v for k, v in state["config"].items() if k in fields})

@@ -63,8 +63,11 @@ RESUME_MUST_MATCH = ("game", "model", "use_lstm", "obs_normalization", "optimize
 RESUME_MUST_MATCH_PER_SCHEDULE = {"a2c": ("num_minibatches",), "impala": ("learner_batch",)}
 # Settings that may differ between the ranks of one job (each rank's own hardware).
 PER_RANK_SETTINGS = ("num_threads", "torch_threads", "device", "fallback_dir")
-# --keep-checkpoints: the folder of the kept checkpoints, in log_dir
+# --keep-checkpoints: the folder of the kept checkpoints, in log_dir, and their names
 KEPT_CHECKPOINTS = "checkpoints"
+KEPT_NAME = re.compile(r"frames_(\d+)\.pt")  # frames_N.pt, N the run's frames then
+KEPT_GLOB = "frames_*.pt"
+REPLACED_BY_A_RESUME = "replaced-by-a-resume-"  # + time: kept ones a resume from an earlier one replaced
 # Files of a run: a fresh run refuses a directory holding any of them.
 RUN_FILES = ("checkpoint.pt", "metrics.csv", "trajectories.h5", "traj_rank*.h5", KEPT_CHECKPOINTS)
 
@@ -121,9 +124,9 @@ def read_checkpoint(path, map_location=None) -> dict:
     """A checkpoint written by `hybridsim train`, or an error naming the file and the problem."""
     path = pathlib.Path(path)
     if not path.is_file():
-        kept = path.name == "checkpoint.pt" and any(path.parent.glob("frames_*.pt"))
+        kept = path.name == "checkpoint.pt" and any(path.parent.glob(KEPT_GLOB))
         raise FileNotFoundError(f"no checkpoint file at {path}" + (
-            f" ({path.parent} holds kept checkpoints: name them, e.g. {path.parent}/frames_*.pt)" if kept else ""))
+            f" ({path.parent} holds kept checkpoints: name them, e.g. {path.parent}/{KEPT_GLOB})" if kept else ""))
     if not hasattr(torch.serialization, "safe_globals"):  # older torch has no weights-only allowlist
         raise RuntimeError(f"torch {torch.__version__} cannot load a checkpoint weights-only with numpy "
                            f"arrays: hybridsim needs torch >= 2.6 (setup.cfg)")
@@ -150,7 +153,7 @@ def read_checkpoint(path, map_location=None) -> dict:
         raise ValueError(f"{path}: not a hybridsim checkpoint (its config is a "
                          f"{type(state['config']).__name__})")
     if "digest" in state and checkpoint_digest(state) != state["digest"]:
-        kept = sorted((path.parent / KEPT_CHECKPOINTS).glob("frames_*.pt")) if path.name == "checkpoint.pt" else []
+        kept = sorted((path.parent / KEPT_CHECKPOINTS).glob(KEPT_GLOB)) if path.name == "checkpoint.pt" else []
         advice = (f"--keep-checkpoints kept earlier ones: copy the latest intact one (the last is {kept[-1]}) "
                   f"over it and --resume" if kept else
                   "train keeps one checkpoint, each save replacing it: restore it from a backup of the run "
@@ -246,7 +249,7 @@ def existing_run_files(log_dir: pathlib.Path) -> list[str]:
     # a checkpoints/ folder is a run's only when it holds what --keep-checkpoints writes
     # (another tool's checkpoints/ in a project directory is not moved aside)
     if KEPT_CHECKPOINTS in found and not (kept.is_dir() and any(
-            re.fullmatch(r"frames_\d+\.pt(\.\d+\.\d+\.tmp)?|replaced-by-a-resume-.*", p.name)
+            re.fullmatch(KEPT_NAME.pattern + r"(\.\d+\.\d+\.tmp)?", p.name) or p.name.startswith(REPLACED_BY_A_RESUME)
             for p in kept.iterdir())):
         found.discard(KEPT_CHECKPOINTS)
     return sorted(found)
@@ -269,6 +272,15 @@ def _holds_data(path: pathlib.Path) -> bool:
         return True
 
 
+def _unused_timestamped(folder: pathlib.Path, prefix: str) -> pathlib.Path:
+    """folder/PREFIXYYYYmmdd-HHMMSS, with x appended until no such path exists: where files
+    set aside go."""
+    path = folder / time.strftime(f"{prefix}%Y%m%d-%H%M%S")
+    while path.exists():
+        path = path.with_name(path.name + "x")
+    return path
+
+
 def _fresh_run_decision(log_dir: pathlib.Path):
     """None (the directory holds no run), ("refuse", why) or ("moved", what was done). A run
     with a checkpoint is never touched (--resume continues it). A run that stopped before
@@ -283,9 +295,7 @@ def _fresh_run_decision(log_dir: pathlib.Path):
                           f"with --resume, or choose another --log-dir")
     if not any(_holds_data(log_dir / name) for name in found):
         return None  # a start that failed before logging anything: nothing to keep
-    aside = log_dir / time.strftime("previous-run-%Y%m%d-%H%M%S")
-    while aside.exists():
-        aside = aside.with_name(aside.name + "x")
+    aside = _unused_timestamped(log_dir, "previous-run-")
     aside.mkdir()
     for name in found + [n for n in ("tensorboard", "learning_curve.png") if (log_dir / n).exists()]:
         (log_dir / name).rename(aside / name)
@@ -533,7 +543,7 @@ class Trainer:
                                if cfg.resume else [])  # the run's own files, of a directory that holds it
                     if cfg.resume and (self.log_dir / KEPT_CHECKPOINTS).is_dir():
                         removed += [f"{KEPT_CHECKPOINTS}/{name}" for name in storage.remove_stale_temporaries(
-                            self.log_dir / KEPT_CHECKPOINTS, lambda name: re.fullmatch(r"frames_\d+\.pt", name))]
+                            self.log_dir / KEPT_CHECKPOINTS, KEPT_NAME.fullmatch)]
                     if removed:
                         _note(f"note: removed {', '.join(removed)} from {self.log_dir}: half-written files "
                               f"of a job killed while writing them")
@@ -1083,7 +1093,7 @@ class Trainer:
         return path
 
     def kept_checkpoint_path(self, frames: int) -> pathlib.Path:
-        return self.log_dir / KEPT_CHECKPOINTS / f"frames_{frames:012d}.pt"
+        return self.log_dir / KEPT_CHECKPOINTS / f"frames_{frames:012d}.pt"  # KEPT_NAME
 
     def _keep_checkpoint(self, path: pathlib.Path) -> None:
         """--keep-checkpoints: the checkpoint just written stays as checkpoints/frames_N.pt
@@ -1928,13 +1938,11 @@ def _set_aside_kept_checkpoints_after(folder: pathlib.Path, frames: int) -> None
     """A resume from an earlier kept checkpoint (copied over checkpoint.pt) replaces the run
     after it, as the metrics rows and trajectory rows after it are dropped: the kept
     checkpoints past its frames move into a folder of their own, kept, not mixed in."""
-    later = [path for path in sorted(folder.glob("frames_*.pt"))
-             if (match := re.fullmatch(r"frames_(\d+)\.pt", path.name)) and int(match.group(1)) > frames]
+    later = [path for path in sorted(folder.glob(KEPT_GLOB))
+             if (match := KEPT_NAME.fullmatch(path.name)) and int(match.group(1)) > frames]
     if not later:
         return
-    aside = folder / time.strftime("replaced-by-a-resume-%Y%m%d-%H%M%S")
-    while aside.exists():
-        aside = aside.with_name(aside.name + "x")
+    aside = _unused_timestamped(folder, REPLACED_BY_A_RESUME)
     try:
         aside.mkdir()
         for path in later:
