@@ -306,8 +306,9 @@ def _cmd_eval(args) -> int:
     from hybridsim import evaluate
     from hybridsim.scores import reference_scores
     _given_paths(args, "checkpoint")
-    if len(args.checkpoint) > 1:
-        return _eval_several(args)
+    checkpoints = [kept for path in args.checkpoint for kept in _kept_or_itself(path)]
+    if len(checkpoints) > 1 or checkpoints != args.checkpoint:  # a kept folder: a table for any count
+        return _eval_several(args, checkpoints)
     r = _evaluate_one(args, args.checkpoint[0])
     if args.json:
         import json
@@ -340,7 +341,18 @@ def _evaluate_one(args, checkpoint) -> dict:
                              noop_max=args.noop_max, max_episode_frames=args.max_episode_frames)
 
 
-def _eval_several(args) -> int:
+def _kept_or_itself(path: str) -> list[str]:
+    """A folder of checkpoints kept by train --keep-checkpoints (no checkpoint.pt of its own)
+    as its checkpoints in the order of their frames; any other path as given."""
+    from hybridsim.train import kept_checkpoints
+    folder = pathlib.Path(path)
+    if not folder.is_dir() or (folder / "checkpoint.pt").exists():
+        return [path]
+    kept = kept_checkpoints(folder)
+    return [str(p) for p in kept] if kept else [path]
+
+
+def _eval_several(args, checkpoints: list[str]) -> int:
     """eval of several checkpoints (the kept ones of a run: a curve of evaluation returns):
     each is read before any is played, so a damaged one stops the command before its work,
     then one row each, in the order given, all on the same seeds and settings."""
@@ -348,21 +360,24 @@ def _eval_several(args) -> int:
 
     from hybridsim import evaluate
     from hybridsim.train import has_nonfinite_weights, read_checkpoint
-    for path in args.checkpoint:
+    games = []
+    for path in checkpoints:
         state = read_checkpoint(evaluate.checkpoint_file(path), map_location="cpu")
         if not args.random and has_nonfinite_weights(state["model"]):  # as evaluate refuses it, before any plays
             raise ValueError(f"{path}: its network holds NaN or infinite weights (training diverged)")
+        games.append(str(state["config"].get("game", "")))
+    width = max(4, *map(len, games))
     if not args.json:
-        print(f"{'frames':>13s} {'episodes':>8s} {'return':>10s} {'std':>9s} {'human-norm.':>11s}  checkpoint",
-              flush=True)
+        print(f"{'game':{width}s} {'frames':>13s} {'episodes':>8s} {'return':>10s} {'std':>9s} {'human-norm.':>11s}  "
+              f"checkpoint", flush=True)
     results = []
-    for path in args.checkpoint:
+    for path in checkpoints:
         r = dict(_evaluate_one(args, path), checkpoint=str(path))
         results.append(r)
         if not args.json:
             normalized = "" if r["human_normalized"] is None else f"{r['human_normalized']:.1%}"
-            print(f"{r['frames_trained']:13,d} {r['episodes']:8d} {r['mean']:10.2f} {r['std']:9.2f} "
-                  f"{normalized:>11s}  {path}", flush=True)
+            print(f"{r['game']:{width}s} {r['frames_trained']:13,d} {r['episodes']:8d} {r['mean']:10.2f} "
+                  f"{r['std']:9.2f} {normalized:>11s}  {path}", flush=True)
     if args.json:
         print(json.dumps(results, indent=2))
     elif all((r["game"], r["settings"]) == (results[0]["game"], results[0]["settings"]) for r in results):
@@ -693,10 +708,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "frame limit, preprocessing) with episodic life off; --sticky, --noop-max "
                        "and --max-episode-frames override them. The result names them all.")
     p.add_argument("checkpoint", nargs="+",
-                   help="a checkpoint.pt written by hybridsim train (or its run directory); several "
-                        "(e.g. RUN/checkpoints/*.pt, kept by train --keep-checkpoints): a row each, "
-                        "in the order given, on the same seeds (--json: a list of the one-checkpoint "
-                        "objects, each with its path)")
+                   help="a checkpoint.pt written by hybridsim train (or its run directory); several, "
+                        "or RUN/checkpoints (those train --keep-checkpoints kept, in the order of their "
+                        "frames): a row each, in the order given, on the same seeds (--json: a list of "
+                        "the one-checkpoint objects, each with its path)")
     p.add_argument("--episodes", type=int, default=10, help="episodes to play (default: 10)")
     p.add_argument("--env", default="hybridsim", choices=["hybridsim", "ale-py"],
                    help="whose environment to play on (default: hybridsim)")

@@ -120,11 +120,18 @@ def _unpickle_arrays(data: bytes):
     return _ArraysOnlyUnpickler(io.BytesIO(data)).load()
 
 
+def kept_checkpoints(folder: pathlib.Path) -> list[pathlib.Path]:
+    """The checkpoints train --keep-checkpoints kept in folder, in the order of their frames."""
+    found = [(int(match.group(1)), path) for path in pathlib.Path(folder).glob(KEPT_GLOB)
+             if (match := KEPT_NAME.fullmatch(path.name))]
+    return [path for _, path in sorted(found)]
+
+
 def read_checkpoint(path, map_location=None) -> dict:
     """A checkpoint written by `hybridsim train`, or an error naming the file and the problem."""
     path = pathlib.Path(path)
     if not path.is_file():
-        kept = path.name == "checkpoint.pt" and any(path.parent.glob(KEPT_GLOB))
+        kept = path.name == "checkpoint.pt" and kept_checkpoints(path.parent)
         raise FileNotFoundError(f"no checkpoint file at {path}" + (
             f" ({path.parent} holds kept checkpoints: name them, e.g. {path.parent}/{KEPT_GLOB})" if kept else ""))
     if not hasattr(torch.serialization, "safe_globals"):  # older torch has no weights-only allowlist
@@ -153,7 +160,7 @@ def read_checkpoint(path, map_location=None) -> dict:
         raise ValueError(f"{path}: not a hybridsim checkpoint (its config is a "
                          f"{type(state['config']).__name__})")
     if "digest" in state and checkpoint_digest(state) != state["digest"]:
-        kept = sorted((path.parent / KEPT_CHECKPOINTS).glob(KEPT_GLOB)) if path.name == "checkpoint.pt" else []
+        kept = kept_checkpoints(path.parent / KEPT_CHECKPOINTS) if path.name == "checkpoint.pt" else []
         advice = (f"--keep-checkpoints kept earlier ones: copy the latest intact one (the last is {kept[-1]}) "
                   f"over it and --resume" if kept else
                   "train keeps one checkpoint, each save replacing it: restore it from a backup of the run "
@@ -1187,7 +1194,10 @@ class Trainer:
     def load_checkpoint(self):
         path = self.checkpoint_path()
         if not path.exists():
-            raise FileNotFoundError(f"--resume: no checkpoint at {path}")
+            kept = kept_checkpoints(self.log_dir / KEPT_CHECKPOINTS)
+            raise FileNotFoundError(f"--resume: no checkpoint at {path}" + (
+                f"; --keep-checkpoints kept {len(kept)} in {kept[0].parent}: copy the one to go on from "
+                f"(the latest is {kept[-1].name}) to {path} and run again with --resume" if kept else ""))
         state = read_checkpoint(path, map_location="cpu")  # load_state_dict moves it to the device
         saved = state["config"]
         must_match = RESUME_MUST_MATCH + RESUME_MUST_MATCH_PER_SCHEDULE.get(self.cfg.schedule, ())
@@ -1938,8 +1948,7 @@ def _set_aside_kept_checkpoints_after(folder: pathlib.Path, frames: int) -> None
     """A resume from an earlier kept checkpoint (copied over checkpoint.pt) replaces the run
     after it, as the metrics rows and trajectory rows after it are dropped: the kept
     checkpoints past its frames move into a folder of their own, kept, not mixed in."""
-    later = [path for path in sorted(folder.glob(KEPT_GLOB))
-             if (match := KEPT_NAME.fullmatch(path.name)) and int(match.group(1)) > frames]
+    later = [path for path in kept_checkpoints(folder) if int(KEPT_NAME.fullmatch(path.name).group(1)) > frames]
     if not later:
         return
     aside = _unused_timestamped(folder, REPLACED_BY_A_RESUME)

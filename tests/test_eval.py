@@ -152,9 +152,9 @@ def test_several_checkpoints_give_a_row_each_on_the_same_episodes(run_dir, tmp_p
     assert [r["frames_trained"] for r in rows] == [800, 1600]
     assert cli.main(["eval", *paths, *kw]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["frames", "episodes", "return", "std", "human-norm.", "checkpoint"]
-    assert table[1].split()[:4] == ["800", "2", f"{alone[0]['mean']:.2f}", f"{alone[0]['std']:.2f}"]
-    assert table[2].split()[0] == "1,600" and table[2].endswith(str(later))
+    assert table[0].split() == ["game", "frames", "episodes", "return", "std", "human-norm.", "checkpoint"]
+    assert table[1].split()[:5] == ["pong", "800", "2", f"{alone[0]['mean']:.2f}", f"{alone[0]['std']:.2f}"]
+    assert table[2].split()[:2] == ["pong", "1,600"] and table[2].endswith(str(later))
     assert table[3].startswith("pong on hybridsim; settings: sticky actions 0, up to 30 no-ops")
     damaged = tmp_path / "damaged.pt"
     damaged.write_bytes(b"not a checkpoint")
@@ -228,6 +228,30 @@ def test_refused_commands_name_the_problem_and_leave_no_new_folders(tmp_path):
                               text=True, timeout=120)
         assert done.returncode == 2 and message in done.stderr, (args, done.stderr[-2000:])
         assert "Traceback" not in done.stderr and sorted(p.name for p in tmp_path.iterdir()) == ["c1.toml"], args
+
+
+def test_a_folder_of_kept_checkpoints_gives_the_table_in_the_order_of_their_frames(run_dir, tmp_path, capsys):
+    """eval RUN/checkpoints scores what --keep-checkpoints kept; a shell glob matching one
+    file gave the one-checkpoint format, and a folder was refused."""
+    import shutil
+
+    from hybridsim import cli
+    kept = tmp_path / "checkpoints"
+    kept.mkdir()
+    shutil.copy(run_dir / "checkpoint.pt", kept / "frames_000000000800.pt")
+    (kept / "notes.txt").write_text("not a checkpoint")
+    kw = ["--episodes", "1", "--num-envs", "1", "--max-episode-frames", "400", "--seed", "5"]
+    capsys.readouterr()
+    assert cli.main(["eval", str(kept), *kw, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert isinstance(rows, list) and [r["checkpoint"] for r in rows] == [str(kept / "frames_000000000800.pt")]
+    shutil.copy(run_dir / "checkpoint.pt", kept / "frames_000000000080.pt")  # fewer frames, sorted first
+    assert cli.main(["eval", str(kept), *kw]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert [line.rsplit("/", 1)[-1] for line in table[1:3]] == ["frames_000000000080.pt", "frames_000000000800.pt"]
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["eval", str(tmp_path / "empty"), *kw]) == 2  # neither a checkpoint nor kept ones
+    assert f"no checkpoint file at {tmp_path / 'empty' / 'checkpoint.pt'}" in capsys.readouterr().err
 
 
 def test_several_checkpoints_refuse_a_diverged_one_before_any_is_played(run_dir, tmp_path, capsys, monkeypatch):

@@ -1410,7 +1410,7 @@ def test_a_fresh_run_leaves_another_tools_checkpoints_folder_alone(tmp_path):
     assert (tmp_path / "checkpoints" / "resnet50.pth").exists()
 
 
-def test_a_damaged_checkpoint_pt_points_at_the_kept_ones(tmp_path):
+def test_a_damaged_or_missing_checkpoint_pt_points_at_the_kept_ones(tmp_path):
     from hybridsim.train import read_checkpoint
     Trainer(tiny_config(tmp_path, total_frames=800, keep_checkpoints=True, log_trajectories=False)).train()
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
@@ -1419,6 +1419,12 @@ def test_a_damaged_checkpoint_pt_points_at_the_kept_ones(tmp_path):
     torch.save(state, tmp_path / "checkpoint.pt")
     with pytest.raises(ValueError, match=r"digest mismatch.*copy the latest intact one .*checkpoints/frames_"):
         read_checkpoint(tmp_path / "checkpoint.pt")
+    (tmp_path / "checkpoint.pt").unlink()  # a missing one: --resume said only "no checkpoint"
+    with pytest.raises(FileNotFoundError, match=r"--resume: no checkpoint at .*; --keep-checkpoints kept 1 in "
+                                                r".*checkpoints: copy the one to go on from \(the latest is "
+                                                r"frames_\d{12}\.pt\) to .*checkpoint\.pt and run again"):
+        Trainer(tiny_config(tmp_path, total_frames=800, keep_checkpoints=True, log_trajectories=False,
+                            resume=True)).train()
 
 
 def test_a_python_callers_paths_and_numpy_values_make_a_readable_checkpoint(tmp_path):
