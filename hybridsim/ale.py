@@ -225,12 +225,16 @@ class ALEInterface:
         return None if entry is None else entry["name"]
 
     def loadROM(self, rom) -> None:
-        from hybridsim import _console
-        from hybridsim.console_props import emulator_kwargs
         if not isinstance(rom, (str, bytes, os.PathLike)):
             raise TypeError(f"loadROM needs a ROM file's path (str, bytes or os.PathLike), got {rom!r}")
         path = pathlib.Path(os.fsdecode(roms.check_rom_path(rom)))  # str, bytes or os.PathLike, as ale-py
-        entry, data, md5 = games_table.identify_rom(path)
+        self._load_identified(path, *games_table.identify_rom(path))
+
+    def _load_identified(self, path: pathlib.Path, entry: dict, data: bytes, md5: str) -> None:
+        """loadROM of a file already read and identified (games_table.identify_rom): the
+        vector env loads one image many times, reading the file once."""
+        from hybridsim import _console
+        from hybridsim.console_props import emulator_kwargs
         seed = self._settings.get("random_seed", int)
         if seed == -1:  # ALE: -1 seeds the environment RNG from the clock
             seed = int(time.time() * 1000) & 0x7FFFFFFF
@@ -253,7 +257,7 @@ class ALEInterface:
         if md5 != entry["md5"] and self._warn_on_other_image:  # ale-py prints a warning too
             warnings.warn(f"{games_table.rom_mismatch(entry['name'], path, md5)}; played as ALE does: by "
                           f"its file name, with Stella's default cartridge properties",
-                          HybridsimWarning, stacklevel=2)
+                          HybridsimWarning, stacklevel=3)  # loadROM's caller
         self._entry, self._md5, self._rom = entry, md5, data
         self._settings.set("rom_file", str(path), str)
         self._mode = entry.get("default_mode", 0)

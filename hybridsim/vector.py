@@ -232,22 +232,24 @@ def _continuous_action_table() -> np.ndarray:
     return table
 
 
-def _game_and_rom(game: str | None, rom_file) -> tuple[str, pathlib.Path]:
-    """(snake_case game name, ROM path): the installed ROM of `game`, or `rom_file` known as
-    ALE knows a ROM (by its md5, else by its file stem), which `game`, if given, must name."""
+def _game_and_rom(game: str | None, rom_file) -> tuple[str, pathlib.Path, tuple[dict, bytes, str]]:
+    """(snake_case game name, ROM path, games_table.identify_rom of it): the installed ROM of
+    `game`, or `rom_file` known as ALE knows a ROM (by its md5, else by its file stem), which
+    `game`, if given, must name. The file is read here only: each load reuses its bytes."""
     from hybridsim import games_table
     from hybridsim.roms import rom_path, snake_case
     if rom_file is None:
         name = snake_case(game)
-        return name, rom_path(name)
-    if not isinstance(rom_file, (str, bytes, os.PathLike)):
+        path = rom_path(name)
+    elif not isinstance(rom_file, (str, bytes, os.PathLike)):
         raise TypeError(f"rom_file must be a ROM file's path (str, bytes or os.PathLike), got {rom_file!r}")
-    path = pathlib.Path(os.fsdecode(rom_file))
-    entry = games_table.identify_rom(path)[0]
-    if game is not None and snake_case(game) != entry["name"]:
-        raise ValueError(f"rom_file {path} is the {entry['name']!r} ROM, but game={game!r}; "
+    else:
+        path = pathlib.Path(os.fsdecode(rom_file))
+    identified = games_table.identify_rom(path)
+    if rom_file is not None and game is not None and snake_case(game) != identified[0]["name"]:
+        raise ValueError(f"rom_file {path} is the {identified[0]['name']!r} ROM, but game={game!r}; "
                          f"give the game it is, or game=None")
-    return entry["name"], path
+    return (name if rom_file is None else identified[0]["name"]), path, identified
 
 
 class AtariVectorEnv(VectorEnv):
@@ -365,7 +367,7 @@ class AtariVectorEnv(VectorEnv):
 
         from hybridsim import _vector
 
-        self.game, self._rom_path = _game_and_rom(game, rom_file)
+        self.game, self._rom_path, self._rom_identified = _game_and_rom(game, rom_file)
         self.num_envs = num_envs
         self.batch_size = num_envs if batch_size == 0 else int(batch_size)
         self.num_threads = resolve_num_threads(num_threads, self.batch_size)
@@ -507,7 +509,7 @@ class AtariVectorEnv(VectorEnv):
         ale._warn_on_other_image = False
         ale.setInt("random_seed", int(seed))
         ale.setFloat("repeat_action_probability", self._repeat_action_probability)
-        ale.loadROM(self._rom_path)
+        ale._load_identified(self._rom_path, *self._rom_identified)
         self._template_ale = ale
         if not hasattr(self, "_rom_bytes"):  # the cartridge image the emulator maps
             from hybridsim import games_table

@@ -174,8 +174,14 @@ def test_rom_file_is_known_by_md5_then_by_stem(tmp_path):
     shipped = ale_py.roms.get_rom_path("breakout")
     renamed = tmp_path / "my_copy.bin"
     shutil.copy(shipped, renamed)
-    env = AtariVectorEnv(None, 2, rom_file=renamed)  # by md5: it is breakout
+    from hybridsim import roms
+    reads = []
+    real_read = roms.read_rom
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(roms, "read_rom", lambda path: reads.append(path) or real_read(path))
+        env = AtariVectorEnv(None, 2, rom_file=renamed)  # by md5: it is breakout
     assert env.game == "breakout"
+    assert reads == [renamed]  # once, however often the template loads: one file's bytes throughout
     reference = AtariVectorEnv("breakout", 2)
     assert_same(env.reset(seed=3), reference.reset(seed=3), "reset")
     with pytest.raises(ValueError, match="is the 'breakout' ROM, but game='pong'"):
