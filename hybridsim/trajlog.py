@@ -456,10 +456,13 @@ class TrajectoryWriter:
             self.failed = exc
             raise
         except (OSError, RuntimeError) as exc:  # h5py reports a failed write as RuntimeError
-            self._roll_back()
+            uncut = self._roll_back()
             self.failed = TrajectoryWriteError.from_exception(
                 self.path, "trajectory rows", exc,
-                f"the file holds the rows up to step {self._steps_written}")
+                f"the file holds the rows up to step {self._steps_written}" + (
+                    f"; {', '.join(uncut)} could not be cut back to the rows written: until a flush "
+                    f"succeeds its datasets differ in length, which readers refuse as damage and "
+                    f"--resume cuts to the checkpoint's rows" if uncut else ""))
             raise self.failed from exc
         self.failed = None
         self._steps_written += n
@@ -473,19 +476,23 @@ class TrajectoryWriter:
         self._obs_bytes = 0
         self._last_flush = time.time()
 
-    def _roll_back(self):
+    def _roll_back(self) -> list[str]:
         """Shrink the datasets a failed flush grew back to the rows known to be written, so
-        readers and a later close see the state of the last good flush."""
-        groups = [(self._steps_ds, self._steps_written), (self._episodes_ds, self._episodes_written)]
+        readers and a later close see the state of the last good flush; the names of those
+        HDF5 would not shrink (the error says so, not that the file is whole)."""
+        groups = [("steps", self._steps_ds, self._steps_written),
+                  ("episodes", self._episodes_ds, self._episodes_written)]
         if self._obs_ds is not None:
-            groups.append((self._obs_ds, self._obs_written))
-        for datasets, rows in groups:
-            for dataset in datasets.values():
+            groups.append(("observations", self._obs_ds, self._obs_written))
+        uncut = []
+        for group, datasets, rows in groups:
+            for name, dataset in datasets.items():
                 try:
                     if dataset.shape[0] != rows:
                         dataset.resize(rows, axis=0)
                 except (OSError, RuntimeError):
-                    pass
+                    uncut.append(f"{group}/{name}")
+        return uncut
 
     @property
     def steps_written(self) -> int:

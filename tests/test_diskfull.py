@@ -81,6 +81,39 @@ def test_failed_flush_keeps_the_file_and_the_rows(tmp_path, monkeypatch):
     assert_rows(path, rows)  # every row, closed cleanly: opens without SWMR
 
 
+def test_a_failed_flush_whose_rows_cannot_be_cut_back_says_so(tmp_path, monkeypatch):
+    """The error said the file held the rows up to the last good flush while datasets HDF5
+    would not shrink again kept the failed flush's length (a file readers refuse)."""
+    path = tmp_path / "traj_rank00000.h5"
+    rng = np.random.default_rng(2)
+    w = trajlog.TrajectoryWriter(path, batch_size=3, num_actions=4, flush_every=8)
+    rows = []
+    write_steps(w, rng, 0, 8, rows)
+    real_setitem, real_resize = h5py.Dataset.__setitem__, h5py.Dataset.resize
+    calls = {"n": 0}
+
+    def full_disk(self, key, value):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise ENOSPC
+        real_setitem(self, key, value)
+
+    def no_shrinking(self, size, axis=None):
+        if size < self.shape[0]:
+            raise RuntimeError("Unable to extend dataset (no space)")
+        real_resize(self, size, axis)
+
+    monkeypatch.setattr(h5py.Dataset, "__setitem__", full_disk)
+    monkeypatch.setattr(h5py.Dataset, "resize", no_shrinking)
+    with pytest.raises(trajlog.TrajectoryWriteError, match=r"the file holds the rows up to step 8; "
+                       r"steps/\w+, steps/\w+, steps/\w+ could not be cut back .* differ in length"):
+        write_steps(w, rng, 8, 8, rows)
+    monkeypatch.setattr(h5py.Dataset, "__setitem__", real_setitem)
+    monkeypatch.setattr(h5py.Dataset, "resize", real_resize)
+    w.close()  # the retry writes over the uncut rows
+    assert_rows(path, rows)
+
+
 def test_too_little_free_space_stops_before_writing(tmp_path, monkeypatch):
     path = tmp_path / "traj_rank00000.h5"
     rng = np.random.default_rng(1)
