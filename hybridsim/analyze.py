@@ -45,20 +45,39 @@ def _run_config(f) -> dict:
     return cfg
 
 
-def _env_range(f, cfg: dict) -> tuple[int, int] | None:
-    """[first, last + 1) of the environment ids a rank file's rows may hold (its rank's
-    block, dist.env_block); None for a master file or a file that does not say. An impala
-    file resumed with another rank count may have gone on with other --num-envs (its batch
-    is --env-batch-size), which its config, written at its start, does not show."""
+def _env_range(f, cfg: dict) -> np.ndarray | None:
+    """The environment ids a rank file's rows may hold, sorted: those its `env_ranges`
+    attribute records, else its rank's block (dist.env_block) by the config; None for a
+    master file or a file that does not say. An impala file from before `env_ranges`,
+    resumed with another rank count, may have gone on with other --num-envs (its batch is
+    --env-batch-size), which its config, written at its start, does not show."""
+    if f.attrs.get("virtual"):
+        return None
+    ranges = trajlog.json_list_attr(f, "env_ranges")
+    if ranges:
+        return np.unique(np.concatenate([np.arange(first, stop) for _, first, stop in ranges]))
     rank, num_envs = f.attrs.get("rank"), cfg.get("num_envs")
-    if f.attrs.get("virtual") or rank is None or type(num_envs) is not int or num_envs < 1:
+    if rank is None or type(num_envs) is not int or num_envs < 1:
         return None
     if cfg.get("schedule") == "impala" and "resumes" in f.attrs:
         return None
-    return int(rank) * num_envs, (int(rank) + 1) * num_envs
+    return np.arange(int(rank) * num_envs, (int(rank) + 1) * num_envs)
 
 
-def _check_episodes(path, episodes: dict, envs: tuple[int, int] | None, max_length: int) -> None:
+def _outside(ids: np.ndarray, envs: np.ndarray) -> np.ndarray:
+    """Where ids are not in envs (sorted): two comparisons for the usual one range."""
+    if envs[-1] - envs[0] + 1 == len(envs):
+        return (ids < envs[0]) | (ids > envs[-1])
+    return ~np.isin(ids, envs)
+
+
+def _ranges_text(ids: np.ndarray) -> str:
+    """Sorted ids as 'a..b' runs: 0..3, 8..15."""
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    return ", ".join(f"{run[0]}..{run[-1]}" for run in np.split(ids, breaks) if len(run))
+
+
+def _check_episodes(path, episodes: dict, envs: np.ndarray | None, max_length: int) -> None:
     """Refuse an episodes table no run writes: summaries of it were silently wrong."""
     def refuse(what, rows):
         row = int(np.flatnonzero(rows)[0])
@@ -72,8 +91,8 @@ def _check_episodes(path, episodes: dict, envs: tuple[int, int] | None, max_leng
         refuse(f"/length is outside 1..{max_length} (the run's episode limit, in frames)", bad)
     if (bad := episodes["start_frame"] > episodes["end_frame"]).any():
         refuse("/start_frame is after end_frame", bad)
-    if envs is not None and (bad := (episodes["env_id"] < envs[0]) | (episodes["env_id"] >= envs[1])).any():
-        refuse(f"/env_id is outside this rank's environments {envs[0]}..{envs[1] - 1}", bad)
+    if envs is not None and (bad := _outside(episodes["env_id"], envs)).any():
+        refuse(f"/env_id is outside this rank's environments {_ranges_text(envs)}", bad)
     pairs = np.stack([episodes["env_id"].astype(np.int64), episodes["episode_id"]], axis=1)
     unique, first = np.unique(pairs, axis=0, return_index=True)
     if len(unique) < len(pairs):
@@ -97,7 +116,7 @@ def _first_columns(frame) -> list[int]:
     return sorted(starts) or [0]
 
 
-def _scan_steps(f, num_actions: int, breaks=(), envs: tuple[int, int] | None = None) -> dict:
+def _scan_steps(f, num_actions: int, breaks=(), envs: np.ndarray | None = None) -> dict:
     """Action counts, the frames and seconds of running and the throughput plot's series.
     Steps are read block by block; each row's time and frame (16 bytes a row, per rank in
     a master file) are kept. Rows whose frame is damage (_frame_outliers) are left out,
@@ -118,11 +137,11 @@ def _scan_steps(f, num_actions: int, breaks=(), envs: tuple[int, int] | None = N
     for start in range(0, rows, BLOCK_ROWS):
         stop = min(rows, start + BLOCK_ROWS)
         ids = env[start:stop]
-        if envs is not None and ((bad := (ids != -1) & ((ids < envs[0]) | (ids >= envs[1])))).any():
+        if envs is not None and ((bad := (ids != -1) & _outside(ids, envs))).any():
             row = start + int(np.flatnonzero(bad.any(axis=1))[0])
             raise trajlog.TrajectoryLogError(
                 f"{f.filename}: damaged trajectory file: steps/env_id row {row} ({env[row].tolist()}) "
-                f"holds ids outside this rank's environments {envs[0]}..{envs[1] - 1}")
+                f"holds ids outside this rank's environments {_ranges_text(envs)}")
         a = action[start:stop][ids >= 0].astype(np.int64)
         outside = (a < 0) | (a >= num_actions)
         if outside.any():  # bincount would fail on them, or count them past the histogram

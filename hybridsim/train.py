@@ -875,6 +875,7 @@ class Trainer:
                 resume_expected_rows=self._resume_traj_rows, resume_restarts_envs=self._resume_restarts_envs,
                 resume_file_id=self._resume_traj_file_id, resume_logged_until=self._resume_traj_logged_until,
                 num_actions=self.num_actions, observations=self._observation_logging(),
+                env_ids=(int(self.env_ids[0]), int(self.env_ids[-1]) + 1),
                 attrs={"game": self.cfg.game, "rank": self.rank, "world_size": self.world_size,
                        "run_id": self.run_id,
                        "config": dataclasses.asdict(self.cfg), "seed": self.cfg.seed,

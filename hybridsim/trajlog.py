@@ -132,7 +132,7 @@ class TrajectoryWriter:
                  flush_seconds: float | None = None, flush_bytes: int = DEFAULT_FLUSH_BYTES,
                  min_flush_seconds: float | None = None, resume_expected_rows: int | None = None,
                  resume_restarts_envs: bool = False, resume_file_id: str | None = None,
-                 resume_logged_until: int | None = None):
+                 resume_logged_until: int | None = None, env_ids: tuple[int, int] | None = None):
         """Create the file, or with `resume_after_frame` reopen an existing one and drop the
         rows logged after that global frame (they will be produced again by the resumed run).
 
@@ -151,7 +151,9 @@ class TrajectoryWriter:
         frame, the rows before it recorded as a gap. `resume_logged_until`: the checkpoint
         frame up to which the file holds the run's rows, when the jobs since did not log
         (--log-trajectories false): the rows after it are cut and the frames from there to
-        `resume_after_frame` recorded as a gap."""
+        `resume_after_frame` recorded as a gap. `env_ids`: [first, last + 1) of the
+        environment ids the rows hold from here on, recorded in the root attribute
+        `env_ranges` ([from_frame, first, stop] each) that analyze checks them against."""
         if batch_size < 1 or num_actions < 1:
             raise ValueError(f"batch_size and num_actions must be >= 1, got {batch_size}, {num_actions}")
         self.path = pathlib.Path(path)
@@ -182,7 +184,7 @@ class TrajectoryWriter:
         self._alive = None  # a shared lock on the file while this writer lives (see _hold_alive)
         if resume_after_frame is not None and self.path.exists():
             self._reopen(resume_after_frame, resume_expected_rows, resume_restarts_envs, resume_file_id,
-                         (attrs or {}).get("run_id"), resume_logged_until)
+                         (attrs or {}).get("run_id"), resume_logged_until, env_ids)
             self.file_id = str(self.file.attrs.get("file_id", ""))
             self._open_datasets()
             self._hold_alive()
@@ -197,6 +199,8 @@ class TrajectoryWriter:
         f.attrs["compression"] = compression or "none"
         for key, value in (attrs or {}).items():
             f.attrs[key] = value if isinstance(value, (int, float, str, np.number)) else json.dumps(value)
+        if env_ids is not None:
+            f.attrs["env_ranges"] = json.dumps([[int(resume_after_frame or 0), *map(int, env_ids)]])
         steps = f.create_group("steps")
         for name, (dtype, _) in STEP_FIELDS.items():
             steps.create_dataset(name, shape=(0, batch_size), maxshape=(None, batch_size),
@@ -268,7 +272,8 @@ class TrajectoryWriter:
         self._buffered = 0
 
     def _reopen(self, last_frame: int, expected_rows: int | None, restarts_envs: bool,
-                file_id: str | None, run_id: str | None, logged_until: int | None = None):
+                file_id: str | None, run_id: str | None, logged_until: int | None = None,
+                env_ids: tuple[int, int] | None = None):
         # every check that can refuse the resume, before anything changes the file
         kept = check_resumable(self.path, self.batch_size, self.num_actions, self.observations, expected_rows,
                                file_id, run_id, flush_seconds=self.flush_seconds, wait=False,
@@ -283,6 +288,12 @@ class TrajectoryWriter:
             # new datasets (observations logged from this resume on) as the file's others
             self._dataset_kw = dataset_kwargs(str(self.file.attrs.get("compression", "lzf")))
             self._truncate_for_resume(last_frame, expected_rows, restarts_envs, kept, logged_until)
+            if env_ids is not None and "env_ranges" in self.file.attrs:  # (an older file's are unknown)
+                # those of the timeline the resume replaces go with its rows
+                ranges = [r for r in json_list_attr(self.file, "env_ranges") if r[0] < last_frame]
+                if not ranges or ranges[-1][1:] != list(map(int, env_ids)):
+                    ranges.append([int(last_frame), *map(int, env_ids)])
+                self.file.attrs["env_ranges"] = json.dumps(ranges)
         except TrajectoryLogError:
             self.file.close()
             raise
@@ -658,11 +669,14 @@ def json_list_attr(f, name: str) -> list:
         ok = all(isinstance(g, list) and len(g) == 2 and all(map(is_frame, g)) for g in value)
     elif name in ("restarts", "resumes"):  # [frame, ...]
         ok = all(map(is_frame, value))
+    elif name == "env_ranges":  # [[from_frame, first_env, stop_env], ...]
+        ok = all(isinstance(r, list) and len(r) == 3 and all(map(is_frame, r)) and r[1] < r[2] for r in value)
     else:
         ok = True
     if not ok:
+        what = {"gaps": "[from, to] frame pairs", "env_ranges": "[from_frame, first, stop] environment ranges"}
         raise TrajectoryLogError(f"{f.filename}: its {name!r} attribute is not a list of "
-                                 f"{'[from, to] frame pairs' if name == 'gaps' else 'frames'}: {raw}")
+                                 f"{what.get(name, 'frames')}: {raw}")
     return value
 
 
@@ -1483,7 +1497,7 @@ def _write_master_file(tmp_path, infos, num_actions):
     e_total = sum(i["episodes"] for i in infos)
     with h5py.File(tmp_path, "w", libver="latest") as m:
         for key, value in infos[0]["attrs"].items():
-            if key not in ("rank", "file_id"):
+            if key not in ("rank", "file_id", "env_ranges"):  # rank 0's own
                 m.attrs[key] = value
         m.attrs["virtual"] = True
         m.attrs["ranks"] = json.dumps([i["name"] for i in infos])

@@ -632,6 +632,36 @@ def test_an_impala_rank_file_with_answering_environments_reads(tmp_path):
     assert sum(summary["overall"]["action_counts"]) == 40 * 2 - 2
 
 
+def test_a_resumed_impala_file_is_checked_against_the_environments_of_each_stretch(tmp_path):
+    """An impala rank file resumed with another rank count goes on with other ids (rank 1:
+    2..3, then 4..7); its config, written at its start, cannot say so and analyze checked
+    no id of such a file. The writer records each stretch's ids (`env_ranges`), a resume
+    dropping those of the timeline it replaces."""
+    path = trajlog.rank_file(tmp_path, 1)
+    rng = np.random.default_rng(3)
+    attrs = {"game": "pong", "rank": 1, "world_size": 2,
+             "config": {"num_envs": 2, "schedule": "impala", "max_episode_frames": 4000}}
+    with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=4, attrs=attrs, env_ids=(2, 4)) as w:
+        for s in range(20):
+            w.append_step(**fake_step(rng, s, 2, 4, env_offset=2))
+    for resume_at, env_ids in ((60, (6, 10)), (40, (4, 8))):  # the second replaces the first's stretch
+        with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=4, resume_after_frame=resume_at,
+                                      resume_expected_rows=resume_at // 4 + 1, env_ids=env_ids) as w:
+            for s in range(resume_at // 4 + 1, 30):
+                w.append_step(**fake_step(rng, s, 2, 4, env_offset=4 + s % 3))
+                if s % 10 == 9:
+                    w.append_episode(4 + s % 3, s // 10, float(s), 10, s * 4 - 36, s * 4)
+    with trajlog.open_trajectory_file(path) as f:
+        assert trajlog.json_list_attr(f, "env_ranges") == [[0, 2, 4], [40, 4, 8]]
+    summary = analyze.analyze(path, plots=False)
+    assert sum(summary["overall"]["action_counts"]) == 30 * 2 and summary["overall"]["episodes"] == 2
+    with h5py.File(path, "r+") as f:
+        f["steps/env_id"][25, 1] = 9  # an id neither stretch had
+    with pytest.raises(trajlog.TrajectoryLogError, match=r"steps/env_id row 25 \(\[\d+, 9\]\) holds ids outside "
+                                                         r"this rank's environments 2..7"):
+        analyze.analyze(path, plots=False)
+
+
 def test_a_plot_that_cannot_be_drawn_is_an_error_naming_the_logs_and_writes_nothing(tmp_path, monkeypatch):
     path = _training_like_file(trajlog.rank_file(tmp_path, 0))
     import matplotlib.figure

@@ -222,6 +222,11 @@ def test_a_resume_with_fewer_ranks_cuts_the_left_out_ranks_files_back(tmp_path):
     for rank in (0, 2):
         with h5py.File(trajlog.rank_file(tmp_path, rank), "r", locking=False) as f:
             assert "gaps" not in f.attrs and f["steps"]["action"].shape[0] > 0
+    for rank, ranges in enumerate(([[0, 0, 2]], [[0, 2, 4]], [[480, 4, 6]])):  # the ids each file's rows hold
+        with h5py.File(trajlog.rank_file(tmp_path, rank), "r", locking=False) as f:
+            assert trajlog.json_list_attr(f, "env_ranges") == ranges
+    from hybridsim import analyze
+    analyze.analyze(tmp_path, plots=False)  # refuses a row whose env_id is outside its file's env_ranges
 
 
 def test_gradient_backend_choice():
