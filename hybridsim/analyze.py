@@ -45,39 +45,44 @@ def _run_config(f) -> dict:
     return cfg
 
 
-def _env_range(f, cfg: dict) -> np.ndarray | None:
-    """The environment ids a rank file's rows may hold, sorted: those its `env_ranges`
-    attribute records, else its rank's block (dist.env_block) by the config; None for a
-    master file or a file that does not say. An impala file from before `env_ranges`,
-    resumed with another rank count, may have gone on with other --num-envs (its batch is
-    --env-batch-size), which its config, written at its start, does not show."""
+def _env_range(f, cfg: dict) -> list[tuple[int, int]] | None:
+    """The [first, stop) ranges of environment ids a rank file's rows may hold: those its
+    `env_ranges` attribute records, else its rank's block (dist.env_block) by the config;
+    None for a master file or a file that does not say. An impala file from before
+    `env_ranges`, resumed with another rank count, may have gone on with other --num-envs
+    (its batch is --env-batch-size), which its config, written at its start, does not show."""
     if f.attrs.get("virtual"):
         return None
     ranges = trajlog.json_list_attr(f, "env_ranges")
     if ranges:
-        return np.unique(np.concatenate([np.arange(first, stop) for _, first, stop in ranges]))
+        merged = []  # overlapping or touching ranges as one: 2..3 and 4..7 are 2..7
+        for first, stop in sorted((first, stop) for _, first, stop in ranges):
+            if merged and first <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+            else:
+                merged.append((first, stop))
+        return merged
     rank, num_envs = f.attrs.get("rank"), cfg.get("num_envs")
     if rank is None or type(num_envs) is not int or num_envs < 1:
         return None
     if cfg.get("schedule") == "impala" and "resumes" in f.attrs:
         return None
-    return np.arange(int(rank) * num_envs, (int(rank) + 1) * num_envs)
+    return [(int(rank) * num_envs, (int(rank) + 1) * num_envs)]
 
 
-def _outside(ids: np.ndarray, envs: np.ndarray) -> np.ndarray:
-    """Where ids are not in envs (sorted): two comparisons for the usual one range."""
-    if envs[-1] - envs[0] + 1 == len(envs):
-        return (ids < envs[0]) | (ids > envs[-1])
-    return ~np.isin(ids, envs)
+def _outside(ids: np.ndarray, envs: list[tuple[int, int]]) -> np.ndarray:
+    """Where ids are in none of the ranges."""
+    outside = np.ones(ids.shape, bool)
+    for first, stop in envs:
+        outside &= (ids < first) | (ids >= stop)
+    return outside
 
 
-def _ranges_text(ids: np.ndarray) -> str:
-    """Sorted ids as 'a..b' runs: 0..3, 8..15."""
-    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
-    return ", ".join(f"{run[0]}..{run[-1]}" for run in np.split(ids, breaks) if len(run))
+def _ranges_text(envs: list[tuple[int, int]]) -> str:
+    return ", ".join(f"{first}..{stop - 1}" for first, stop in envs)
 
 
-def _check_episodes(path, episodes: dict, envs: np.ndarray | None, max_length: int) -> None:
+def _check_episodes(path, episodes: dict, envs: list[tuple[int, int]] | None, max_length: int) -> None:
     """Refuse an episodes table no run writes: summaries of it were silently wrong."""
     def refuse(what, rows):
         row = int(np.flatnonzero(rows)[0])
@@ -116,7 +121,7 @@ def _first_columns(frame) -> list[int]:
     return sorted(starts) or [0]
 
 
-def _scan_steps(f, num_actions: int, breaks=(), envs: np.ndarray | None = None) -> dict:
+def _scan_steps(f, num_actions: int, breaks=(), envs: list[tuple[int, int]] | None = None) -> dict:
     """Action counts, the frames and seconds of running and the throughput plot's series.
     Steps are read block by block; each row's time and frame (16 bytes a row, per rank in
     a master file) are kept. Rows whose frame is damage (_frame_outliers) are left out,

@@ -287,12 +287,14 @@ class TrajectoryWriter:
         try:
             # new datasets (observations logged from this resume on) as the file's others
             self._dataset_kw = dataset_kwargs(str(self.file.attrs.get("compression", "lzf")))
-            self._truncate_for_resume(last_frame, expected_rows, restarts_envs, kept, logged_until)
+            ranges = None
             if env_ids is not None and "env_ranges" in self.file.attrs:  # (an older file's are unknown)
-                # those of the timeline the resume replaces go with its rows
+                # read before anything changes; those of the timeline the resume replaces go with its rows
                 ranges = [r for r in json_list_attr(self.file, "env_ranges") if r[0] < last_frame]
                 if not ranges or ranges[-1][1:] != list(map(int, env_ids)):
                     ranges.append([int(last_frame), *map(int, env_ids)])
+            self._truncate_for_resume(last_frame, expected_rows, restarts_envs, kept, logged_until)
+            if ranges is not None:
                 self.file.attrs["env_ranges"] = json.dumps(ranges)
         except TrajectoryLogError:
             self.file.close()
@@ -670,7 +672,8 @@ def json_list_attr(f, name: str) -> list:
     elif name in ("restarts", "resumes"):  # [frame, ...]
         ok = all(map(is_frame, value))
     elif name == "env_ranges":  # [[from_frame, first_env, stop_env], ...]
-        ok = all(isinstance(r, list) and len(r) == 3 and all(map(is_frame, r)) and r[1] < r[2] for r in value)
+        ok = all(isinstance(r, list) and len(r) == 3 and all(map(is_frame, r)) and r[1] < r[2] <= 2 ** 31
+                 for r in value)  # env_id is int32
     else:
         ok = True
     if not ok:
@@ -1131,6 +1134,8 @@ def _resume_checks(f, path, batch_size, num_actions, observations, expected_rows
     # the layout first: damage is named as damage, not as another run's file (lost
     # blocks only where the resume reads or keeps rows: _check_kept_chunks)
     _check_contents(f, path, master_ok=False, lengths=False, zeroed=False)
+    for name in ("gaps", "restarts", "resumes", "env_ranges"):  # the resume reads them: refused before any rank cuts
+        json_list_attr(f, name)
     held, held_run = str(f.attrs.get("file_id", "")), str(f.attrs.get("run_id", ""))
     # another file than the checkpoint's is this run's only when a resume started it
     # anew (the checkpoint's file was missing) and a kill came before the next checkpoint

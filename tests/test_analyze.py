@@ -660,6 +660,16 @@ def test_a_resumed_impala_file_is_checked_against_the_environments_of_each_stret
     with pytest.raises(trajlog.TrajectoryLogError, match=r"steps/env_id row 25 \(\[\d+, 9\]\) holds ids outside "
                                                          r"this rank's environments 2..7"):
         analyze.analyze(path, plots=False)
+    for damaged in ("[[0, 5, 2]]", "[[0, 0, 4294967296]]", '{"a": 1}'):  # a range of 4G ids: no 32 GB array
+        with h5py.File(path, "r+") as f:
+            f.attrs["env_ranges"] = damaged
+        with pytest.raises(trajlog.TrajectoryLogError, match="its 'env_ranges' attribute is not a list"):
+            analyze.analyze(path, plots=False)
+    before = path.read_bytes()
+    with pytest.raises(trajlog.TrajectoryLogError, match="its 'env_ranges' attribute is not a list"):
+        trajlog.TrajectoryWriter(path, batch_size=2, num_actions=4, resume_after_frame=40, resume_expected_rows=11,
+                                 env_ids=(4, 8))
+    assert path.read_bytes() == before  # refused before the resume cut anything
 
 
 def test_a_plot_that_cannot_be_drawn_is_an_error_naming_the_logs_and_writes_nothing(tmp_path, monkeypatch):
