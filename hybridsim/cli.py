@@ -188,7 +188,7 @@ def _cmd_replay(args) -> int:
             print(f"MISMATCH {line}")
         print("the replay does NOT reproduce the log")
         return 1
-    print("reproduced: every replayed reward and episode end matches the log")
+    print("reproduced: every replayed reward, episode end, lives count and logged observation matches the log")
     for path in replay.save_frames(result.frames, gif=args.gif or None, png_dir=args.png_dir or None,
                                    overwrite=args.overwrite):
         print(f"wrote {path}")
@@ -226,8 +226,8 @@ def _cmd_export(args) -> int:
 
 def _export_done(summary) -> str:
     return (f"re-emulated {summary['rows']:,} steps of {summary['environments']} environments "
-            f"({summary['episodes_ended']} episode ends) in {summary['seconds']:.1f} s; every reward "
-            f"and episode end matches the log")
+            f"({summary['episodes_ended']} episode ends) in {summary['seconds']:.1f} s; every reward, "
+            f"episode end, lives count and logged observation matches the log")
 
 
 def _export_ended(at: str, written: list, pairs: list, output) -> None:
@@ -644,13 +644,13 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--games", default="", help="comma-separated game names")
     which.add_argument("--all", action="store_true",
                        help="every game ale-py has settings for (`hybridsim games`)")
-    p.add_argument("--frames", type=int, default=2000, help="frames per game")
-    p.add_argument("--sticky", type=float, default=0.25, help="repeat_action_probability")
-    p.add_argument("--seed", type=int, default=0, help="random_seed and action-stream seed")
-    p.add_argument("--reset-every", type=int, default=0, help="also reset_game every N frames")
+    p.add_argument("--frames", type=int, default=2000, help="frames per game (default: 2000)")
+    p.add_argument("--sticky", type=float, default=0.25, help="repeat_action_probability (default: 0.25, ALE v5's)")
+    p.add_argument("--seed", type=int, default=0, help="random_seed and action-stream seed (default: 0)")
+    p.add_argument("--reset-every", type=int, default=0, help="also reset_game every N frames (default: 0, never)")
     p.add_argument("--screen-every", type=int, default=1,
                    help="compare the screen every N frames (RAM, reward, lives every frame); "
-                        "N > 1 also checks the frames hybridsim draws on demand")
+                        "N > 1 also checks the frames hybridsim draws on demand (default: 1)")
     p.add_argument("--mode", type=int, default=None, help="game mode (setMode), default: the game's")
     p.add_argument("--difficulty", type=int, default=None, help="difficulty (setDifficulty)")
     p.add_argument("--sound", action="store_true",
@@ -675,17 +675,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--npz", default=None,
                    help="write the episode's transitions as a new .npz for offline use: each step's "
                         "observation as the agent saw it (re-emulated), action, unclipped reward, "
-                        "terminated, truncated, behavior logits, frame; and the final observation")
+                        "terminated, truncated, lives, behavior logits, frame, with the episode's env_id, "
+                        "episode_id, return, game and the backend that replayed it; and the final "
+                        "observation")
     p.set_defaults(func=_cmd_replay, default_of=p.get_default)
     p = sub.add_parser("export", help="re-emulate a rank's whole trajectory log into an offline "
                                       "dataset with every step's observation",
                        description="Re-emulate every environment of a traj_rankNNNNN.h5 file as one "
                        "batch and write OUTPUT: /observations [steps, envs, *obs_shape] (what the policy "
-                       "saw at each step), the logged action, reward_raw, terminated, truncated, "
+                       "saw at each step), the logged action, reward_raw, terminated, truncated, lives, "
                        "episode_id, global_frame, behavior_logits and cut_short (a resume restarted "
                        "the environment after that step), and /final_observations with /final_index "
-                       "(row, column) for each step that ended an episode. Each reward, episode end "
-                       "and logged observation is checked against the file; on a difference nothing "
+                       "(row, column) for each step that ended an episode. Each reward, episode end, "
+                       "lives count and logged observation is checked against the file; on a difference nothing "
                        "is written for that file (a run directory's other ranks go on; exit status 1). "
                        "Synchronous logs without gaps only.")
     p.add_argument("file", help="a traj_rank*.h5 file, or a run directory: each of its rank files in turn")

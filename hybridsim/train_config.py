@@ -109,7 +109,7 @@ class TrainConfig:
     checkpoint_every: int = 500_000
     """Write a checkpoint every this many frames (and always at the end)."""
     keep_checkpoints: bool = False
-    """Keep every checkpoint written in log_dir as checkpoints/frames_N.pt (N: the run's frames then), for `hybridsim eval` of earlier points; checkpoint.pt stays the latest. Each costs the room of one checkpoint."""
+    """Keep every checkpoint written in log_dir as checkpoints/frames_N.pt (N: the run's frames then, in 12 digits, e.g. frames_000000400000.pt), for `hybridsim eval` of earlier points; checkpoint.pt stays the latest. Each costs the room of one checkpoint."""
     log_every: float = 5.0
     """Seconds between progress lines and metric rows (wall time, so the frames of the rows differ run to run; 0: a row every update)."""
     log_trajectories: bool = True

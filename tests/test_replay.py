@@ -949,7 +949,7 @@ def test_export_cli(short_episode_run, tmp_path):
     done = subprocess.run([sys.executable, "-m", "hybridsim", "export", str(path), str(out)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert "every reward and episode end matches the log" in done.stdout and out.stat().st_size > 0
+    assert "every reward, episode end, lives count and logged observation matches the log" in done.stdout and out.stat().st_size > 0
     ours = tmp_path / "hybridsim.h5"
     export.export_dataset(path, ours, env="hybridsim")
     with h5py.File(out, "r") as theirs, h5py.File(ours, "r") as mine:  # ale-py (the run's) and ours
