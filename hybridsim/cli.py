@@ -371,16 +371,20 @@ def _eval_several(args, checkpoints: list[str]) -> int:
         print(f"{'game':{width}s} {'frames':>13s} {'episodes':>8s} {'return':>10s} {'std':>9s} {'human-norm.':>11s}  "
               f"checkpoint", flush=True)
     results = []
-    for path in checkpoints:
-        r = dict(_evaluate_one(args, path), checkpoint=str(path))
-        results.append(r)
-        if not args.json:
-            normalized = "" if r["human_normalized"] is None else f"{r['human_normalized']:.1%}"
-            print(f"{r['game']:{width}s} {r['frames_trained']:13,d} {r['episodes']:8d} {r['mean']:10.2f} "
-                  f"{r['std']:9.2f} {normalized:>11s}  {path}", flush=True)
+    try:
+        for path in checkpoints:
+            r = dict(_evaluate_one(args, path), checkpoint=str(path))
+            results.append(r)
+            if not args.json:
+                normalized = "" if r["human_normalized"] is None else f"{r['human_normalized']:.1%}"
+                print(f"{r['game']:{width}s} {r['frames_trained']:13,d} {r['episodes']:8d} {r['mean']:10.2f} "
+                      f"{r['std']:9.2f} {normalized:>11s}  {path}", flush=True)
+    finally:  # a later one's failure, Ctrl-C or a time limit: --json keeps the ones scored, as the table does
+        if args.json and results:
+            print(json.dumps(results, indent=2), flush=True)
     if args.json:
-        print(json.dumps(results, indent=2))
-    elif all((r["game"], r["settings"]) == (results[0]["game"], results[0]["settings"]) for r in results):
+        return 0
+    if all((r["game"], r["settings"]) == (results[0]["game"], results[0]["settings"]) for r in results):
         print(f"{results[0]['game']} on {results[0]['env']}; settings: "
               f"{evaluate.describe_settings(results[0]['settings'])}")
         if results[0]["human_normalized"] is not None and not results[0]["reference_protocol"]:

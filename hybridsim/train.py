@@ -98,6 +98,10 @@ _PLAIN_DTYPE_CLASSES = tuple(dict.fromkeys(type(np.dtype(code)) for code in "?bB
 CHECKPOINT_NUMPY_GLOBALS = [_NUMPY_RECONSTRUCT, _NUMPY_SCALAR, np.ndarray, np.dtype, *_PLAIN_DTYPE_CLASSES,
                             *((f, f"{core}.multiarray.{f.__name__}") for core in _NUMPY_CORES
                               for f in (_NUMPY_RECONSTRUCT, _NUMPY_SCALAR))]
+# A Python caller's pathlib paths in the configs of checkpoints written before they were
+# made text (pathlib.PosixPath, pathlib._local.PosixPath from Python 3.13): read as text.
+CHECKPOINT_GLOBALS = CHECKPOINT_NUMPY_GLOBALS + [(pathlib.PosixPath, f"{module}.PosixPath")
+                                                 for module in ("pathlib", "pathlib._local")]
 
 
 class _ArraysOnlyUnpickler(pickle.Unpickler):
@@ -127,47 +131,63 @@ def kept_checkpoints(folder: pathlib.Path) -> list[pathlib.Path]:
     return [path for _, path in sorted(found)]
 
 
+def _kept_advice(path: pathlib.Path) -> str:
+    """For a checkpoint.pt that is missing or damaged: where --keep-checkpoints kept earlier
+    ones, and how to go on from one; "" if it kept none."""
+    if path.name != "checkpoint.pt":
+        return ""
+    if kept := kept_checkpoints(path.parent / KEPT_CHECKPOINTS):
+        return (f"; --keep-checkpoints kept {len(kept)} in {kept[0].parent} (the latest is {kept[-1].name}): "
+                f"name one, or copy it to {path} to --resume from it")
+    if kept := kept_checkpoints(path.parent):  # RUN/checkpoints given for RUN
+        return f"; {path.parent} holds {len(kept)} kept checkpoints (the latest is {kept[-1].name}): name one"
+    return ""
+
+
 def read_checkpoint(path, map_location=None) -> dict:
     """A checkpoint written by `hybridsim train`, or an error naming the file and the problem."""
     path = pathlib.Path(path)
     if not path.is_file():
-        kept = path.name == "checkpoint.pt" and kept_checkpoints(path.parent)
-        raise FileNotFoundError(f"no checkpoint file at {path}" + (
-            f" ({path.parent} holds kept checkpoints: name them, e.g. {path.parent}/{KEPT_GLOB})" if kept else ""))
+        what = ("is a directory, not a checkpoint file" if path.is_dir() else
+                f"is a symbolic link to {os.readlink(path)}, which does not exist" if path.is_symlink() else
+                "does not exist" if not path.exists() else "is not a regular file")
+        raise FileNotFoundError(f"no checkpoint file at {path}: it {what}{_kept_advice(path)}")
     if not hasattr(torch.serialization, "safe_globals"):  # older torch has no weights-only allowlist
         raise RuntimeError(f"torch {torch.__version__} cannot load a checkpoint weights-only with numpy "
                            f"arrays: hybridsim needs torch >= 2.6 (setup.cfg)")
     try:
         # weights_only: a checkpoint from elsewhere (eval of a colleague's run) cannot run
         # code while it loads; ours hold tensors, plain Python values and a few numpy arrays.
-        with torch.serialization.safe_globals(CHECKPOINT_NUMPY_GLOBALS):
+        with torch.serialization.safe_globals(CHECKPOINT_GLOBALS):
             state = torch.load(path, weights_only=True, map_location=map_location)
     except pickle.UnpicklingError as exc:
-        # torch's message wraps the unpickler's own line in advice to load unsafely
-        detail = str(exc).split("WeightsUnpickler error:", 1)[-1].split("Check the documentation", 1)[0]
-        detail = " ".join(detail.split(" was not an allowed global", 1)[0].split())
-        if detail.startswith("Unsupported global"):  # e.g. "Unsupported global: GLOBAL os.system"
+        # torch's message wraps the unpickler's own line in advice to load unsafely; a
+        # global it refuses is named "GLOBAL module.name" (allowlistable or blocked)
+        refused = re.search(r"GLOBAL ([\w.]+)", str(exc))
+        if refused:
             raise ValueError(f"{path}: not a hybridsim checkpoint: it holds Python objects no hybridsim "
-                             f"checkpoint holds ({detail}); refused without running their code") from None
-        raise ValueError(f"{path}: not a readable hybridsim checkpoint ({detail or 'UnpicklingError'})") from None
+                             f"checkpoint holds (Unsupported global: {refused.group(1)}); refused without "
+                             f"running their code") from None
+        detail = str(exc).split("WeightsUnpickler error:", 1)[-1].split("Check the documentation", 1)[0]
+        raise ValueError(f"{path}: not a readable hybridsim checkpoint ({' '.join(detail.split()) or 'UnpicklingError'})"
+                         f"{_kept_advice(path)}") from None
     except Exception as exc:  # truncated zip, empty file: torch raises many kinds
         raise ValueError(f"{path}: not a readable hybridsim checkpoint ({type(exc).__name__}: "
-                         f"{exc or 'no detail'})") from None
+                         f"{str(exc) or 'no detail'}){_kept_advice(path)}") from None
     missing = [k for k in CHECKPOINT_KEYS if not isinstance(state, dict) or k not in state]
     if missing:
         raise ValueError(f"{path}: not a hybridsim checkpoint (missing {', '.join(missing)})")
     if not isinstance(state["config"], dict):
         raise ValueError(f"{path}: not a hybridsim checkpoint (its config is a "
                          f"{type(state['config']).__name__})")
+    # paths a Python caller gave, as checkpoints before plain configs hold them: text, as now
+    state["config"] = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in state["config"].items()}
     if "digest" in state and checkpoint_digest(state) != state["digest"]:
-        kept = kept_checkpoints(path.parent / KEPT_CHECKPOINTS) if path.name == "checkpoint.pt" else []
-        advice = (f"--keep-checkpoints kept earlier ones: copy the latest intact one (the last is {kept[-1]}) "
-                  f"over it and --resume" if kept else
-                  "train keeps one checkpoint, each save replacing it: restore it from a backup of the run "
-                  "directory, or start a new run")
+        advice = _kept_advice(path) or ("; train keeps one checkpoint, each save replacing it: restore it from "
+                                        "a backup of the run directory, or start a new run")
         raise ValueError(f"{path}: damaged checkpoint: its network, optimizer state, RNG state, action "
                          f"counters, recurrent memory or lives differ from what was written (digest mismatch; "
-                         f"torch.load does not check the tensors' bytes); {advice}")
+                         f"torch.load does not check the tensors' bytes){advice}")
     problem = _checkpoint_problem(state)
     if problem:
         raise ValueError(f"{path}: damaged checkpoint: {problem}")
@@ -247,7 +267,17 @@ def _checkpoint_problem(state: dict) -> str | None:
             return f"{key} is {state[key]!r}, not a count"
     if not isinstance(state["model"], dict):
         return f"its network is a {type(state['model']).__name__}, not a state dict"
+    timeline = state.get("timeline")
+    if timeline is not None and not (isinstance(timeline, list) and timeline and all(
+            isinstance(entry, list) and len(entry) == 2 and type(entry[0]) is int and isinstance(entry[1], str)
+            for entry in timeline)):
+        return f"its timeline is {timeline!r}, not a list of [frame, id] branches"
     return None
+
+
+def _timeline_before(timeline: list, frames: int) -> list:
+    """The branches of a timeline that the run's first `frames` frames went through."""
+    return [entry for entry in timeline if entry[0] < frames]
 
 
 def existing_run_files(log_dir: pathlib.Path) -> list[str]:
@@ -290,16 +320,26 @@ def _unused_timestamped(folder: pathlib.Path, prefix: str) -> pathlib.Path:
 
 def _fresh_run_decision(log_dir: pathlib.Path):
     """None (the directory holds no run), ("refuse", why) or ("moved", what was done). A run
-    with a checkpoint is never touched (--resume continues it). A run that stopped before
-    its first checkpoint (killed, or failed at start) cannot be resumed: its files move to
+    with a checkpoint (checkpoint.pt, or kept ones) is never touched (--resume continues it).
+    A run that stopped before its first checkpoint (killed, or failed at start) cannot be resumed: its files move to
     log_dir/previous-run-TIME/ and the new run starts, so a requeued job can start over and
     nothing written is lost."""
     found = existing_run_files(log_dir)
+    checkpoint = log_dir / "checkpoint.pt"
+    if os.path.lexists(checkpoint) and not checkpoint.is_file():  # a link to a file system not mounted here?
+        what = (f"a symbolic link to {os.readlink(checkpoint)}, which does not exist" if checkpoint.is_symlink()
+                else "not a file")
+        return ("refuse", f"{log_dir} holds a run whose checkpoint.pt is {what}: restore it and --resume, "
+                          f"or choose another --log-dir")
     if not found:
         return None
     if "checkpoint.pt" in found:
         return ("refuse", f"{log_dir} already holds a run ({', '.join(found)}); continue it "
                           f"with --resume, or choose another --log-dir")
+    if kept := kept_checkpoints(log_dir / KEPT_CHECKPOINTS):  # it wrote checkpoints: resumable from one
+        return ("refuse", f"{log_dir} holds a run without its checkpoint.pt but with {len(kept)} kept "
+                          f"checkpoints in {kept[0].parent} (the latest is {kept[-1].name}): copy the one to go "
+                          f"on from to {checkpoint} and --resume, or choose another --log-dir")
     if not any(_holds_data(log_dir / name) for name in found):
         return None  # a start that failed before logging anything: nothing to keep
     aside = _unused_timestamped(log_dir, "previous-run-")
@@ -568,7 +608,11 @@ class Trainer:
                 if self.world_size > 1:  # before anything is moved aside for a run that cannot start
                     self._check_shared_run_directory()
                 decision = None
-                if rank == 0 and not cfg.resume:
+                kept_folder = self.log_dir / KEPT_CHECKPOINTS
+                if rank == 0 and cfg.keep_checkpoints and kept_folder.exists() and not kept_folder.is_dir():
+                    decision = ("refuse", f"{kept_folder} is a file, not the folder --keep-checkpoints keeps "
+                                          f"checkpoints in: move it away, or choose another --log-dir")
+                elif rank == 0 and not cfg.resume:
                     try:
                         decision = _fresh_run_decision(self.log_dir)
                     except OSError as exc:
@@ -666,6 +710,9 @@ class Trainer:
         # names the run in every rank file (a resume keeps it): readers refuse a directory
         # whose files come from different runs
         self.run_id = self.comm.bcast(uuid.uuid4().hex if rank == 0 else None)
+        # [frame, id] each time a resume from an earlier kept checkpoint branched off (the run
+        # before it replaced): a checkpoint of a replaced branch is not resumed into this one
+        self.timeline = [[0, self.run_id]]
         self.action_counters = np.zeros(cfg.num_envs, dtype=np.uint64)
         env_batch = 0
         if cfg.schedule == "impala":
@@ -892,6 +939,13 @@ class Trainer:
                     _drop_metrics_after(path, self.frames)
                 if self.cfg.resume:
                     _set_aside_kept_checkpoints_after(self.log_dir / KEPT_CHECKPOINTS, self.frames)
+                if self.cfg.resume and self.cfg.keep_checkpoints and not self.kept_checkpoint_path(self.frames).exists():
+                    # a kill during its copy (the half-written one was removed at the start)
+                    self._keep_checkpoint(self.checkpoint_path())
+                    if self.kept_checkpoint_path(self.frames).exists():
+                        _note(f"note: kept {self.checkpoint_path().name} ({self.frames:,} frames), which this run "
+                              f"resumes from, as {self.kept_checkpoint_path(self.frames)}: it was not among the "
+                              f"kept ones")
                 # whole-line appends, cut back on a failed write: a full disk never leaves half a row
                 self.metrics_file = storage.AppendFile(path, "w" if new else "a")
                 if new:
@@ -1070,7 +1124,7 @@ class Trainer:
                 "torch_rng": torch.get_rng_state(), "action_counters": self.action_counters,
                 "config": _plain_config(self.cfg), "num_actions": self.num_actions,
                 "obs_shape": self.obs_shape, "episodes": self.all_episodes,
-                "world_size": self.world_size, "run_id": self.run_id,
+                "world_size": self.world_size, "run_id": self.run_id, "timeline": self.timeline,
                 "gradient_backend": self._gradient_backend(), "rank_states": self._rank_states}
 
     def _gradient_backend(self) -> str | None:
@@ -1192,6 +1246,32 @@ class Trainer:
             print(f"note: rank {self.rank} will not equal an uninterrupted run bit for bit: "
                   f"{'; '.join(reasons)}", file=sys.stderr)
 
+    def _resumed_timeline(self, path: pathlib.Path, state: dict) -> list:
+        """The checkpoint's timeline, a new branch added where kept checkpoints after it are
+        set aside. Refused where the run directory went on along another branch before the
+        checkpoint's frames (it came from a replaced-by-a-resume folder): the directory's
+        metrics, trajectory rows and kept checkpoints up to there would not be its own."""
+        timeline = state.get("timeline") or [[0, state.get("run_id") or self.run_id]]  # older: one branch
+        kept = kept_checkpoints(self.log_dir / KEPT_CHECKPOINTS)
+        try:
+            newest = read_checkpoint(kept[-1], map_location="cpu") if kept else None
+        except (OSError, ValueError):
+            newest = None  # a damaged kept one is no record of the directory's branch
+        if newest is not None and newest.get("timeline") and state.get("timeline"):
+            upto = min(self.frames, newest["frames"])
+            mine, theirs = (_timeline_before(t, upto) for t in (timeline, newest["timeline"]))
+            if mine != theirs:
+                branched = min(frame for frame, _ in [e for e in mine + theirs if (e in mine) != (e in theirs)])
+                raise ValueError(
+                    f"--resume: {path} ({self.frames:,} frames) is from a run that a resume replaced: the run "
+                    f"in {self.log_dir} went on along another branch from frame {branched:,} (its kept "
+                    f"{kept[-1].name}), so its metrics, trajectory rows and kept checkpoints after that frame "
+                    f"are not this checkpoint's. Resume it in a directory of its own: copy it to "
+                    f"NEWDIR/checkpoint.pt and run with --resume --log-dir NEWDIR")
+        if any(int(KEPT_NAME.fullmatch(p.name).group(1)) > self.frames for p in kept):
+            timeline = timeline + [[self.frames, uuid.uuid4().hex]]  # saved by rank 0 only: its id counts
+        return timeline
+
     def load_checkpoint(self):
         path = self.checkpoint_path()
         if not path.exists():
@@ -1262,6 +1342,7 @@ class Trainer:
                   f"rate decays to 0 at the new budget, so it goes on at {now:.3g} instead of {then:.3g}",
                   file=sys.stderr)
         self.run_id = state.get("run_id") or self.run_id
+        self.timeline = self._resumed_timeline(path, state)
         field("torch_rng", lambda: torch.set_rng_state(state["torch_rng"]))
         if state.get("world_size", 1) == self.world_size:
             def counters():

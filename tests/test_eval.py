@@ -156,6 +156,12 @@ def test_several_checkpoints_give_a_row_each_on_the_same_episodes(run_dir, tmp_p
     assert table[1].split()[:5] == ["pong", "800", "2", f"{alone[0]['mean']:.2f}", f"{alone[0]['std']:.2f}"]
     assert table[2].split()[:2] == ["pong", "1,600"] and table[2].endswith(str(later))
     assert table[3].startswith("pong on hybridsim; settings: sticky actions 0, up to 30 no-ops")
+    mismatched = tmp_path / "mismatched.pt"  # reads, but its network does not fit its game: fails in play
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    torch.save(dict(state, config=dict(state["config"], game="breakout")), mismatched)
+    assert cli.main(["eval", *paths, str(mismatched), *kw, "--json"]) == 2
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == rows and "picks among 6 actions, but breakout" in captured.err
     damaged = tmp_path / "damaged.pt"
     damaged.write_bytes(b"not a checkpoint")
     assert cli.main(["eval", *paths, str(damaged), *kw]) == 2

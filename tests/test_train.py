@@ -297,7 +297,7 @@ def test_kept_checkpoints_hold_each_checkpoint_and_a_resume_from_an_earlier_one_
     assert len(kept) == 4 and max(kept) >= 2400, sorted(kept)
     for frames, path in kept.items():
         assert read_checkpoint(path)["frames"] == frames
-    with pytest.raises(FileNotFoundError, match=r"checkpoints holds kept checkpoints: name them, e\.g\. "):
+    with pytest.raises(FileNotFoundError, match=r"checkpoints holds 4 kept checkpoints \(the latest is frames_"):
         read_checkpoint(tmp_path / "checkpoints" / "checkpoint.pt")  # eval RUN/checkpoints
     assert kept[max(kept)].read_bytes() == (tmp_path / "checkpoint.pt").read_bytes()
     first, second = sorted(kept)[:2]
@@ -322,6 +322,50 @@ def test_kept_checkpoints_hold_each_checkpoint_and_a_resume_from_an_earlier_one_
         assert all(torch.equal(replayed[k], weights[frames][k]) for k in replayed), frames
 
 
+def test_a_checkpoint_of_a_replaced_branch_is_not_resumed_into_the_branch_that_replaced_it(tmp_path):
+    """Resumed from frame 800 (A's later kept checkpoints set aside), the run went on along
+    branch B; A's 1600 copied back from the set-aside folder and resumed went on silently,
+    B's metrics rows, trajectory rows and kept checkpoints of frames 800-1600 taken as A's.
+    Going back to 800 again is a new branch, as the first time."""
+    import shutil
+
+    from hybridsim.train import read_checkpoint
+    cfg = dict(backend="cpu", checkpoint_every=400, keep_checkpoints=True, log_trajectories=False,
+               lr_decay=False)
+    kept = tmp_path / "checkpoints"
+    Trainer(tiny_config(tmp_path, total_frames=1600, **cfg)).train()
+    shutil.copy(_kept(kept)[800], tmp_path / "checkpoint.pt")
+    Trainer(tiny_config(tmp_path, total_frames=2000, resume=True, **cfg)).train()
+    branch_b = read_checkpoint(tmp_path / "checkpoint.pt")["timeline"]
+    assert len(branch_b) == 2 and branch_b[1][0] == 800
+    replaced = next(kept.glob("replaced-by-a-resume-*"))
+    shutil.copy(_kept(replaced)[1600], tmp_path / "checkpoint.pt")
+    metrics = (tmp_path / "metrics.csv").read_bytes()
+    with pytest.raises(ValueError, match=r"from a run that a resume replaced: the run in .* went on along another "
+                                         r"branch from frame 800 \(its kept frames_000000002000\.pt\)"):
+        Trainer(tiny_config(tmp_path, total_frames=2400, resume=True, **cfg)).train()
+    assert (tmp_path / "metrics.csv").read_bytes() == metrics and sorted(_kept(kept)) == [400, 800, 1200, 1600, 2000]
+    shutil.copy(_kept(kept)[800], tmp_path / "checkpoint.pt")  # A's 800, where both branches start
+    Trainer(tiny_config(tmp_path, total_frames=1200, resume=True, **cfg)).train()
+    branch_c = read_checkpoint(tmp_path / "checkpoint.pt")["timeline"]
+    assert branch_c[0] == branch_b[0] and branch_c[1][0] == 800 and branch_c[1] != branch_b[1]
+
+
+def test_a_resume_keeps_its_checkpoint_when_a_kill_cut_its_kept_copy_short(tmp_path, capsys):
+    """The half-written copy was removed at the resume and checkpoint.pt (the only whole
+    copy of that point) replaced at the next save: the point was gone from the kept ones."""
+    cfg = dict(backend="cpu", checkpoint_every=400, keep_checkpoints=True, log_trajectories=False)
+    Trainer(tiny_config(tmp_path, total_frames=800, **cfg)).train()
+    last = max(_kept(tmp_path / "checkpoints"))
+    written = (tmp_path / "checkpoint.pt").read_bytes()
+    cut = _kept(tmp_path / "checkpoints")[last]
+    cut.unlink()
+    cut.with_name(cut.name + ".999999.1.tmp").write_bytes(written[:1000])
+    Trainer(tiny_config(tmp_path, total_frames=1200, resume=True, **cfg)).train()
+    assert _kept(tmp_path / "checkpoints")[last].read_bytes() == written
+    assert "it was not among the kept ones" in capsys.readouterr().err
+
+
 def test_a_kept_checkpoint_that_cannot_be_written_stops_training_with_checkpoint_pt_written(
         tmp_path, monkeypatch, capsys):
     import errno
@@ -344,14 +388,35 @@ def test_a_kept_checkpoint_that_cannot_be_written_stops_training_with_checkpoint
     assert not list((tmp_path / "checkpoints").iterdir())  # no half-written copy
 
 
-def test_a_fresh_run_sets_aside_kept_checkpoints_of_a_run_without_checkpoint_pt(tmp_path):
+def test_a_fresh_run_refuses_a_run_with_kept_checkpoints_or_a_dangling_checkpoint_pt(tmp_path):
+    """Both were moved aside as "a run that wrote no checkpoint, so it cannot be resumed"
+    (and the link replaced): a requeue script that resumes only where checkpoint.pt is a
+    file restarted such a run from frame 0."""
     from hybridsim.train import _fresh_run_decision
     (tmp_path / "checkpoints").mkdir()
     assert _fresh_run_decision(tmp_path) is None  # an empty folder holds nothing
-    (tmp_path / "checkpoints" / "frames_000000000800.pt").write_bytes(b"x")
+    (tmp_path / "checkpoints" / "frames_000000000400.pt.123.1.tmp").write_bytes(b"x")  # only a kill's leftover
     decision = _fresh_run_decision(tmp_path)
     assert decision[0] == "moved" and "checkpoints" in decision[1]
-    assert [p.name for p in tmp_path.glob("previous-run-*/checkpoints/*")] == ["frames_000000000800.pt"]
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "frames_000000000800.pt").write_bytes(b"x")
+    assert _fresh_run_decision(tmp_path) == (
+        "refuse", f"{tmp_path} holds a run without its checkpoint.pt but with 1 kept checkpoints in "
+                  f"{tmp_path / 'checkpoints'} (the latest is frames_000000000800.pt): copy the one to go on "
+                  f"from to {tmp_path / 'checkpoint.pt'} and --resume, or choose another --log-dir")
+    (tmp_path / "checkpoint.pt").symlink_to("/scratch/gone/checkpoint.pt")
+    decision = _fresh_run_decision(tmp_path)
+    assert decision[0] == "refuse" and "checkpoint.pt is a symbolic link to /scratch/gone/checkpoint.pt, " \
+                                       "which does not exist" in decision[1]
+    assert (tmp_path / "checkpoint.pt").is_symlink() and len(list(tmp_path.glob("previous-run-*"))) == 1
+
+
+def test_a_kept_checkpoints_path_that_is_a_file_is_refused_at_start(tmp_path):
+    (tmp_path / "checkpoints").write_text("notes")
+    with pytest.raises(FileExistsError, match="checkpoints is a file, not the folder --keep-checkpoints keeps"):
+        Trainer(tiny_config(tmp_path, total_frames=400, keep_checkpoints=True))
+    assert (tmp_path / "checkpoints").read_text() == "notes" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoints"]
 
 
 def test_resume_refuses_other_learning_settings_and_keeps_the_run(tmp_path):
@@ -679,6 +744,43 @@ def test_a_checkpoint_holding_code_is_refused_without_running_it(tmp_path):
     assert not marker.exists()
     torch.load(hostile, weights_only=False)  # the file does what this test says it does
     assert marker.exists()
+
+
+class _CallsOsSystem:
+    def __reduce__(self):
+        return os.system, ("true",)
+
+
+def test_unreadable_checkpoints_are_named_with_the_way_back_and_old_path_configs_read(tmp_path):
+    """A blocked global (os.system) got torch's advice to load with weights_only=False; an
+    empty checkpoint.pt said "EOFError: " and pointed at no kept checkpoint; a directory or a
+    dangling link named checkpoint.pt was "no checkpoint file"; a config holding a
+    pathlib path (a Python caller's log_dir, before configs were made plain) was refused."""
+    from hybridsim.train import read_checkpoint
+    Trainer(tiny_config(tmp_path, total_frames=800, keep_checkpoints=True, log_trajectories=False)).train()
+    checkpoint = tmp_path / "checkpoint.pt"
+    state = torch.load(checkpoint, weights_only=False)
+    hostile = tmp_path / "hostile.pt"
+    torch.save(dict(state, episodes=[_CallsOsSystem()]), hostile)
+    with pytest.raises(ValueError, match=r"no hybridsim checkpoint holds \(Unsupported global: posix\.system\); "
+                                         r"refused without running their code$"):
+        read_checkpoint(hostile)
+    old = tmp_path / "old.pt"
+    torch.save(dict(state, config=dict(state["config"], log_dir=pathlib.PosixPath(tmp_path))), old)
+    assert read_checkpoint(old)["config"]["log_dir"] == str(tmp_path)
+    way_back = r"; --keep-checkpoints kept 1 in .*checkpoints \(the latest is frames_\d{12}\.pt\): name one, or copy"
+    checkpoint.write_bytes(b"")  # a copy onto a full disk
+    with pytest.raises(ValueError, match=r"not a readable hybridsim checkpoint \(\w+Error: .+\)" + way_back):
+        read_checkpoint(checkpoint)
+    checkpoint.unlink()
+    checkpoint.mkdir()
+    with pytest.raises(FileNotFoundError, match=r"checkpoint\.pt: it is a directory, not a checkpoint file" + way_back):
+        read_checkpoint(checkpoint)
+    checkpoint.rmdir()
+    checkpoint.symlink_to(tmp_path / "scratch" / "gone.pt")  # a file system not mounted here
+    with pytest.raises(FileNotFoundError, match=r"checkpoint\.pt: it is a symbolic link to .*scratch/gone\.pt, "
+                                                r"which does not exist" + way_back):
+        read_checkpoint(checkpoint)
 
 
 def test_a_run_that_cannot_start_leaves_no_directory(tmp_path):
@@ -1417,7 +1519,8 @@ def test_a_damaged_or_missing_checkpoint_pt_points_at_the_kept_ones(tmp_path):
     name = next(k for k, t in state["model"].items() if t.is_floating_point())
     state["model"][name].view(-1)[0] += 1.0  # bytes that changed after the digest
     torch.save(state, tmp_path / "checkpoint.pt")
-    with pytest.raises(ValueError, match=r"digest mismatch.*copy the latest intact one .*checkpoints/frames_"):
+    with pytest.raises(ValueError, match=r"digest mismatch.*; --keep-checkpoints kept 1 in .*checkpoints \(the "
+                                         r"latest is frames_\d{12}\.pt\): name one, or copy it to"):
         read_checkpoint(tmp_path / "checkpoint.pt")
     (tmp_path / "checkpoint.pt").unlink()  # a missing one: --resume said only "no checkpoint"
     with pytest.raises(FileNotFoundError, match=r"--resume: no checkpoint at .*; --keep-checkpoints kept 1 in "
