@@ -138,7 +138,7 @@ def _kept_advice(path: pathlib.Path) -> str:
         return ""
     if kept := kept_checkpoints(path.parent / KEPT_CHECKPOINTS):
         return (f"; --keep-checkpoints kept {len(kept)} in {kept[0].parent} (the latest is {kept[-1].name}): "
-                f"name one, or copy it to {path} to --resume from it")
+                f"copy one to {path} to --resume from it, or eval them by name")
     if kept := kept_checkpoints(path.parent):  # RUN/checkpoints given for RUN
         return f"; {path.parent} holds {len(kept)} kept checkpoints (the latest is {kept[-1].name}): name one"
     return ""
@@ -1274,11 +1274,8 @@ class Trainer:
 
     def load_checkpoint(self):
         path = self.checkpoint_path()
-        if not path.exists():
-            kept = kept_checkpoints(self.log_dir / KEPT_CHECKPOINTS)
-            raise FileNotFoundError(f"--resume: no checkpoint at {path}" + (
-                f"; --keep-checkpoints kept {len(kept)} in {kept[0].parent}: copy the one to go on from "
-                f"(the latest is {kept[-1].name}) to {path} and run again with --resume" if kept else ""))
+        if not os.path.lexists(path):  # a dangling link: read_checkpoint names it
+            raise FileNotFoundError(f"--resume: no checkpoint at {path}{_kept_advice(path)}")
         state = read_checkpoint(path, map_location="cpu")  # load_state_dict moves it to the device
         saved = state["config"]
         must_match = RESUME_MUST_MATCH + RESUME_MUST_MATCH_PER_SCHEDULE.get(self.cfg.schedule, ())

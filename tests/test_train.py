@@ -768,7 +768,7 @@ def test_unreadable_checkpoints_are_named_with_the_way_back_and_old_path_configs
     old = tmp_path / "old.pt"
     torch.save(dict(state, config=dict(state["config"], log_dir=pathlib.PosixPath(tmp_path))), old)
     assert read_checkpoint(old)["config"]["log_dir"] == str(tmp_path)
-    way_back = r"; --keep-checkpoints kept 1 in .*checkpoints \(the latest is frames_\d{12}\.pt\): name one, or copy"
+    way_back = r"; --keep-checkpoints kept 1 in .*checkpoints \(the latest is frames_\d{12}\.pt\): copy one to "
     checkpoint.write_bytes(b"")  # a copy onto a full disk
     with pytest.raises(ValueError, match=r"not a readable hybridsim checkpoint \(\w+Error: .+\)" + way_back):
         read_checkpoint(checkpoint)
@@ -781,6 +781,8 @@ def test_unreadable_checkpoints_are_named_with_the_way_back_and_old_path_configs
     with pytest.raises(FileNotFoundError, match=r"checkpoint\.pt: it is a symbolic link to .*scratch/gone\.pt, "
                                                 r"which does not exist" + way_back):
         read_checkpoint(checkpoint)
+    with pytest.raises(FileNotFoundError, match=r"symbolic link to .*scratch/gone\.pt, which does not exist"):
+        Trainer(tiny_config(tmp_path, total_frames=1200, keep_checkpoints=True, resume=True)).train()  # "no checkpoint"
 
 
 def test_a_run_that_cannot_start_leaves_no_directory(tmp_path):
@@ -1520,12 +1522,12 @@ def test_a_damaged_or_missing_checkpoint_pt_points_at_the_kept_ones(tmp_path):
     state["model"][name].view(-1)[0] += 1.0  # bytes that changed after the digest
     torch.save(state, tmp_path / "checkpoint.pt")
     with pytest.raises(ValueError, match=r"digest mismatch.*; --keep-checkpoints kept 1 in .*checkpoints \(the "
-                                         r"latest is frames_\d{12}\.pt\): name one, or copy it to"):
+                                         r"latest is frames_\d{12}\.pt\): copy one to"):
         read_checkpoint(tmp_path / "checkpoint.pt")
     (tmp_path / "checkpoint.pt").unlink()  # a missing one: --resume said only "no checkpoint"
     with pytest.raises(FileNotFoundError, match=r"--resume: no checkpoint at .*; --keep-checkpoints kept 1 in "
-                                                r".*checkpoints: copy the one to go on from \(the latest is "
-                                                r"frames_\d{12}\.pt\) to .*checkpoint\.pt and run again"):
+                                                r".*checkpoints \(the latest is frames_\d{12}\.pt\): copy one to "
+                                                r".*checkpoint\.pt to --resume from it"):
         Trainer(tiny_config(tmp_path, total_frames=800, keep_checkpoints=True, log_trajectories=False,
                             resume=True)).train()
 
