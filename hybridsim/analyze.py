@@ -45,44 +45,51 @@ def _run_config(f) -> dict:
     return cfg
 
 
-def _env_range(f, cfg: dict) -> list[tuple[int, int]] | None:
-    """The [first, stop) ranges of environment ids a rank file's rows may hold: those its
-    `env_ranges` attribute records, else its rank's block (dist.env_block) by the config;
-    None for a master file or a file that does not say. An impala file from before
-    `env_ranges`, resumed with another rank count, may have gone on with other --num-envs
-    (its batch is --env-batch-size), which its config, written at its start, does not show."""
+class EnvRanges:
+    """The environment ids a rank file's rows may hold, stretch by stretch: from each
+    [from_frame, first, stop] on (rows logged after from_frame, as a resume there keeps the
+    rows up to it), ids first..stop-1."""
+
+    def __init__(self, stretches):
+        stretches = sorted(stretches)
+        self.starts = np.array([s[0] for s in stretches], np.int64)
+        self.firsts = np.array([s[1] for s in stretches], np.int64)
+        self.stops = np.array([s[2] for s in stretches], np.int64)
+
+    def _stretch(self, frames: np.ndarray) -> np.ndarray:
+        return np.maximum(np.searchsorted(self.starts, frames, side="left") - 1, 0)
+
+    def outside(self, ids: np.ndarray, frames: np.ndarray) -> np.ndarray:
+        """Where an id (logged at that frame) is not one of its stretch's."""
+        k = self._stretch(frames)
+        return (ids < self.firsts[k]) | (ids >= self.stops[k])
+
+    def text(self, frame) -> str:
+        k = int(self._stretch(np.asarray(frame)))
+        return f"{self.firsts[k]}..{self.stops[k] - 1}" + (
+            f" (from frame {self.starts[k]:,} on: env_ranges)" if len(self.starts) > 1 else "")
+
+
+def _env_range(f, cfg: dict) -> EnvRanges | None:
+    """The environment ids a rank file's rows may hold: by its `env_ranges` attribute, else
+    its rank's block (dist.env_block) by the config; None for a master file or a file that
+    does not say. An impala file from before `env_ranges`, resumed with another rank
+    count, may have gone on with other --num-envs (its batch is --env-batch-size), which its
+    config, written at its start, does not show."""
     if f.attrs.get("virtual"):
         return None
     ranges = trajlog.json_list_attr(f, "env_ranges")
     if ranges:
-        merged = []  # overlapping or touching ranges as one: 2..3 and 4..7 are 2..7
-        for first, stop in sorted((first, stop) for _, first, stop in ranges):
-            if merged and first <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
-            else:
-                merged.append((first, stop))
-        return merged
+        return EnvRanges(ranges)
     rank, num_envs = f.attrs.get("rank"), cfg.get("num_envs")
     if rank is None or type(num_envs) is not int or num_envs < 1:
         return None
     if cfg.get("schedule") == "impala" and "resumes" in f.attrs:
         return None
-    return [(int(rank) * num_envs, (int(rank) + 1) * num_envs)]
+    return EnvRanges([(0, int(rank) * num_envs, (int(rank) + 1) * num_envs)])
 
 
-def _outside(ids: np.ndarray, envs: list[tuple[int, int]]) -> np.ndarray:
-    """Where ids are in none of the ranges."""
-    outside = np.ones(ids.shape, bool)
-    for first, stop in envs:
-        outside &= (ids < first) | (ids >= stop)
-    return outside
-
-
-def _ranges_text(envs: list[tuple[int, int]]) -> str:
-    return ", ".join(f"{first}..{stop - 1}" for first, stop in envs)
-
-
-def _check_episodes(path, episodes: dict, envs: list[tuple[int, int]] | None, max_length: int) -> None:
+def _check_episodes(path, episodes: dict, envs: EnvRanges | None, max_length: int) -> None:
     """Refuse an episodes table no run writes: summaries of it were silently wrong."""
     def refuse(what, rows):
         row = int(np.flatnonzero(rows)[0])
@@ -96,8 +103,9 @@ def _check_episodes(path, episodes: dict, envs: list[tuple[int, int]] | None, ma
         refuse(f"/length is outside 1..{max_length} (the run's episode limit, in frames)", bad)
     if (bad := episodes["start_frame"] > episodes["end_frame"]).any():
         refuse("/start_frame is after end_frame", bad)
-    if envs is not None and (bad := _outside(episodes["env_id"], envs)).any():
-        refuse(f"/env_id is outside this rank's environments {_ranges_text(envs)}", bad)
+    if envs is not None and (bad := envs.outside(episodes["env_id"], episodes["end_frame"])).any():
+        refuse(f"/env_id is outside this rank's environments "
+               f"{envs.text(episodes['end_frame'][np.flatnonzero(bad)[0]])}", bad)
     pairs = np.stack([episodes["env_id"].astype(np.int64), episodes["episode_id"]], axis=1)
     unique, first = np.unique(pairs, axis=0, return_index=True)
     if len(unique) < len(pairs):
@@ -121,7 +129,7 @@ def _first_columns(frame) -> list[int]:
     return sorted(starts) or [0]
 
 
-def _scan_steps(f, num_actions: int, breaks=(), envs: list[tuple[int, int]] | None = None) -> dict:
+def _scan_steps(f, num_actions: int, breaks=(), envs: EnvRanges | None = None) -> dict:
     """Action counts, the frames and seconds of running and the throughput plot's series.
     Steps are read block by block; each row's time and frame (16 bytes a row, per rank in
     a master file) are kept. Rows whose frame is damage (_frame_outliers) are left out,
@@ -142,11 +150,14 @@ def _scan_steps(f, num_actions: int, breaks=(), envs: list[tuple[int, int]] | No
     for start in range(0, rows, BLOCK_ROWS):
         stop = min(rows, start + BLOCK_ROWS)
         ids = env[start:stop]
-        if envs is not None and ((bad := (ids != -1) & _outside(ids, envs))).any():
-            row = start + int(np.flatnonzero(bad.any(axis=1))[0])
-            raise trajlog.TrajectoryLogError(
-                f"{f.filename}: damaged trajectory file: steps/env_id row {row} ({env[row].tolist()}) "
-                f"holds ids outside this rank's environments {_ranges_text(envs)}")
+        block_frames = {c: frame[start:stop, c] for c in columns}  # a row's slots hold one frame
+        if envs is not None:  # a rank file: one column
+            at = block_frames[0]
+            if (bad := (ids != -1) & envs.outside(ids, at[:, None])).any():
+                r = int(np.flatnonzero(bad.any(axis=1))[0])
+                raise trajlog.TrajectoryLogError(
+                    f"{f.filename}: damaged trajectory file: steps/env_id row {start + r} "
+                    f"({env[start + r].tolist()}) holds ids outside this rank's environments {envs.text(at[r])}")
         a = action[start:stop][ids >= 0].astype(np.int64)
         outside = (a < 0) | (a >= num_actions)
         if outside.any():  # bincount would fail on them, or count them past the histogram
@@ -158,7 +169,7 @@ def _scan_steps(f, num_actions: int, breaks=(), envs: list[tuple[int, int]] | No
         for c in columns:
             present = ids[:, c] >= 0  # a master's rows of that rank
             times[c].append(when[start:stop, c][present].astype(np.float64))
-            frames[c].append(frame[start:stop, c][present].astype(np.int64))
+            frames[c].append(block_frames[c][present].astype(np.int64))
     scans = [_running(np.concatenate(times[c]) if times[c] else np.zeros(0),
                       np.concatenate(frames[c]) if frames[c] else np.zeros(0, np.int64), breaks)
              for c in columns]

@@ -69,7 +69,8 @@ KEPT_NAME = re.compile(r"frames_(\d+)\.pt")  # frames_N.pt, N the run's frames t
 KEPT_GLOB = "frames_*.pt"
 REPLACED_BY_A_RESUME = "replaced-by-a-resume-"  # + time: kept ones a resume from an earlier one replaced
 # Files of a run: a fresh run refuses a directory holding any of them.
-RUN_FILES = ("checkpoint.pt", "metrics.csv", "trajectories.h5", "traj_rank*.h5", KEPT_CHECKPOINTS)
+TIMELINE_FILE = "timeline.json"  # the branches the run went along, written at each resume
+RUN_FILES = ("checkpoint.pt", "metrics.csv", "trajectories.h5", "traj_rank*.h5", KEPT_CHECKPOINTS, TIMELINE_FILE)
 
 
 def learner_hardware(device: torch.device) -> dict:
@@ -183,8 +184,11 @@ def read_checkpoint(path, map_location=None) -> dict:
     # paths a Python caller gave, as checkpoints before plain configs hold them: text, as now
     state["config"] = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in state["config"].items()}
     if "digest" in state and checkpoint_digest(state) != state["digest"]:
-        advice = _kept_advice(path) or ("; train keeps one checkpoint, each save replacing it: restore it from "
-                                        "a backup of the run directory, or start a new run")
+        advice = _kept_advice(path) or (
+            "; that point of the run is lost: the other kept checkpoints beside it are copies of their own"
+            if KEPT_NAME.fullmatch(path.name) else
+            "; train keeps one checkpoint, each save replacing it: restore it from a backup of the run directory, "
+            "or start a new run" if path.name == "checkpoint.pt" else "; restore it from where it came from")
         raise ValueError(f"{path}: damaged checkpoint: its network, optimizer state, RNG state, action "
                          f"counters, recurrent memory or lives differ from what was written (digest mismatch; "
                          f"torch.load does not check the tensors' bytes){advice}")
@@ -280,6 +284,26 @@ def _timeline_before(timeline: list, frames: int) -> list:
     return [entry for entry in timeline if entry[0] < frames]
 
 
+def _record_timeline(log_dir: pathlib.Path, timeline: list) -> None:
+    try:
+        storage.atomic_write(log_dir / TIMELINE_FILE, lambda fh: fh.write(json.dumps({"timeline": timeline}).encode()))
+    except OSError as exc:  # the run goes on; only a later resume of a replaced branch would go unrefused
+        print(f"warning: {log_dir / TIMELINE_FILE}: could not record this resume's branch ({exc})", file=sys.stderr)
+
+
+def _recorded_timeline(log_dir: pathlib.Path) -> list | None:
+    """The branches the run in log_dir went along (TIMELINE_FILE, written at each resume);
+    None where no resume wrote it (a run that never resumed has one branch) or it does not
+    read as one (then nothing is checked against it)."""
+    try:
+        timeline = json.loads((log_dir / TIMELINE_FILE).read_text())["timeline"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    valid = isinstance(timeline, list) and all(
+        isinstance(e, list) and len(e) == 2 and type(e[0]) is int and isinstance(e[1], str) for e in timeline)
+    return timeline if valid and timeline else None
+
+
 def existing_run_files(log_dir: pathlib.Path) -> list[str]:
     found = {p.name for pattern in RUN_FILES for p in log_dir.glob(pattern)}
     kept = log_dir / KEPT_CHECKPOINTS
@@ -327,8 +351,9 @@ def _fresh_run_decision(log_dir: pathlib.Path):
     found = existing_run_files(log_dir)
     checkpoint = log_dir / "checkpoint.pt"
     if os.path.lexists(checkpoint) and not checkpoint.is_file():  # a link to a file system not mounted here?
-        what = (f"a symbolic link to {os.readlink(checkpoint)}, which does not exist" if checkpoint.is_symlink()
-                else "not a file")
+        what = ("a directory" if checkpoint.is_dir() else
+                f"a symbolic link to {os.readlink(checkpoint)}, which does not exist" if not checkpoint.exists()
+                else "not a regular file")
         return ("refuse", f"{log_dir} holds a run whose checkpoint.pt is {what}: restore it and --resume, "
                           f"or choose another --log-dir")
     if not found:
@@ -938,6 +963,7 @@ class Trainer:
                 if not new:
                     _drop_metrics_after(path, self.frames)
                 if self.cfg.resume:
+                    _record_timeline(self.log_dir, self.timeline)
                     _set_aside_kept_checkpoints_after(self.log_dir / KEPT_CHECKPOINTS, self.frames)
                 if self.cfg.resume and self.cfg.keep_checkpoints and not self.kept_checkpoint_path(self.frames).exists():
                     # a kill during its copy (the half-written one was removed at the start)
@@ -1247,30 +1273,26 @@ class Trainer:
                   f"{'; '.join(reasons)}", file=sys.stderr)
 
     def _resumed_timeline(self, path: pathlib.Path, state: dict) -> list:
-        """The checkpoint's timeline, a new branch added where kept checkpoints after it are
-        set aside. Refused where the run directory went on along another branch before the
-        checkpoint's frames (it came from a replaced-by-a-resume folder): the directory's
-        metrics, trajectory rows and kept checkpoints up to there would not be its own."""
-        timeline = state.get("timeline") or [[0, state.get("run_id") or self.run_id]]  # older: one branch
-        kept = kept_checkpoints(self.log_dir / KEPT_CHECKPOINTS)
-        try:
-            newest = read_checkpoint(kept[-1], map_location="cpu") if kept else None
-        except (OSError, ValueError):
-            newest = None  # a damaged kept one is no record of the directory's branch
-        if newest is not None and newest.get("timeline") and state.get("timeline"):
-            upto = min(self.frames, newest["frames"])
-            mine, theirs = (_timeline_before(t, upto) for t in (timeline, newest["timeline"]))
-            if mine != theirs:
-                branched = min(frame for frame, _ in [e for e in mine + theirs if (e in mine) != (e in theirs)])
+        """The checkpoint's timeline with this resume as a new branch at its frames (rank 0
+        records it in TIMELINE_FILE before the logs are cut). Refused where the run directory
+        went on along another branch before the checkpoint's frames (a checkpoint from a
+        replaced-by-a-resume folder): its metrics, trajectory rows and kept checkpoints up to
+        there would not be the checkpoint's. Every rank reads the same record and decides
+        alike; the new branch's id is rank 0's, which saves the checkpoints."""
+        run_id = state.get("run_id")
+        mine = state.get("timeline") or ([[0, run_id]] if run_id else None)  # older: one branch
+        recorded = _recorded_timeline(self.log_dir)
+        if mine is not None and recorded is not None:
+            ours, theirs = _timeline_before(mine, self.frames), _timeline_before(recorded, self.frames)
+            if ours != theirs:
+                branched = min(e[0] for e in ours + theirs if (e in ours) != (e in theirs))
                 raise ValueError(
                     f"--resume: {path} ({self.frames:,} frames) is from a run that a resume replaced: the run "
-                    f"in {self.log_dir} went on along another branch from frame {branched:,} (its kept "
-                    f"{kept[-1].name}), so its metrics, trajectory rows and kept checkpoints after that frame "
-                    f"are not this checkpoint's. Resume it in a directory of its own: copy it to "
-                    f"NEWDIR/checkpoint.pt and run with --resume --log-dir NEWDIR")
-        if any(int(KEPT_NAME.fullmatch(p.name).group(1)) > self.frames for p in kept):
-            timeline = timeline + [[self.frames, uuid.uuid4().hex]]  # saved by rank 0 only: its id counts
-        return timeline
+                    f"in {self.log_dir} went on along another branch from frame {branched:,} ({TIMELINE_FILE}), "
+                    f"so its metrics, trajectory rows and kept checkpoints after that frame are not this "
+                    f"checkpoint's. Resume it in a directory of its own: copy it to NEWDIR/checkpoint.pt and "
+                    f"run with --resume --log-dir NEWDIR")
+        return _timeline_before(mine or [[0, self.run_id]], self.frames) + [[self.frames, uuid.uuid4().hex]]
 
     def load_checkpoint(self):
         path = self.checkpoint_path()

@@ -288,14 +288,17 @@ class TrajectoryWriter:
             # new datasets (observations logged from this resume on) as the file's others
             self._dataset_kw = dataset_kwargs(str(self.file.attrs.get("compression", "lzf")))
             ranges = None
-            if env_ids is not None and "env_ranges" in self.file.attrs:  # (an older file's are unknown)
-                # read before anything changes; those of the timeline the resume replaces go with its rows
+            if "env_ranges" in self.file.attrs:  # (an older file's are unknown: none are added)
+                # read before anything changes; those of the timeline the resume replaces go with
+                # its rows (a retired rank's file too, reopened without env_ids)
                 ranges = [r for r in json_list_attr(self.file, "env_ranges") if r[0] < last_frame]
-                if not ranges or ranges[-1][1:] != list(map(int, env_ids)):
+                if env_ids is not None and (not ranges or ranges[-1][1:] != list(map(int, env_ids))):
                     ranges.append([int(last_frame), *map(int, env_ids)])
             self._truncate_for_resume(last_frame, expected_rows, restarts_envs, kept, logged_until)
-            if ranges is not None:
+            if ranges:
                 self.file.attrs["env_ranges"] = json.dumps(ranges)
+            elif ranges is not None:
+                del self.file.attrs["env_ranges"]
         except TrajectoryLogError:
             self.file.close()
             raise

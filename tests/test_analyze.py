@@ -644,6 +644,8 @@ def test_a_resumed_impala_file_is_checked_against_the_environments_of_each_stret
     with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=4, attrs=attrs, env_ids=(2, 4)) as w:
         for s in range(20):
             w.append_step(**fake_step(rng, s, 2, 4, env_offset=2))
+            if s == 5:
+                w.append_episode(3, 0, 1.0, 6, 0, 20)  # ends at frame 20: env 3 is the first stretch's
     for resume_at, env_ids in ((60, (6, 10)), (40, (4, 8))):  # the second replaces the first's stretch
         with trajlog.TrajectoryWriter(path, batch_size=2, num_actions=4, resume_after_frame=resume_at,
                                       resume_expected_rows=resume_at // 4 + 1, env_ids=env_ids) as w:
@@ -654,12 +656,24 @@ def test_a_resumed_impala_file_is_checked_against_the_environments_of_each_stret
     with trajlog.open_trajectory_file(path) as f:
         assert trajlog.json_list_attr(f, "env_ranges") == [[0, 2, 4], [40, 4, 8]]
     summary = analyze.analyze(path, plots=False)
-    assert sum(summary["overall"]["action_counts"]) == 30 * 2 and summary["overall"]["episodes"] == 2
+    assert sum(summary["overall"]["action_counts"]) == 30 * 2 and summary["overall"]["episodes"] == 3
     with h5py.File(path, "r+") as f:
-        f["steps/env_id"][25, 1] = 9  # an id neither stretch had
-    with pytest.raises(trajlog.TrajectoryLogError, match=r"steps/env_id row 25 \(\[\d+, 9\]\) holds ids outside "
-                                                         r"this rank's environments 2..7"):
+        f["episodes/env_id"][0] = 5  # a later stretch's environment, at frame 20
+    with pytest.raises(trajlog.TrajectoryLogError, match=r"episodes/env_id is outside this rank's environments "
+                                                         r"2..3 \(from frame 0 on"):
         analyze.analyze(path, plots=False)
+    with h5py.File(path, "r+") as f:
+        f["episodes/env_id"][0] = 3
+    for row, value, stretch in ((25, 9, r"4..7 \(from frame 40 on"), (2, 7, r"2..3 \(from frame 0 on")):
+        with h5py.File(path, "r+") as f:  # 9: no stretch's; 7: the later stretch's, in the first
+            real = int(f["steps/env_id"][row, 1])
+            f["steps/env_id"][row, 1] = value
+        with pytest.raises(trajlog.TrajectoryLogError, match=rf"steps/env_id row {row} \(\[\d+, {value}\]\) holds "
+                                                             rf"ids outside this rank's environments {stretch}"):
+            analyze.analyze(path, plots=False)
+        with h5py.File(path, "r+") as f:
+            f["steps/env_id"][row, 1] = real
+    analyze.analyze(path, plots=False)
     for damaged in ("[[0, 5, 2]]", "[[0, 0, 4294967296]]", '{"a": 1}'):  # a range of 4G ids: no 32 GB array
         with h5py.File(path, "r+") as f:
             f.attrs["env_ranges"] = damaged

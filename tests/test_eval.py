@@ -251,10 +251,10 @@ def test_a_folder_of_kept_checkpoints_gives_the_table_in_the_order_of_their_fram
     assert cli.main(["eval", str(kept), *kw, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert isinstance(rows, list) and [r["checkpoint"] for r in rows] == [str(kept / "frames_000000000800.pt")]
-    shutil.copy(run_dir / "checkpoint.pt", kept / "frames_000000000080.pt")  # fewer frames, sorted first
+    shutil.copy(run_dir / "checkpoint.pt", kept / "frames_90.pt")  # fewer frames, though after it by name
     assert cli.main(["eval", str(kept), *kw]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert [line.rsplit("/", 1)[-1] for line in table[1:3]] == ["frames_000000000080.pt", "frames_000000000800.pt"]
+    assert [line.rsplit("/", 1)[-1] for line in table[1:3]] == ["frames_90.pt", "frames_000000000800.pt"]
     (tmp_path / "empty").mkdir()
     assert cli.main(["eval", str(tmp_path / "empty"), *kw]) == 2  # neither a checkpoint nor kept ones
     assert f"no checkpoint file at {tmp_path / 'empty' / 'checkpoint.pt'}" in capsys.readouterr().err

@@ -324,27 +324,28 @@ def test_kept_checkpoints_hold_each_checkpoint_and_a_resume_from_an_earlier_one_
 
 def test_a_checkpoint_of_a_replaced_branch_is_not_resumed_into_the_branch_that_replaced_it(tmp_path):
     """Resumed from frame 800 (A's later kept checkpoints set aside), the run went on along
-    branch B; A's 1600 copied back from the set-aside folder and resumed went on silently,
-    B's metrics rows, trajectory rows and kept checkpoints of frames 800-1600 taken as A's.
-    Going back to 800 again is a new branch, as the first time."""
+    branch B, here without keeping checkpoints; A's 1600 copied back from the set-aside
+    folder and resumed went on silently, B's metrics rows, trajectory rows and kept
+    checkpoints of frames 800-1600 taken as A's. Going back to 800 again is a new branch."""
     import shutil
 
-    from hybridsim.train import read_checkpoint
-    cfg = dict(backend="cpu", checkpoint_every=400, keep_checkpoints=True, log_trajectories=False,
-               lr_decay=False)
+    from hybridsim.train import TIMELINE_FILE, read_checkpoint
+    cfg = dict(backend="cpu", checkpoint_every=400, log_trajectories=False, lr_decay=False)
     kept = tmp_path / "checkpoints"
-    Trainer(tiny_config(tmp_path, total_frames=1600, **cfg)).train()
+    Trainer(tiny_config(tmp_path, total_frames=1600, keep_checkpoints=True, **cfg)).train()
+    assert not (tmp_path / TIMELINE_FILE).exists()  # one branch: nothing to record
     shutil.copy(_kept(kept)[800], tmp_path / "checkpoint.pt")
-    Trainer(tiny_config(tmp_path, total_frames=2000, resume=True, **cfg)).train()
+    Trainer(tiny_config(tmp_path, total_frames=1200, resume=True, **cfg)).train()
     branch_b = read_checkpoint(tmp_path / "checkpoint.pt")["timeline"]
     assert len(branch_b) == 2 and branch_b[1][0] == 800
+    assert json.loads((tmp_path / TIMELINE_FILE).read_text())["timeline"] == branch_b
     replaced = next(kept.glob("replaced-by-a-resume-*"))
     shutil.copy(_kept(replaced)[1600], tmp_path / "checkpoint.pt")
     metrics = (tmp_path / "metrics.csv").read_bytes()
     with pytest.raises(ValueError, match=r"from a run that a resume replaced: the run in .* went on along another "
-                                         r"branch from frame 800 \(its kept frames_000000002000\.pt\)"):
-        Trainer(tiny_config(tmp_path, total_frames=2400, resume=True, **cfg)).train()
-    assert (tmp_path / "metrics.csv").read_bytes() == metrics and sorted(_kept(kept)) == [400, 800, 1200, 1600, 2000]
+                                         r"branch from frame 800 \(timeline\.json\)"):
+        Trainer(tiny_config(tmp_path, total_frames=2400, resume=True, keep_checkpoints=True, **cfg)).train()
+    assert (tmp_path / "metrics.csv").read_bytes() == metrics and sorted(_kept(kept)) == [400, 800]
     shutil.copy(_kept(kept)[800], tmp_path / "checkpoint.pt")  # A's 800, where both branches start
     Trainer(tiny_config(tmp_path, total_frames=1200, resume=True, **cfg)).train()
     branch_c = read_checkpoint(tmp_path / "checkpoint.pt")["timeline"]
@@ -1524,6 +1525,10 @@ def test_a_damaged_or_missing_checkpoint_pt_points_at_the_kept_ones(tmp_path):
     with pytest.raises(ValueError, match=r"digest mismatch.*; --keep-checkpoints kept 1 in .*checkpoints \(the "
                                          r"latest is frames_\d{12}\.pt\): copy one to"):
         read_checkpoint(tmp_path / "checkpoint.pt")
+    kept = next((tmp_path / "checkpoints").glob("frames_*.pt"))
+    torch.save(state, kept)  # a damaged kept one is not "the one checkpoint train keeps"
+    with pytest.raises(ValueError, match=r"digest mismatch.*; that point of the run is lost: the other kept"):
+        read_checkpoint(kept)
     (tmp_path / "checkpoint.pt").unlink()  # a missing one: --resume said only "no checkpoint"
     with pytest.raises(FileNotFoundError, match=r"--resume: no checkpoint at .*; --keep-checkpoints kept 1 in "
                                                 r".*checkpoints \(the latest is frames_\d{12}\.pt\): copy one to "
