@@ -346,6 +346,11 @@ def test_a_checkpoint_of_a_replaced_branch_is_not_resumed_into_the_branch_that_r
                                          r"branch from frame 800 \(timeline\.json\)"):
         Trainer(tiny_config(tmp_path, total_frames=2400, resume=True, keep_checkpoints=True, **cfg)).train()
     assert (tmp_path / "metrics.csv").read_bytes() == metrics and sorted(_kept(kept)) == [400, 800]
+    older = torch.load(_kept(replaced)[1600], weights_only=False)
+    del older["timeline"]  # as written before checkpoints had one: its run's one branch
+    torch.save(older, tmp_path / "checkpoint.pt")
+    with pytest.raises(ValueError, match=r"from a run that a resume replaced: .* from frame 800 "):
+        Trainer(tiny_config(tmp_path, total_frames=2400, resume=True, **cfg)).train()
     shutil.copy(_kept(kept)[800], tmp_path / "checkpoint.pt")  # A's 800, where both branches start
     Trainer(tiny_config(tmp_path, total_frames=1200, resume=True, **cfg)).train()
     branch_c = read_checkpoint(tmp_path / "checkpoint.pt")["timeline"]
