@@ -271,12 +271,14 @@ def _checkpoint_problem(state: dict) -> str | None:
             return f"{key} is {state[key]!r}, not a count"
     if not isinstance(state["model"], dict):
         return f"its network is a {type(state['model']).__name__}, not a state dict"
-    timeline = state.get("timeline")
-    if timeline is not None and not (isinstance(timeline, list) and timeline and all(
-            isinstance(entry, list) and len(entry) == 2 and type(entry[0]) is int and isinstance(entry[1], str)
-            for entry in timeline)):
-        return f"its timeline is {timeline!r}, not a list of [frame, id] branches"
+    if "timeline" in state and not _is_timeline(state["timeline"]):
+        return f"its timeline is {state['timeline']!r}, not a list of [frame, id] branches"
     return None
+
+
+def _is_timeline(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(e, list) and len(e) == 2 and type(e[0]) is int and isinstance(e[1], str) for e in value)
 
 
 def _timeline_before(timeline: list, frames: int) -> list:
@@ -299,9 +301,7 @@ def _recorded_timeline(log_dir: pathlib.Path) -> list | None:
         timeline = json.loads((log_dir / TIMELINE_FILE).read_text())["timeline"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    valid = isinstance(timeline, list) and all(
-        isinstance(e, list) and len(e) == 2 and type(e[0]) is int and isinstance(e[1], str) for e in timeline)
-    return timeline if valid and timeline else None
+    return timeline if _is_timeline(timeline) else None
 
 
 def existing_run_files(log_dir: pathlib.Path) -> list[str]:
@@ -735,8 +735,9 @@ class Trainer:
         # names the run in every rank file (a resume keeps it): readers refuse a directory
         # whose files come from different runs
         self.run_id = self.comm.bcast(uuid.uuid4().hex if rank == 0 else None)
-        # [frame, id] each time a resume from an earlier kept checkpoint branched off (the run
-        # before it replaced): a checkpoint of a replaced branch is not resumed into this one
+        # [frame, id] from the start and from each resume (a branch: the rows and kept
+        # checkpoints after its frame are replaced): a replaced branch's checkpoint is not
+        # resumed into the one that replaced it (_resumed_timeline)
         self.timeline = [[0, self.run_id]]
         self.action_counters = np.zeros(cfg.num_envs, dtype=np.uint64)
         env_batch = 0
@@ -935,6 +936,8 @@ class Trainer:
     def _open_logs(self):
         self.metrics_file = None
         self.tb = None
+        if self.cfg.resume and self.rank == 0:  # the ranks agreed to go on: before any log is cut
+            _record_timeline(self.log_dir, self.timeline)
         # the trajectory file first: its resume may be refused, before anything else is written
         if self.cfg.log_trajectories:
             from hybridsim import trajlog
@@ -963,7 +966,6 @@ class Trainer:
                 if not new:
                     _drop_metrics_after(path, self.frames)
                 if self.cfg.resume:
-                    _record_timeline(self.log_dir, self.timeline)
                     _set_aside_kept_checkpoints_after(self.log_dir / KEPT_CHECKPOINTS, self.frames)
                 if self.cfg.resume and self.cfg.keep_checkpoints and not self.kept_checkpoint_path(self.frames).exists():
                     # a kill during its copy (the half-written one was removed at the start)
