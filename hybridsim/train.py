@@ -125,11 +125,24 @@ def _unpickle_arrays(data: bytes):
     return _ArraysOnlyUnpickler(io.BytesIO(data)).load()
 
 
+def _kept_by_frames(folder: pathlib.Path) -> list[tuple[int, pathlib.Path]]:
+    """(frames, path) of each checkpoint train --keep-checkpoints kept in folder, in order."""
+    return sorted((int(match.group(1)), path) for path in pathlib.Path(folder).glob(KEPT_GLOB)
+                  if (match := KEPT_NAME.fullmatch(path.name)))
+
+
 def kept_checkpoints(folder: pathlib.Path) -> list[pathlib.Path]:
     """The checkpoints train --keep-checkpoints kept in folder, in the order of their frames."""
-    found = [(int(match.group(1)), path) for path in pathlib.Path(folder).glob(KEPT_GLOB)
-             if (match := KEPT_NAME.fullmatch(path.name))]
-    return [path for _, path in sorted(found)]
+    return [path for _, path in _kept_by_frames(folder)]
+
+
+def _not_a_file(path: pathlib.Path) -> str:
+    """Why path is not a regular file, as "is ..." or "does not exist"."""
+    if path.is_dir():
+        return "is a directory"
+    if path.is_symlink() and not path.exists():
+        return f"is a symbolic link to {os.readlink(path)}, which does not exist"
+    return "is not a regular file" if path.exists() else "does not exist"
 
 
 def _kept_advice(path: pathlib.Path) -> str:
@@ -149,9 +162,7 @@ def read_checkpoint(path, map_location=None) -> dict:
     """A checkpoint written by `hybridsim train`, or an error naming the file and the problem."""
     path = pathlib.Path(path)
     if not path.is_file():
-        what = ("is a directory, not a checkpoint file" if path.is_dir() else
-                f"is a symbolic link to {os.readlink(path)}, which does not exist" if path.is_symlink() else
-                "does not exist" if not path.exists() else "is not a regular file")
+        what = _not_a_file(path) + (", not a checkpoint file" if path.is_dir() else "")
         raise FileNotFoundError(f"no checkpoint file at {path}: it {what}{_kept_advice(path)}")
     if not hasattr(torch.serialization, "safe_globals"):  # older torch has no weights-only allowlist
         raise RuntimeError(f"torch {torch.__version__} cannot load a checkpoint weights-only with numpy "
@@ -351,11 +362,8 @@ def _fresh_run_decision(log_dir: pathlib.Path):
     found = existing_run_files(log_dir)
     checkpoint = log_dir / "checkpoint.pt"
     if os.path.lexists(checkpoint) and not checkpoint.is_file():  # a link to a file system not mounted here?
-        what = ("a directory" if checkpoint.is_dir() else
-                f"a symbolic link to {os.readlink(checkpoint)}, which does not exist" if not checkpoint.exists()
-                else "not a regular file")
-        return ("refuse", f"{log_dir} holds a run whose checkpoint.pt is {what}: restore it and --resume, "
-                          f"or choose another --log-dir")
+        return ("refuse", f"{log_dir} holds a run whose checkpoint.pt {_not_a_file(checkpoint)}: restore it "
+                          f"and --resume, or choose another --log-dir")
     if not found:
         return None
     if "checkpoint.pt" in found:
@@ -967,13 +975,13 @@ class Trainer:
                     _drop_metrics_after(path, self.frames)
                 if self.cfg.resume:
                     _set_aside_kept_checkpoints_after(self.log_dir / KEPT_CHECKPOINTS, self.frames)
-                if self.cfg.resume and self.cfg.keep_checkpoints and not self.kept_checkpoint_path(self.frames).exists():
+                kept = self.kept_checkpoint_path(self.frames)
+                if self.cfg.resume and self.cfg.keep_checkpoints and not kept.exists():
                     # a kill during its copy (the half-written one was removed at the start)
                     self._keep_checkpoint(self.checkpoint_path())
-                    if self.kept_checkpoint_path(self.frames).exists():
+                    if kept.exists():
                         _note(f"note: kept {self.checkpoint_path().name} ({self.frames:,} frames), which this run "
-                              f"resumes from, as {self.kept_checkpoint_path(self.frames)}: it was not among the "
-                              f"kept ones")
+                              f"resumes from, as {kept}: it was not among the kept ones")
                 # whole-line appends, cut back on a failed write: a full disk never leaves half a row
                 self.metrics_file = storage.AppendFile(path, "w" if new else "a")
                 if new:
@@ -2051,7 +2059,7 @@ def _set_aside_kept_checkpoints_after(folder: pathlib.Path, frames: int) -> None
     """A resume from an earlier kept checkpoint (copied over checkpoint.pt) replaces the run
     after it, as the metrics rows and trajectory rows after it are dropped: the kept
     checkpoints past its frames move into a folder of their own, kept, not mixed in."""
-    later = [path for path in kept_checkpoints(folder) if int(KEPT_NAME.fullmatch(path.name).group(1)) > frames]
+    later = [path for kept_frames, path in _kept_by_frames(folder) if kept_frames > frames]
     if not later:
         return
     aside = _unused_timestamped(folder, REPLACED_BY_A_RESUME)
