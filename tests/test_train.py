@@ -58,6 +58,30 @@ def test_same_seed_same_parameters(tmp_path):
     assert torch.equal(params[0], params[1])
 
 
+@pytest.mark.parametrize("game,options", [
+    ("pong", dict(max_episode_frames=600)),
+    ("breakout", dict(life_loss_terminal=True, bootstrap_truncation=True, use_lstm=True,
+                      max_episode_frames=300)),
+])
+def test_a_seed_trains_the_same_network_on_hybridsims_engine_and_on_ale_py(tmp_path, game, options):
+    """The engines are exact, so one seed gives one run on either: the same observations,
+    rewards, lives, episode ends, sticky actions and no-op starts, hence the same episodes
+    and bit for bit the same parameters. Short episodes (600 and 300 frames) put resets,
+    truncations and, in breakout, lost lives inside the run."""
+    runs = {}
+    for backend in ("cpu", "ale-py"):
+        cfg = tiny_config(tmp_path / backend, backend=backend, game=game, total_frames=4000,
+                          log_trajectories=False, seed=3,
+                          checkpoint_every=10**9, **options)
+        runs[backend] = Trainer(cfg)
+        runs[backend].train()
+    ours, theirs = runs["cpu"], runs["ale-py"]
+    assert ours.updates == theirs.updates > 0 and ours.frames == theirs.frames
+    assert len(ours.all_episodes) >= 4 and ours.all_episodes == theirs.all_episodes
+    for name, value in ours.model.state_dict().items():
+        assert torch.equal(value, theirs.model.state_dict()[name]), name
+
+
 def test_config_file_and_command_line(tmp_path):
     config = tmp_path / "run.toml"
     config.write_text('game = "breakout"\nnum_envs = 8\nlr = 0.001\n')
