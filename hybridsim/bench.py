@@ -5,6 +5,7 @@ import os
 import pathlib
 import platform
 import sys
+import time
 
 import numpy as np
 
@@ -366,3 +367,119 @@ def bench_vector(games=VECTOR_GAMES, num_envs: int = 16, threads: int = 2, steps
             scaling.append(dict(threads=t, hybridsim=hs, ale_py=ap))
             print_fn(f"{t:7d} {hs:10,.0f} {ap:10,.0f} {hs / ap:7.2f}")
     return {"rows": rows, "scaling": scaling}
+
+
+TRAIN_SIDES = {"hybridsim": "cpu", "ale-py": "ale-py"}  # side -> train's --backend
+
+
+class _EnvClock:
+    """Sums the seconds a trainer spends inside its vector env's step (a2c) or send and
+    recv (impala): the rest of the training loop is the learner's."""
+
+    def __init__(self, env):
+        self.seconds = 0.0
+        for name in ("step", "send", "recv"):
+            if hasattr(env, name):
+                setattr(env, name, self._timed(getattr(env, name)))
+
+    def _timed(self, call):
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+        return timed
+
+
+def _train_once(settings: dict) -> dict:
+    """One run of the training loop in this process, into a scratch directory: the loop's
+    frames/s (train's own clock, from the first step to the last update: not the setup nor
+    the final checkpoint), the share of that time inside the vector env, and the network."""
+    import contextlib
+    import csv
+    import io
+    import tempfile
+
+    from hybridsim.train import TrainConfig, Trainer
+    with tempfile.TemporaryDirectory(prefix="hybridsim-bench-train-") as log_dir:
+        trainer = Trainer(TrainConfig(**settings, log_dir=log_dir))
+        clock = _EnvClock(trainer.env)
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+                trainer.train()
+        except Exception as exc:
+            raise RuntimeError(f"bench --train: training {settings['game']} on --backend "
+                               f"{settings['backend']} failed ({type(exc).__name__}: {exc}); it said:\n"
+                               f"{said.getvalue()[-2000:]}") from exc
+        with open(pathlib.Path(log_dir) / "metrics.csv", encoding="utf-8") as fh:
+            last = list(csv.DictReader(fh))[-1]
+    seconds = float(last["seconds"])
+    return {"fps": int(last["frames"]) / seconds, "env_share": clock.seconds / seconds,
+            "frames": trainer.frames, "episodes": list(trainer.all_episodes),
+            "network": {k: v.clone() for k, v in trainer.model.state_dict().items()}}
+
+
+def _same_run(a: dict, b: dict) -> bool:
+    """The same frames, episodes and bit for bit the same parameters."""
+    import torch
+    return (a["frames"] == b["frames"] and a["episodes"] == b["episodes"]
+            and all(torch.equal(v, b["network"][k]) for k, v in a["network"].items()))
+
+
+def bench_train(games=None, recipe: str = "quickstart", frames: int = 40_000, rounds: int = 3,
+                seed: int = 1, print_fn=print) -> dict:
+    """The training loop end to end: a shipped recipe (or config file) trained for `frames`
+    frames on hybridsim's CPU engine and on ale-py's AtariVectorEnv, with the same learner,
+    settings and seed, the two alternating in each of `rounds` rounds (medians reported;
+    the ratio is the median of the per-round ratios). The engines are exact, so both sides
+    must train the same network; a difference is an error, not a result."""
+    import argparse
+    import dataclasses
+
+    from hybridsim import games_table
+    from hybridsim.config import build_config, resolve_config_path
+    from hybridsim.train import TrainConfig
+    cfg = build_config(TrainConfig, argparse.Namespace(config=recipe))
+    games = list(games or [cfg.game])
+    for game in games:
+        games_table.require_ale_py_loadable(game, "bench --train trains on ale-py beside hybridsim")
+    settings = dataclasses.asdict(cfg)
+    del settings["log_dir"]  # each run trains into a scratch directory
+    settings.update(total_frames=frames, seed=seed, log_trajectories=False, log_every=1e9,
+                    checkpoint_every=frames * 2, keep_checkpoints=False, resume=False)
+    path = resolve_config_path(recipe)
+    print_fn(f"training loop ({path.name}: {cfg.schedule}, {cfg.model}, {cfg.num_envs} envs, "
+             f"{cfg.num_steps}-step rollouts, {cfg.num_minibatches} minibatch(es); {frames:,} frames "
+             f"per run, seed {seed}, {rounds} round{'s' if rounds != 1 else ''}), frames/s (median; hs/ale: median of per-round "
+             f"ratios), env: the share of the loop spent in the vector env, "
+             f"{platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} CPUs available")
+    print_fn(f"{'game':14s} {'hybridsim':>10s} {'env':>5s} {'ale-py':>10s} {'env':>5s} {'hs/ale':>7s}")
+    rows = []
+    for game in games:
+        runs = {side: [] for side in TRAIN_SIDES}
+        for r in range(rounds):
+            sides = list(TRAIN_SIDES) if r % 2 == 0 else list(reversed(TRAIN_SIDES))
+            for side in sides:
+                runs[side].append(_train_once({**settings, "game": game, "backend": TRAIN_SIDES[side]}))
+            ours, theirs = runs["hybridsim"][-1], runs["ale-py"][-1]
+            if not _same_run(ours, theirs):
+                raise RuntimeError(f"bench --train: {game}, round {r + 1}: the same seed trained "
+                                   f"differently on hybridsim's engine and on ale-py's ({ours['frames']:,} "
+                                   f"and {theirs['frames']:,} frames, {len(ours['episodes'])} and "
+                                   f"{len(theirs['episodes'])} episodes); the engines are meant to "
+                                   f"be exact: `hybridsim verify --games {game}` compares them")
+            for side in runs:  # the networks were compared; the table keeps the numbers
+                del runs[side][-1]["network"], runs[side][-1]["episodes"]
+        fps = {side: [run["fps"] for run in runs[side]] for side in runs}
+        share = {side: float(np.median([run["env_share"] for run in runs[side]])) for side in runs}
+        med = {side: float(np.median(v)) for side, v in fps.items()}
+        ratio = float(np.median(np.array(fps["hybridsim"]) / np.array(fps["ale-py"])))
+        rows.append(dict(game=game, hybridsim=med["hybridsim"], ale_py=med["ale-py"], hs_over_ale=ratio,
+                         env_share_hybridsim=share["hybridsim"], env_share_ale_py=share["ale-py"],
+                         all=fps, same_network=True))
+        print_fn(f"{game:14s} {med['hybridsim']:10,.0f} {share['hybridsim']:5.0%} {med['ale-py']:10,.0f} "
+                 f"{share['ale-py']:5.0%} {ratio:7.2f}")
+    print_fn("each round trained bit for bit the same network on both engines")
+    return {"rows": rows, "recipe": str(path), "frames": frames, "seed": seed}

@@ -21,13 +21,19 @@ Ctrl-C (the last checkpoint written stays; --resume continues from it)."""
 
 def _cmd_bench(args) -> int:
     from hybridsim import bench
-    _given_paths(args, "envpool_python")  # ("" ran this interpreter)
+    _given_paths(args, "envpool_python", "recipe")  # ("" ran this interpreter)
+    if args.train and (args.cpu or args.single or args.vector):
+        # train's OpenMP rule (main) would change the engine timings on a busy machine
+        raise ValueError("--train runs as train does (OpenMP threads wait passively on busy CPUs); "
+                         "time --cpu, --single or --vector in a run of their own")
     _require_at_least(args, frames=1, num_envs=1, threads=0, steps=1, rounds=1, batch_size=0,
-                      thread_affinity_offset=-1, screen_every=0)
+                      thread_affinity_offset=-1, screen_every=0, train_frames=1)
     _refuse_unused(args, {"single": ("frames", "sound", "screen_every"),
-                          "vector": ("num_envs", "threads", "steps", "rounds", "scaling",
+                          "vector": ("num_envs", "threads", "steps", "scaling",
                                      "envpool_python", "batch_size", "thread_affinity_offset"),
-                          "single or vector": ("games",)})
+                          "train": ("recipe", "train_frames"),
+                          "vector or train": ("rounds",),
+                          "single or vector or train": ("games",)})
     # (numpy named no option: "Maximum allowed dimension exceeded", or a traceback)
     for option, bound in (("num_envs", 2**20), ("steps", 2**40), ("rounds", 2**20), ("threads", 2**16),
                           ("thread_affinity_offset", 2**16)):
@@ -53,7 +59,9 @@ def _cmd_bench(args) -> int:
         except MemoryError as exc:
             raise ValueError(f"--num-envs {args.num_envs:,}: the environments do not fit in this "
                              f"machine's memory ({exc})") from None
-    if args.cpu or not (args.single or args.vector):
+    if args.train:
+        bench.bench_train(games=games, recipe=args.recipe, frames=args.train_frames, rounds=args.rounds)
+    if args.cpu or not (args.single or args.vector or args.train):
         bench.bench_cpu()
     return 0
 
@@ -622,7 +630,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu", action="store_true", help="the 6507 core alone (default)")
     p.add_argument("--single", action="store_true",
                    help="one environment's act(): hybridsim vs ale-py, timed alternately")
-    p.add_argument("--games", default="", help="comma-separated games for --single / --vector")
+    p.add_argument("--games", default="",
+                   help="comma-separated games for --single / --vector / --train (default for --train: "
+                        "the recipe's)")
     p.add_argument("--frames", type=int, default=20_000, help="frames per side for --single")
     p.add_argument("--sound", action="store_true",
                    help="--single: both sides with sound_obs on, reading each act's samples")
@@ -637,8 +647,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--vector: below --num-envs, time async mode (send/recv, batches of this many)")
     p.add_argument("--thread-affinity-offset", type=int, default=-1,
                    help="--vector: pin every side's worker threads from this core on (-1: not pinned)")
+    p.add_argument("--train", action="store_true",
+                   help="the training loop end to end: a recipe trained on hybridsim's engine and on "
+                        "ale-py's AtariVectorEnv, same learner and seed, alternating (each pair must "
+                        "train the same network)")
+    p.add_argument("--recipe", default="quickstart",
+                   help="--train: a shipped recipe's name or a config file (default: %(default)s)")
+    p.add_argument("--train-frames", type=int, default=40_000,
+                   help="--train: frames per training run (default: %(default)s)")
     p.add_argument("--steps", type=int, default=200, help="timed steps per side and round (--vector)")
-    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (--vector)")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (--vector, --train)")
     p.add_argument("--scaling", default="1,2", help="thread counts of the --vector scaling table ('' = none)")
     p.add_argument("--envpool-python", default=None,
                    help="interpreter with envpool installed (default: this one)")
@@ -817,7 +835,8 @@ def _reader_gone() -> int:
 def main(argv=None) -> int:
     argv_seen = list(sys.argv[1:] if argv is None else argv)
     training = argv_seen[:1] == ["train"]
-    engine_command = bool(argv_seen) and argv_seen[0] in ENGINE_COMMANDS
+    engine_command = bool(argv_seen) and argv_seen[0] in ENGINE_COMMANDS \
+        or argv_seen[:1] == ["bench"] and "--train" in argv_seen  # timed as train runs
     openmp_note = _wait_passively_on_a_busy_machine() if engine_command else None
     _join_mpi_job_early(argv_seen)
     replaced = _remember_early_stops() if training else {}  # a stop from here on gets a checkpoint

@@ -61,8 +61,9 @@ def test_games_command_says_no_settings():
     ["train", "--game", "joust", "--backend", "ale-py", "--total-frames", "64"],
     ["bench", "--single", "--games", "joust", "--frames", "10"],
     ["bench", "--vector", "--games", "pong,warlords", "--steps", "1", "--rounds", "1"],
+    ["bench", "--train", "--games", "pong,warlords", "--train-frames", "64", "--rounds", "1"],
     ["verify", "--games", "maze_craze", "--frames", "10"],
-], ids=["train", "bench-single", "bench-vector", "verify"])
+], ids=["train", "bench-single", "bench-vector", "bench-train", "verify"])
 def test_ale_py_paths_refuse_games_ale_py_cannot_load(args, tmp_path):
     """ale-py ends the whole process (C++ exit, status 1, no message of ours) on these
     games, which left a stale run lock behind `train`; each command refuses them first."""

@@ -71,7 +71,7 @@ def test_a_seed_trains_the_same_network_on_hybridsims_engine_and_on_ale_py(tmp_p
     runs = {}
     for backend in ("cpu", "ale-py"):
         cfg = tiny_config(tmp_path / backend, backend=backend, game=game, total_frames=4000,
-                          log_trajectories=False, seed=3,
+                          repeat_action_probability=0.25, log_trajectories=False, seed=3,
                           checkpoint_every=10**9, **options)
         runs[backend] = Trainer(cfg)
         runs[backend].train()
@@ -80,6 +80,31 @@ def test_a_seed_trains_the_same_network_on_hybridsims_engine_and_on_ale_py(tmp_p
     assert len(ours.all_episodes) >= 4 and ours.all_episodes == theirs.all_episodes
     for name, value in ours.model.state_dict().items():
         assert torch.equal(value, theirs.model.state_dict()[name]), name
+
+
+
+def test_bench_train_times_both_engines_and_refuses_runs_that_differ(capsys, monkeypatch):
+    """`bench --train` trains the recipe on each engine in alternating rounds and prints
+    the loop's frames/s, the env's share and the ratio; a pair that trained differently
+    (here ale-py's side given another seed) is an error, not a row of the table."""
+    from hybridsim import bench, cli
+    args = ["bench", "--train", "--games", "pong", "--train-frames", "320", "--rounds", "2"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "quickstart.toml: a2c, nature, 16 envs" in out and "320 frames per run" in out, out
+    row = next(line.split() for line in out.splitlines() if line.startswith("pong "))
+    assert len(row) == 6 and float(row[1].replace(",", "")) > 0 and float(row[5]) > 0, row
+    assert "each round trained bit for bit the same network on both engines" in out
+    honest = bench._train_once
+
+    def other_seed_on_ale_py(settings):
+        return honest(dict(settings, seed=settings["seed"] + 1) if settings["backend"] == "ale-py" else settings)
+
+    monkeypatch.setattr(bench, "_train_once", other_seed_on_ale_py)
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "pong, round 1: the same seed trained differently on hybridsim's engine and on ale-py's" in err, err
+    assert "Traceback" not in err
 
 
 def test_config_file_and_command_line(tmp_path):
