@@ -438,9 +438,12 @@ def bench_train(games=None, recipe: str = "quickstart", frames: int = 40_000, ro
     import argparse
     import dataclasses
 
-    from hybridsim import games_table
+    from hybridsim import dist, games_table
     from hybridsim.config import build_config, resolve_config_path
     from hybridsim.train import TrainConfig
+    if dist.launched_ranks() > 1:  # the ranks would train together, each timing a part
+        raise ValueError(f"bench --train times one process; the launcher started "
+                         f"{dist.launched_ranks()} (run it without mpirun or srun)")
     cfg = build_config(TrainConfig, argparse.Namespace(config=recipe))
     games = list(games or [cfg.game])
     for game in games:

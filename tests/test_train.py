@@ -105,6 +105,9 @@ def test_bench_train_times_both_engines_and_refuses_runs_that_differ(capsys, mon
     err = capsys.readouterr().err
     assert "pong, round 1: the same seed trained differently on hybridsim's engine and on ale-py's" in err, err
     assert "Traceback" not in err
+    monkeypatch.setenv("PMI_SIZE", "2")  # under mpiexec the ranks would train together
+    assert cli.main(args) == 2
+    assert "bench --train times one process; the launcher started 2" in capsys.readouterr().err
 
 
 def test_config_file_and_command_line(tmp_path):
