@@ -118,18 +118,48 @@ def _require_at_least(args, **lows) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
 
 
-def _cmd_verify(args) -> int:
+def _verify_game(name: str, options: dict):
+    """One game of `verify`, in this process or a --jobs worker."""
     import ale_py
-    from hybridsim import games_table, roms, verify
+    from hybridsim import roms, verify
     from hybridsim.ale import ALEInterface
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+    return verify.verify(ale_py.ALEInterface, ALEInterface, roms.rom_path(name), game=name, **options)
+
+
+def _verified(names: list, options: dict, jobs: int):
+    """Each game's VerifyResult in the order of `names`, each as soon as it and the ones
+    before it are done; jobs > 1 compares that many games at once in worker processes."""
+    if jobs <= 1 or len(names) <= 1:
+        for name in names:
+            yield _verify_game(name, options)
+        return
+    import concurrent.futures
+    import multiprocessing
+    # spawn: a fork would copy this process's ale-py and OpenMP state into each worker
+    with concurrent.futures.ProcessPoolExecutor(min(jobs, len(names)),
+                                                mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_verify_game, name, options) for name in names]
+        for name, future in zip(names, futures):
+            try:
+                yield future.result()
+            except concurrent.futures.process.BrokenProcessPool:
+                raise RuntimeError(f"--jobs: a worker process died (killed, or out of memory) while "
+                                   f"{name} or a game after it was compared; the games above are "
+                                   f"complete") from None
+
+
+def _cmd_verify(args) -> int:
+    import os
+
+    from hybridsim import games_table
     if args.all:  # ale-py cannot load the games ALE has no settings for
         names = [g["name"] for g in games_table.games() if g.get("ale_settings", True)]
     elif args.games:
         names = _game_list(args.games)  # Pong, SpaceInvaders: as train --game takes them
     else:
         raise ValueError("name games with --games a,b or pass --all")
-    _require_at_least(args, frames=1, screen_every=1, reset_every=0, seed=0)
+    _require_at_least(args, frames=1, screen_every=1, reset_every=0, seed=0, jobs=0)
     if args.seed >= 2**31:  # ALE's random_seed is a C int
         raise ValueError(f"--seed must be < 2**31 (ALE's random_seed is a C int), got {args.seed}")
     for name in names:
@@ -140,13 +170,11 @@ def _cmd_verify(args) -> int:
                                               "difficulties")):
             if value is not None and value not in valid:
                 raise ValueError(f"{name}: {option} {value} is not one of its {plural} {valid}")
+    options = dict(frames=args.frames, repeat_action_probability=args.sticky, seed=args.seed,
+                   reset_every=args.reset_every, mode=args.mode, difficulty=args.difficulty,
+                   screen_every=args.screen_every, sound=args.sound)
     inexact = 0
-    for name in names:
-        result = verify.verify(ale_py.ALEInterface, ALEInterface, roms.rom_path(name), game=name,
-                               frames=args.frames, repeat_action_probability=args.sticky,
-                               seed=args.seed, reset_every=args.reset_every, mode=args.mode,
-                               difficulty=args.difficulty, screen_every=args.screen_every,
-                               sound=args.sound)
+    for result in _verified(names, options, args.jobs or len(os.sched_getaffinity(0))):
         print(result, flush=True)
         inexact += not result.exact
     print(f"{len(names) - inexact} of {len(names)} games exact")
@@ -677,6 +705,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--difficulty", type=int, default=None, help="difficulty (setDifficulty)")
     p.add_argument("--sound", action="store_true",
                    help="load both with sound_obs and compare every act's sound samples too")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="games compared at once, each in a process of its own (0: one per CPU "
+                        "available; default: 1); the results print in game order")
     p.set_defaults(func=_cmd_verify)
     p = sub.add_parser("analyze", help="statistics and plots from a run's HDF5 trajectory logs")
     p.add_argument("target", help="a run directory or one traj_rank*.h5 / trajectories.h5 file")

@@ -1,5 +1,6 @@
 """The side-by-side verifier itself: exact on identical emulators, precise on a planted fault."""
 import os
+import pathlib
 
 import pytest
 
@@ -84,7 +85,14 @@ def test_verify_takes_game_names_as_train_does(capsys):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["bench", "--games", "freeway"], "--games applies to --single or --vector, which is not given"),
+    (["bench", "--games", "freeway"], "--games applies to --single or --vector or --train, which is not given"),
+    (["bench", "--vector", "--train-frames", "100"], "--train-frames applies to --train"),
+    (["bench", "--single", "--recipe", "pong-cpu"], "--recipe applies to --train"),
+    (["bench", "--single", "--rounds", "2"], "--rounds applies to --vector or --train"),
+    (["bench", "--train", "--vector"], "--train runs as train does"),
+    (["bench", "--train", "--train-frames", "0"], "--train-frames must be >= 1"),
+    (["bench", "--train", "--recipe", "no-such-recipe"], "config file not found: no-such-recipe"),
+    (["verify", "--games", "pong", "--jobs", "-1"], "--jobs must be >= 0"),
     (["bench", "--frames", "100"], "--frames applies to --single"),
     (["bench", "--vector", "--sound"], "--sound applies to --single"),
     (["bench", "--single", "--num-envs", "8"], "--num-envs applies to --vector"),
@@ -278,3 +286,52 @@ def test_verify_sound_compares_every_act_s_samples(capsys):
     assert "at (37,)" in result.divergence.detail
     assert verify.verify(ale_py.ALEInterface, OneSampleOff, roms.rom_path("space_invaders"),
                          frames=300).exact  # without sound the samples are not compared
+
+
+def test_verify_jobs_prints_what_one_process_prints_in_game_order(capsys):
+    """--jobs compares games in worker processes and prints each result in the games'
+    order; a divergence travels back whole (pickled)."""
+    from hybridsim.cli import main
+    args = ["verify", "--games", "breakout,pong,seaquest", "--frames", "600", "--screen-every", "3"]
+    assert main(args) == 0
+    alone = capsys.readouterr().out
+    assert main(args + ["--jobs", "2"]) == 0
+    assert capsys.readouterr().out == alone
+    assert alone.splitlines()[0].startswith("breakout: exact (600 frames")
+    import pickle
+    faulty = verify.verify(ale_py.ALEInterface, lambda: FaultyALE("ram", 40), roms.rom_path("pong"),
+                           game="pong", frames=100)
+    assert str(pickle.loads(pickle.dumps(faulty))) == str(faulty) and "RAM" in str(faulty)
+
+
+def test_verify_jobs_names_a_worker_that_died(tmp_path):
+    """A worker killed mid-game (the OOM killer, a cluster's limits) ends verify with an
+    error naming the games not finished, after the ones that were."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    games = "pong,breakout"
+    proc = subprocess.Popen([sys.executable, "-m", "hybridsim", "verify", "--games", games,
+                             "--frames", "2000000", "--jobs", "2"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        workers = []
+        for _ in range(600):  # the workers start (spawn) within a few seconds
+            children = pathlib.Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+            pids = children.read_text().split() if children.exists() else []
+            workers = [int(p) for p in pids
+                       if b"spawn_main" in pathlib.Path(f"/proc/{p}/cmdline").read_bytes()]
+            if len(workers) == 2:
+                break
+            time.sleep(0.05)
+        assert len(workers) == 2, workers
+        time.sleep(1.0)  # inside their games
+        os.kill(workers[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 2, (out, err)
+    assert "--jobs: a worker process died (killed, or out of memory) while pong or a game after it" in err, err
+    assert "Traceback" not in err
