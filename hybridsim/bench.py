@@ -445,6 +445,9 @@ def bench_train(games=None, recipe: str = "quickstart", frames: int = 40_000, ro
         raise ValueError(f"bench --train times one process; the launcher started "
                          f"{dist.launched_ranks()} (run it without mpirun or srun)")
     cfg = build_config(TrainConfig, argparse.Namespace(config=recipe))
+    if cfg.schedule != "a2c":  # (train_config: ale-py hands impala the environments that finish first)
+        raise ValueError(f"bench --train: {recipe} trains with the {cfg.schedule} schedule, which on "
+                         f"ale-py's engine is repeatable only on one worker thread; it times a2c recipes")
     games = list(games or [cfg.game])
     for game in games:
         games_table.require_ale_py_loadable(game, "bench --train trains on ale-py beside hybridsim")
@@ -455,8 +458,8 @@ def bench_train(games=None, recipe: str = "quickstart", frames: int = 40_000, ro
     path = resolve_config_path(recipe)
     print_fn(f"training loop ({path.name}: {cfg.schedule}, {cfg.model}, {cfg.num_envs} envs, "
              f"{cfg.num_steps}-step rollouts, {cfg.num_minibatches} minibatch(es); {frames:,} frames "
-             f"per run, seed {seed}, {rounds} round{'s' if rounds != 1 else ''}), frames/s (median; hs/ale: median of per-round "
-             f"ratios), env: the share of the loop spent in the vector env, "
+             f"per run, seed {seed}, {rounds} round{'s' if rounds != 1 else ''}), frames/s (median; hs/ale: "
+             f"median of per-round ratios), env: the share of the loop spent in the vector env, "
              f"{platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} CPUs available")
     print_fn(f"{'game':14s} {'hybridsim':>10s} {'env':>5s} {'ale-py':>10s} {'env':>5s} {'hs/ale':>7s}")
     rows = []

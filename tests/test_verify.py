@@ -92,6 +92,7 @@ def test_verify_takes_game_names_as_train_does(capsys):
     (["bench", "--train", "--vector"], "--train runs as train does"),
     (["bench", "--train", "--train-frames", "0"], "--train-frames must be >= 1"),
     (["bench", "--train", "--recipe", "no-such-recipe"], "config file not found: no-such-recipe"),
+    (["bench", "--train", "--recipe", "IMPALA_TOML"], "trains with the impala schedule"),
     (["verify", "--games", "pong", "--jobs", "-1"], "--jobs must be >= 0"),
     (["bench", "--frames", "100"], "--frames applies to --single"),
     (["bench", "--vector", "--sound"], "--sound applies to --single"),
@@ -110,10 +111,13 @@ def test_verify_takes_game_names_as_train_does(capsys):
     (["info", "--brief", "--json"], "--brief prints one fixed line"),
     (["info", "--brief", "--sections", "host"], "--brief prints one fixed line"),
 ])
-def test_cli_refuses_options_it_would_ignore_or_misread(args, message, capsys):
+def test_cli_refuses_options_it_would_ignore_or_misread(args, message, capsys, tmp_path):
     """Each of these used to run and quietly do something else (time the 6507 core instead
     of the game, skip EnvPool's column, fail deep in ale-py or in the scaling table)."""
     from hybridsim.cli import main
+    if "IMPALA_TOML" in args:
+        (tmp_path / "impala.toml").write_text('schedule = "impala"\n')
+        args = [str(tmp_path / "impala.toml") if a == "IMPALA_TOML" else a for a in args]
     assert main(args) == 2
     assert message in capsys.readouterr().err
 
