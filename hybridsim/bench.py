@@ -374,21 +374,27 @@ TRAIN_SIDES = {"hybridsim": "cpu", "ale-py": "ale-py"}  # side -> train's --back
 
 class _EnvClock:
     """Sums the seconds a trainer spends inside its vector env's step (a2c) or send and
-    recv (impala): the rest of the training loop is the learner's."""
+    recv (impala): the rest of the training loop is the learner's. Only the outermost call
+    counts (ale-py's step calls its own send)."""
 
     def __init__(self, env):
         self.seconds = 0.0
+        self._inside = False
         for name in ("step", "send", "recv"):
             if hasattr(env, name):
                 setattr(env, name, self._timed(getattr(env, name)))
 
     def _timed(self, call):
         def timed(*args, **kwargs):
+            if self._inside:
+                return call(*args, **kwargs)
+            self._inside = True
             start = time.perf_counter()
             try:
                 return call(*args, **kwargs)
             finally:
                 self.seconds += time.perf_counter() - start
+                self._inside = False
         return timed
 
 

@@ -83,6 +83,29 @@ def test_a_seed_trains_the_same_network_on_hybridsims_engine_and_on_ale_py(tmp_p
 
 
 
+def test_bench_trains_env_clock_counts_a_step_that_calls_send_once(monkeypatch):
+    """ale-py's AtariVectorEnv.step calls its own send: the nested call is inside the step's
+    time, not added to it."""
+    from hybridsim import bench
+    now = [0.0]
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: now[0])
+
+    class Env:
+        def step(self, actions):
+            self.send(actions)
+            now[0] += 2.0
+
+        def send(self, actions):
+            now[0] += 1.0
+
+    env = Env()
+    clock = bench._EnvClock(env)
+    env.step(None)
+    assert clock.seconds == 3.0
+    env.send(None)
+    assert clock.seconds == 4.0
+
+
 def test_bench_train_times_both_engines_and_refuses_runs_that_differ(capsys, monkeypatch):
     """`bench --train` trains the recipe on each engine in alternating rounds and prints
     the loop's frames/s, the env's share and the ratio; a pair that trained differently
