@@ -83,7 +83,7 @@ def test_a_seed_trains_the_same_network_on_hybridsims_engine_and_on_ale_py(tmp_p
 
 
 
-def test_bench_trains_env_clock_counts_a_step_that_calls_send_once(monkeypatch):
+def test_the_bench_train_env_clock_counts_a_step_that_calls_send_once(monkeypatch):
     """ale-py's AtariVectorEnv.step calls its own send: the nested call is inside the step's
     time, not added to it."""
     from hybridsim import bench
