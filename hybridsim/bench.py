@@ -400,10 +400,9 @@ class _EnvClock:
 
 def _train_once(settings: dict) -> dict:
     """One run of the training loop in this process, into a scratch directory: the loop's
-    frames/s (train's own clock, from the first step to the last update: not the setup nor
-    the final checkpoint), the share of that time inside the vector env, and the network."""
+    frames/s (from the first step to the last update: not the setup nor the final
+    checkpoint), the share of that time inside the vector env, and the network."""
     import contextlib
-    import csv
     import io
     import tempfile
 
@@ -419,10 +418,8 @@ def _train_once(settings: dict) -> dict:
             raise RuntimeError(f"bench --train: training {settings['game']} on --backend "
                                f"{settings['backend']} failed ({type(exc).__name__}: {exc}); it said:\n"
                                f"{said.getvalue()[-2000:]}") from exc
-        with open(pathlib.Path(log_dir) / "metrics.csv", encoding="utf-8") as fh:
-            last = list(csv.DictReader(fh))[-1]
-    seconds = float(last["seconds"])
-    return {"fps": int(last["frames"]) / seconds, "env_share": clock.seconds / seconds,
+    seconds = trainer.loop_seconds
+    return {"fps": trainer.frames / seconds, "env_share": clock.seconds / seconds, "seconds": seconds,
             "frames": trainer.frames, "episodes": list(trainer.all_episodes),
             "network": {k: v.clone() for k, v in trainer.model.state_dict().items()}}
 
@@ -446,30 +443,40 @@ def bench_train(games=None, recipe: str = "quickstart", frames: int = 40_000, ro
 
     from hybridsim import dist, games_table
     from hybridsim.config import build_config, resolve_config_path
-    from hybridsim.train import TrainConfig
+    from hybridsim.train import TrainConfig, pick_device
     if dist.launched_ranks() > 1:  # the ranks would train together, each timing a part
         raise ValueError(f"bench --train times one process; the launcher started "
                          f"{dist.launched_ranks()} (run it without mpirun or srun)")
     cfg = build_config(TrainConfig, argparse.Namespace(config=recipe))
+    device = pick_device(cfg.device)  # (a recipe's cuda on a machine without one: refused here)
     if cfg.schedule != "a2c":  # (train_config: ale-py hands impala the environments that finish first)
         raise ValueError(f"bench --train: {recipe} trains with the {cfg.schedule} schedule, which on "
                          f"ale-py's engine is repeatable only on one worker thread; it times a2c recipes")
     games = list(games or [cfg.game])
     for game in games:
         games_table.require_ale_py_loadable(game, "bench --train trains on ale-py beside hybridsim")
+    per_iteration = cfg.num_envs * cfg.num_steps * cfg.frame_skip
+    iterations = -(-frames // per_iteration)  # train ends after the iteration that reaches frames
     settings = dataclasses.asdict(cfg)
     del settings["log_dir"]  # each run trains into a scratch directory
     settings.update(total_frames=frames, seed=seed, log_trajectories=False, log_every=1e9,
-                    checkpoint_every=frames * 2, keep_checkpoints=False, resume=False)
+                    checkpoint_every=iterations * per_iteration + 1, keep_checkpoints=False, resume=False)
     path = resolve_config_path(recipe)
+    replaced = f", its backend {cfg.backend} replaced" if cfg.backend not in TRAIN_SIDES.values() else ""
     print_fn(f"training loop ({path.name}: {cfg.schedule}, {cfg.model}, {cfg.num_envs} envs, "
-             f"{cfg.num_steps}-step rollouts, {cfg.num_minibatches} minibatch(es); {frames:,} frames "
-             f"per run, seed {seed}, {rounds} round{'s' if rounds != 1 else ''}), frames/s (median; hs/ale: "
-             f"median of per-round ratios), env: the share of the loop spent in the vector env, "
-             f"{platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} CPUs available")
+             f"{cfg.num_steps}-step rollouts, {cfg.num_minibatches} minibatch(es), learner on "
+             f"{device}{replaced}; {iterations * per_iteration:,} frames ({iterations} "
+             f"iteration{'s' if iterations != 1 else ''}) per run after one untimed iteration per side, seed {seed}, {rounds} "
+             f"round{'s' if rounds != 1 else ''}; OpenMP waiting "
+             f"{os.environ.get('OMP_WAIT_POLICY', 'as libgomp does by default (spinning first)')}), "
+             f"frames/s (median; hs/ale: median of per-round ratios), env: the share of the loop "
+             f"spent in the vector env, {platform.processor() or platform.machine()}, "
+             f"{len(os.sched_getaffinity(0))} CPUs available")
     print_fn(f"{'game':14s} {'hybridsim':>10s} {'env':>5s} {'ale-py':>10s} {'env':>5s} {'hs/ale':>7s}")
-    rows = []
+    rows, short = [], False
     for game in games:
+        for backend in TRAIN_SIDES.values():  # torch's and each engine's first-use costs, untimed
+            _train_once({**settings, "game": game, "backend": backend, "total_frames": 1})
         runs = {side: [] for side in TRAIN_SIDES}
         for r in range(rounds):
             sides = list(TRAIN_SIDES) if r % 2 == 0 else list(reversed(TRAIN_SIDES))
@@ -484,6 +491,7 @@ def bench_train(games=None, recipe: str = "quickstart", frames: int = 40_000, ro
                                    f"be exact: `hybridsim verify --games {game}` compares them")
             for side in runs:  # the networks were compared; the table keeps the numbers
                 del runs[side][-1]["network"], runs[side][-1]["episodes"]
+                short = short or runs[side][-1]["seconds"] < 2.0
         fps = {side: [run["fps"] for run in runs[side]] for side in runs}
         share = {side: float(np.median([run["env_share"] for run in runs[side]])) for side in runs}
         med = {side: float(np.median(v)) for side, v in fps.items()}
@@ -494,4 +502,7 @@ def bench_train(games=None, recipe: str = "quickstart", frames: int = 40_000, ro
         print_fn(f"{game:14s} {med['hybridsim']:10,.0f} {share['hybridsim']:5.0%} {med['ale-py']:10,.0f} "
                  f"{share['ale-py']:5.0%} {ratio:7.2f}")
     print_fn("each round trained bit for bit the same network on both engines")
+    if short:
+        print_fn("note: some runs took under 2 s, where the clock's and the machine's noise weigh "
+                 "heavily; give more --train-frames")
     return {"rows": rows, "recipe": str(path), "frames": frames, "seed": seed}

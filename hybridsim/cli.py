@@ -127,6 +127,21 @@ def _verify_game(name: str, options: dict):
     return verify.verify(ale_py.ALEInterface, ALEInterface, roms.rom_path(name), game=name, **options)
 
 
+def _start_verify_worker() -> None:
+    """A --jobs worker leaves Ctrl-C to verify itself, which ends the workers, and dies with
+    it (Linux's PR_SET_PDEATHSIG): a verify killed by a scheduler or `timeout` leaves no
+    worker comparing games for nobody."""
+    import ctypes
+    import os
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's own exit paths still end them
+        return
+    if os.getppid() == 1:  # the parent died before the prctl
+        os._exit(1)
+
+
 def _verified(names: list, options: dict, jobs: int):
     """Each game's VerifyResult in the order of `names`, each as soon as it and the ones
     before it are done; jobs > 1 compares that many games at once in worker processes."""
@@ -137,8 +152,9 @@ def _verified(names: list, options: dict, jobs: int):
     import concurrent.futures
     import multiprocessing
     # spawn: a fork would copy this process's ale-py and OpenMP state into each worker
-    with concurrent.futures.ProcessPoolExecutor(min(jobs, len(names)),
-                                                mp_context=multiprocessing.get_context("spawn")) as pool:
+    pool = concurrent.futures.ProcessPoolExecutor(min(jobs, len(names)), initializer=_start_verify_worker,
+                                                  mp_context=multiprocessing.get_context("spawn"))
+    try:
         futures = [pool.submit(_verify_game, name, options) for name in names]
         for name, future in zip(names, futures):
             try:
@@ -147,6 +163,12 @@ def _verified(names: list, options: dict, jobs: int):
                 raise RuntimeError(f"--jobs: a worker process died (killed, or out of memory) while "
                                    f"{name} or a game after it was compared; the games above are "
                                    f"complete") from None
+    except BaseException:  # Ctrl-C, an error, a closed stdout: end the games under way too
+        for worker in list((getattr(pool, "_processes", None) or {}).values()):
+            worker.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def _cmd_verify(args) -> int:

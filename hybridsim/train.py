@@ -806,6 +806,7 @@ class Trainer:
         self.tb = None
         self.metrics_file = None
         self._metrics_frames = None  # frames of the last metrics row
+        self.loop_seconds = None  # the training loop's, once it ends
 
     # ----- acting and learning -------------------------------------------------------
     @torch.no_grad()
@@ -1706,6 +1707,7 @@ class Trainer:
 
     def _finish(self, start_time, start_frames) -> dict:
         """Final metrics, checkpoint and closed files; after a failed write, as much as fits."""
+        self.loop_seconds = time.perf_counter() - start_time  # (bench --train; metrics round it)
         self._beat("finishing")
         if self.stop_reason == "storage" and self.reserve is not None:
             freed = self.reserve.release()  # room for the checkpoint and the buffered rows

@@ -108,17 +108,40 @@ def test_the_bench_train_env_clock_counts_a_step_that_calls_send_once(monkeypatc
 
 def test_bench_train_times_both_engines_and_refuses_runs_that_differ(capsys, monkeypatch):
     """`bench --train` trains the recipe on each engine in alternating rounds and prints
-    the loop's frames/s, the env's share and the ratio; a pair that trained differently
-    (here ale-py's side given another seed) is an error, not a row of the table."""
+    the loop's frames/s, the env's share and the ratio, each from the loop's own clock
+    (metrics.csv's seconds, rounded to 0.1 s, made short runs' ratios 1.00); a pair that
+    trained differently (here ale-py's side given another seed) is an error, not a row."""
+    import time
     from hybridsim import bench, cli
-    args = ["bench", "--train", "--games", "pong", "--train-frames", "320", "--rounds", "2"]
+    honest = bench._train_once
+    timed = []
+
+    def wall_timed(settings):
+        start = time.perf_counter()
+        run = honest(settings)
+        timed.append((settings["backend"], settings["total_frames"], run, time.perf_counter() - start))
+        return run
+
+    monkeypatch.setattr(bench, "_train_once", wall_timed)
+    lines = []
+    result = bench.bench_train(games=["pong"], frames=640, rounds=2, print_fn=lines.append)
+    assert [(b, f) for b, f, _, _ in timed] == [("cpu", 1), ("ale-py", 1), ("cpu", 640), ("ale-py", 640),
+                                                ("ale-py", 640), ("cpu", 640)]  # warm-ups, then alternating
+    for _, _, run, wall in timed[2:]:
+        assert run["frames"] == 640 and 0 < run["seconds"] < wall and 0 < run["env_share"] < 1
+        assert run["fps"] == pytest.approx(640 / run["seconds"])
+    row = result["rows"][0]
+    assert sorted(row["all"]["hybridsim"]) == sorted(run["fps"] for b, f, run, _ in timed[2:] if b == "cpu")
+    assert row["hs_over_ale"] == pytest.approx(float(np.median(
+        np.array(row["all"]["hybridsim"]) / np.array(row["all"]["ale-py"]))))
+    assert "quickstart.toml: a2c, nature, 16 envs" in lines[0] and "640 frames (2 iterations) per run" in lines[0]
+    assert lines[2].split()[0] == "pong" and lines[3] == "each round trained bit for bit the same network on both engines"
+    monkeypatch.setattr(bench, "_train_once", honest)
+    args = ["bench", "--train", "--games", "pong", "--train-frames", "320", "--rounds", "1"]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
-    assert "quickstart.toml: a2c, nature, 16 envs" in out and "320 frames per run" in out, out
-    row = next(line.split() for line in out.splitlines() if line.startswith("pong "))
-    assert len(row) == 6 and float(row[1].replace(",", "")) > 0 and float(row[5]) > 0, row
-    assert "each round trained bit for bit the same network on both engines" in out
-    honest = bench._train_once
+    assert "320 frames (1 iteration) per run" in out and "\npong " in out, out
+    assert "note: some runs took under 2 s" in out  # one iteration: mostly noise, and it says so
 
     def other_seed_on_ale_py(settings):
         return honest(dict(settings, seed=settings["seed"] + 1) if settings["backend"] == "ale-py" else settings)

@@ -308,29 +308,45 @@ def test_verify_jobs_prints_what_one_process_prints_in_game_order(capsys):
     assert str(pickle.loads(pickle.dumps(faulty))) == str(faulty) and "RAM" in str(faulty)
 
 
+def _verify_with_two_workers(tmp_path):
+    """A long `verify --jobs 2` in a session of its own, once both workers run."""
+    import subprocess
+    import sys
+    import time
+    proc = subprocess.Popen([sys.executable, "-m", "hybridsim", "verify", "--games", "pong,breakout,seaquest",
+                             "--frames", "2000000", "--jobs", "2"], cwd=tmp_path, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers = []
+    for _ in range(600):  # the workers start (spawn) within a few seconds
+        children = pathlib.Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        pids = children.read_text().split() if children.exists() else []
+        workers = [int(p) for p in pids if b"spawn_main" in pathlib.Path(f"/proc/{p}/cmdline").read_bytes()]
+        if len(workers) == 2:
+            break
+        time.sleep(0.05)
+    assert len(workers) == 2, workers
+    time.sleep(1.0)  # inside their games
+    return proc, workers
+
+
+def _gone_soon(pids, seconds=20.0) -> bool:
+    import time
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if pathlib.Path(f"/proc/{p}").exists()
+                 and "State:\tZ" not in pathlib.Path(f"/proc/{p}/status").read_text()]
+        if not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def test_verify_jobs_names_a_worker_that_died(tmp_path):
     """A worker killed mid-game (the OOM killer, a cluster's limits) ends verify with an
     error naming the games not finished, after the ones that were."""
     import signal
-    import subprocess
-    import sys
-    import time
-    games = "pong,breakout"
-    proc = subprocess.Popen([sys.executable, "-m", "hybridsim", "verify", "--games", games,
-                             "--frames", "2000000", "--jobs", "2"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, workers = _verify_with_two_workers(tmp_path)
     try:
-        workers = []
-        for _ in range(600):  # the workers start (spawn) within a few seconds
-            children = pathlib.Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
-            pids = children.read_text().split() if children.exists() else []
-            workers = [int(p) for p in pids
-                       if b"spawn_main" in pathlib.Path(f"/proc/{p}/cmdline").read_bytes()]
-            if len(workers) == 2:
-                break
-            time.sleep(0.05)
-        assert len(workers) == 2, workers
-        time.sleep(1.0)  # inside their games
         os.kill(workers[0], signal.SIGKILL)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -338,4 +354,28 @@ def test_verify_jobs_names_a_worker_that_died(tmp_path):
         proc.wait()
     assert proc.returncode == 2, (out, err)
     assert "--jobs: a worker process died (killed, or out of memory) while pong or a game after it" in err, err
-    assert "Traceback" not in err
+    assert "Traceback" not in err and _gone_soon(workers)
+
+
+def test_verify_jobs_stops_its_workers_on_ctrl_c_and_with_its_own_end(tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group) waited for every queued game: the
+    workers took it as their task's result and went on. A verify killed alone (SIGTERM
+    from `timeout` or a scheduler) left its workers comparing games for nobody."""
+    import signal
+    proc, workers = _verify_with_two_workers(tmp_path)
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGINT and "interrupted (Ctrl-C)" in err, (proc.returncode, err)
+    assert _gone_soon(workers), workers
+    proc, workers = _verify_with_two_workers(tmp_path)
+    try:
+        proc.terminate()
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _gone_soon(workers), workers
