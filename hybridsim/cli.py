@@ -166,7 +166,9 @@ def _verified(names: list, options: dict, jobs: int):
     except BaseException:  # Ctrl-C, an error, a closed stdout: end the games under way too
         for worker in list((getattr(pool, "_processes", None) or {}).values()):
             worker.kill()
-        pool.shutdown(wait=True, cancel_futures=True)
+        # no waiting here: a wait hung once in CI after a Ctrl-C; the executor's own thread
+        # sees the killed workers and ends
+        pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
 
