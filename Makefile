@@ -33,7 +33,7 @@ run: install
 	$(BIN)/hybridsim eval $(RUN_DIR)/checkpoint.pt --env ale-py --episodes 8
 
 verify: install
-	$(BIN)/hybridsim verify --games pong,breakout,space_invaders,ms_pacman,seaquest --frames 2000 --jobs 0
+	$(BIN)/hybridsim verify --games pong,breakout,space_invaders,ms_pacman,seaquest --frames 2000
 
 test: install
 	cd tests && ../$(BIN)/python -m pytest -q -rs -p no:cacheprovider
