@@ -281,6 +281,12 @@ def _time_envpool(python: str, game: str, num_envs: int, threads: int, steps: in
     return float(json.loads(out.stdout.strip().splitlines()[-1])["fps"])
 
 
+def _median_ratio(ours, theirs) -> float:
+    """The median of per-round ratios (the sides ran back to back in each round): steadier
+    on a shared machine than a ratio of medians taken minutes apart."""
+    return float(np.median(np.array(ours) / np.array(theirs)))
+
+
 def bench_vector(games=VECTOR_GAMES, num_envs: int = 16, threads: int = 2, steps: int = 200,
                  rounds: int = 3, warmup: int = 20, envpool_python: str | None = None,
                  scaling_threads=None, batch_size: int = 0, thread_affinity_offset: int = -1,
@@ -343,9 +349,7 @@ def bench_vector(games=VECTOR_GAMES, num_envs: int = 16, threads: int = 2, steps
                     fps[side].append(_time_envpool(envpool_py, game, num_envs, threads, steps, warmup,
                                                    batch_size, thread_affinity_offset))
         med = {k: float(np.median(v)) if v else float("nan") for k, v in fps.items()}
-        # Ratios per round (the sides run back to back), then their median: steadier on
-        # a shared VM than a ratio of medians taken minutes apart.
-        ratio = {k: float(np.median(np.array(fps["hybridsim"]) / np.array(v))) if v else float("nan")
+        ratio = {k: _median_ratio(fps["hybridsim"], v) if v else float("nan")
                  for k, v in fps.items() if k != "hybridsim"}
         row = dict(game=game, **med, hs_over_ale=ratio["ale-py"], hs_over_envpool=ratio["envpool"],
                    all=fps)
@@ -495,10 +499,10 @@ def bench_train(games=None, recipe: str = "quickstart", frames: int = 40_000, ro
         fps = {side: [run["fps"] for run in runs[side]] for side in runs}
         share = {side: float(np.median([run["env_share"] for run in runs[side]])) for side in runs}
         med = {side: float(np.median(v)) for side, v in fps.items()}
-        ratio = float(np.median(np.array(fps["hybridsim"]) / np.array(fps["ale-py"])))
+        ratio = _median_ratio(fps["hybridsim"], fps["ale-py"])
         rows.append(dict(game=game, hybridsim=med["hybridsim"], ale_py=med["ale-py"], hs_over_ale=ratio,
                          env_share_hybridsim=share["hybridsim"], env_share_ale_py=share["ale-py"],
-                         all=fps, same_network=True))
+                         all=fps))
         print_fn(f"{game:14s} {med['hybridsim']:10,.0f} {share['hybridsim']:5.0%} {med['ale-py']:10,.0f} "
                  f"{share['ale-py']:5.0%} {ratio:7.2f}")
     print_fn("each round trained bit for bit the same network on both engines")
